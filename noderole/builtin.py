@@ -1,0 +1,182 @@
+"""noderole's own plugin: the ``noderole`` settings table and the ``net`` and ``cgroups`` providers.
+
+``net`` and ``cgroups`` are milestones (services without a process) that belong to no role: they
+join a plan only when a service needs them, like OpenRC's ``net`` virtual and ``cgroups`` service.
+They look at the real machine (``/sys``, ``/proc``), never under ``--root``.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import socket
+import struct
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from noderole.context import NodeContext
+from noderole.hookspecs import hookimpl
+from noderole.records import Call, Service, Setting, SettingsTable
+from noderole.steps import StepContext
+
+__all__ = ["cgroups_mounted", "network_up"]
+
+TABLE = "noderole"
+
+_IFF_UP = 0x1
+_IFF_LOOPBACK = 0x8
+_SIOCGIFADDR = 0x8915
+
+
+@hookimpl
+def noderole_settings() -> SettingsTable:
+    return SettingsTable(
+        table=TABLE,
+        description="noderole itself: built-in providers, backend choice, boot-time limits.",
+        settings=[
+            Setting(
+                name="net_check",
+                type=bool,
+                default=True,
+                description=(
+                    "Check that a non-loopback interface is up with an address before "
+                    "starting services that need `net`. Turn off in containers."
+                ),
+            ),
+            Setting(
+                name="net_timeout",
+                type=float,
+                default=120.0,
+                description="Seconds to wait for the network before `net` fails.",
+            ),
+            Setting(
+                name="cgroups_timeout",
+                type=float,
+                default=30.0,
+                description="Seconds to wait for a cgroup filesystem before `cgroups` fails.",
+            ),
+            Setting(
+                name="backend",
+                type=str,
+                default="auto",
+                description=(
+                    "Backend for `apply`: auto, native, openrc or systemd. auto picks systemd "
+                    "when /run/systemd/system exists, OpenRC when /run/openrc exists, else native "
+                    "(always native under --root)."
+                ),
+            ),
+            Setting(
+                name="readiness_timeout",
+                type=float,
+                default=60.0,
+                description=(
+                    "Seconds `apply` waits for a service's readiness when a dependent needs it."
+                ),
+            ),
+            Setting(
+                name="noderole_path",
+                type=str,
+                default="/usr/local/bin/noderole",
+                description="Path of the noderole command that rendered OpenRC/systemd files call.",
+            ),
+        ],
+    )
+
+
+@hookimpl
+def noderole_services(node: NodeContext) -> list[Service]:
+    cfg = node.settings(TABLE)
+    net_steps = []
+    if cfg["net_check"]:
+        net_steps.append(
+            Call(
+                function=lambda ctx: _wait_for(ctx, network_up, cfg, "net_timeout", _NET_WHAT),
+                description=f"wait up to {cfg['net_timeout']:g}s for {_NET_WHAT}",
+                key="net",
+            )
+        )
+    return [
+        Service(
+            name="net",
+            description="Network: a non-loopback interface is up with an address",
+            pre_start=net_steps,
+        ),
+        Service(
+            name="cgroups",
+            description="Control groups: a cgroup filesystem is mounted",
+            pre_start=[
+                Call(
+                    function=lambda ctx: _wait_for(
+                        ctx, cgroups_mounted, cfg, "cgroups_timeout", _CGROUPS_WHAT
+                    ),
+                    description=f"wait up to {cfg['cgroups_timeout']:g}s for {_CGROUPS_WHAT}",
+                    key="cgroups",
+                )
+            ],
+        ),
+    ]
+
+
+_NET_WHAT = "a non-loopback interface up with an address"
+_CGROUPS_WHAT = "a cgroup filesystem mounted on /sys/fs/cgroup"
+
+
+def _wait_for(
+    ctx: StepContext, check: Any, cfg: Mapping[str, Any], timeout_key: str, what: str
+) -> None:
+    ctx.poll(check, timeout=float(cfg[timeout_key]), what=what, interval=0.1)
+
+
+def network_up(
+    sys_net: Path = Path("/sys/class/net"), inet6: Path = Path("/proc/net/if_inet6")
+) -> bool:
+    """True when some interface other than loopback is up and has an IPv4 or global IPv6 address."""
+    try:
+        names = sorted(p.name for p in sys_net.iterdir())
+    except OSError:
+        return False
+    up = []
+    for name in names:
+        try:
+            flags = int((sys_net / name / "flags").read_text().strip(), 16)
+        except (OSError, ValueError):
+            continue
+        if flags & _IFF_UP and not flags & _IFF_LOOPBACK:
+            up.append(name)
+    if not up:
+        return False
+    if any(_has_ipv4(name) for name in up):
+        return True
+    return bool(set(up) & _global_ipv6_interfaces(inet6))
+
+
+def _has_ipv4(interface: str) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        try:
+            fcntl.ioctl(sock.fileno(), _SIOCGIFADDR, struct.pack("256s", interface.encode()[:15]))
+        except OSError:  # EADDRNOTAVAIL: no IPv4 address
+            return False
+    return True
+
+
+def _global_ipv6_interfaces(inet6: Path) -> set[str]:
+    """Interfaces with a global-scope IPv6 address (scope 00 in /proc/net/if_inet6)."""
+    found: set[str] = set()
+    try:
+        lines = inet6.read_text().splitlines()
+    except OSError:
+        return found
+    for line in lines:
+        fields = line.split()
+        if len(fields) == 6 and fields[3] == "00":
+            found.add(fields[5])
+    return found
+
+
+def cgroups_mounted(mounts: Path = Path("/proc/self/mounts")) -> bool:
+    """True when a cgroup or cgroup2 filesystem is mounted."""
+    try:
+        text = mounts.read_text()
+    except OSError:
+        return False
+    return any(line.split()[2:3] in (["cgroup"], ["cgroup2"]) for line in text.splitlines())

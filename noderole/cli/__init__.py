@@ -1,0 +1,127 @@
+"""The ``noderole`` command.
+
+Subcommands live in their own modules and are imported only when invoked (:class:`LazyGroup`), so
+``noderole --help`` at boot imports click and this package, not cryptography or any plugin.
+Errors noderole raises on purpose are printed as one paragraph on stderr with the exit code their
+class carries; ``--debug`` shows the traceback instead.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import click
+
+from noderole.__about__ import __version__
+from noderole.cli._app import App
+from noderole.errors import ExitCode, NoderoleError
+from noderole.root import ROOT_ENV, NodeRoot
+
+__all__ = ["COMMANDS", "LazyGroup", "cli", "main"]
+
+COMMANDS: dict[str, tuple[str, str]] = {
+    # name: ("module:attribute", short help shown by --help without importing the module)
+    "list": ("noderole.cli._inspect:list_command", "List plugins, their services and roles."),
+    "plan": ("noderole.cli._inspect:plan_command", "Show what applying a role would do, in order."),
+    "graph": ("noderole.cli._inspect:graph_command", "Draw a role's dependency graph."),
+    "config": ("noderole.cli._config:config_group", "Show the effective configuration."),
+    "completion": (
+        "noderole.cli._config:completion_command",
+        "Print the shell completion script.",
+    ),
+}
+
+
+class LazyGroup(click.Group):
+    """A group whose subcommands are imported on first use, listed from :data:`COMMANDS`."""
+
+    def __init__(self, *args: Any, lazy: dict[str, tuple[str, str]], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.lazy = lazy
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self.lazy})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in self.lazy:
+            target, _ = self.lazy[cmd_name]
+            module_name, attribute = target.split(":")
+            command = getattr(importlib.import_module(module_name), attribute)
+            if not isinstance(command, click.Command):  # pragma: no cover - registry mistake
+                raise TypeError(f"{target} is not a click command")
+            return command
+        return super().get_command(ctx, cmd_name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        # Listing uses the registry's short help, so --help imports no subcommand module.
+        rows = [(name, self.lazy[name][1]) for name in sorted(self.lazy)]
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except NoderoleError as exc:
+            app = ctx.find_object(App)
+            if app is not None and app.debug:
+                raise
+            click.echo(f"noderole: error: {exc}", err=True)
+            ctx.exit(int(exc.exit_code))
+
+
+@click.group(
+    cls=LazyGroup,
+    lazy=COMMANDS,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+)
+@click.version_option(__version__, "--version", prog_name="noderole")
+@click.option(
+    "--root",
+    type=click.Path(file_okay=False, path_type=str),
+    envvar=ROOT_ENV,
+    default="/",
+    show_default=True,
+    help=(
+        "Treat DIR as the node's /: every path noderole or a plugin reads, writes or runs "
+        f"resolves under it (also {ROOT_ENV}). /proc, /sys and /dev stay the real ones."
+    ),
+)
+@click.option(
+    "--disable-plugin",
+    "disabled",
+    multiple=True,
+    metavar="NAME",
+    help="Do not load this plugin (repeatable); acts before import.",
+)
+@click.option("--debug", is_flag=True, help="Show tracebacks instead of one-paragraph errors.")
+@click.pass_context
+def cli(ctx: click.Context, root: str, disabled: Sequence[str], debug: bool) -> None:
+    """Apply a Kubernetes node role at boot.
+
+    `noderole apply server` turns this machine into a control-plane node, `noderole apply agent`
+    into a worker. Services come from plugins, ordered by their dependencies, each with its
+    pre-start steps and a supervised command.
+
+    Exit codes: 0 ok, 1 a service failed, 2 usage, 3 plugin, 4 config, 5 definition, 6 plan,
+    7 certificate, 8 env file, 9 locked, 10 backend, 11 still starting (status).
+    """
+    ctx.obj = App(root=NodeRoot(root), debug=debug, disabled_plugins=tuple(disabled))
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Console-script entry point."""
+    try:
+        cli.main(args=list(argv) if argv is not None else None, prog_name="noderole")
+    except KeyboardInterrupt:  # pragma: no cover - interactive only
+        click.echo("noderole: interrupted", err=True)
+        sys.exit(130)
+    except NoderoleError as exc:  # raised before a subcommand ran (e.g. in the group itself)
+        if os.environ.get("NODEROLE_DEBUG"):
+            raise
+        click.echo(f"noderole: error: {exc}", err=True)
+        sys.exit(int(getattr(exc, "exit_code", ExitCode.FAILED)))

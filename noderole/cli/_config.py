@@ -1,0 +1,67 @@
+"""``noderole config show`` and ``noderole completion``."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from noderole.cli._app import App
+
+__all__ = ["completion_command", "config_group"]
+
+
+@click.group("config")
+def config_group() -> None:
+    """Inspect the configuration (/etc/noderole/config.toml under --root)."""
+
+
+@config_group.command("show")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_obj
+def show_command(app: App, as_json: bool) -> None:
+    """Print every effective setting and where its value came from (secrets as ***)."""
+    config = app.config
+    if as_json:
+        tables: dict[str, dict[str, dict[str, object]]] = {}
+        for entry in config.entries():
+            tables.setdefault(entry.table, {})[entry.setting.name] = {
+                "value": entry.shown(),
+                "source": entry.source,
+                "type": entry.setting.type.__name__,
+                "default": "***" if entry.setting.secret else entry.setting.default,
+            }
+        click.echo(
+            json.dumps(
+                {"file": config.path, "found": config.file_found, "tables": tables}, indent=2
+            )
+        )
+        return
+    found = "" if config.file_found else "  (not present: all defaults)"
+    click.echo(f"# {config.path}{found}")
+    table = None
+    for entry in config.entries():
+        if entry.table != table:
+            table = entry.table
+            click.echo(f"\n[{table}]")
+        value = entry.shown()
+        text = json.dumps(value) if not isinstance(value, bool) else str(value).lower()
+        click.echo(f"{entry.setting.name} = {text}  # {entry.source}")
+
+
+@click.command("completion")
+@click.argument("shell", type=click.Choice(["bash", "zsh", "fish"]))
+@click.pass_context
+def completion_command(ctx: click.Context, shell: str) -> None:
+    """Print the completion script for SHELL.
+
+    Bash: `eval "$(noderole completion bash)"` in ~/.bashrc.
+    """
+    from click.shell_completion import get_completion_class
+
+    root = ctx.find_root()
+    completion_class = get_completion_class(shell)
+    if completion_class is None:  # pragma: no cover - the Choice above guards it
+        raise click.UsageError(f"unsupported shell {shell}")
+    completer = completion_class(root.command, {}, "noderole", "_NODEROLE_COMPLETE")
+    click.echo(completer.source())

@@ -1,0 +1,71 @@
+"""What a hook sees of the node: the root, the settings, other plugins' hooks, the clock."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from noderole.clock import Clock, SystemClock
+from noderole.root import NodeRoot
+
+if TYPE_CHECKING:
+    import pluggy
+
+    from noderole.config import Config
+    from noderole.envfile import EnvFile
+
+__all__ = ["NodeContext"]
+
+
+class NodeContext:
+    """Passed to ``noderole_services`` and ``noderole_standins`` as ``node``.
+
+    Built once per invocation. Environment files read through :meth:`read_env` are parsed once and
+    cached, so several hooks reading ``first-boot.env`` cost one read.
+    """
+
+    def __init__(
+        self,
+        *,
+        root: NodeRoot,
+        config: Config,
+        pluginmanager: pluggy.PluginManager,
+        clock: Clock | None = None,
+    ) -> None:
+        self.root = root
+        """The node root (``/`` at boot, a scratch directory under ``--root``)."""
+        self.config = config
+        """Effective configuration of every plugin."""
+        self.pluginmanager = pluginmanager
+        """The plugin manager of this invocation."""
+        self.clock: Clock = clock or SystemClock()
+        """The clock (fake in tests)."""
+        self._env_cache: dict[str, EnvFile] = {}
+
+    @property
+    def hook(self) -> Any:
+        """Call other plugins' hooks, including hookspecs added by plugins (``node.hook.x()``)."""
+        return self.pluginmanager.hook
+
+    def settings(self, table: str) -> Mapping[str, Any]:
+        """Effective values of one settings table (defaults overridden by config.toml)."""
+        return self.config.table(table)
+
+    def resolve(self, node_path: str) -> Path:
+        """Where a node path lives on this machine (under ``--root`` when one is given)."""
+        return self.root.resolve(node_path)
+
+    def read_env(self, node_path: str) -> EnvFile:
+        """Parse a ``KEY=VALUE`` environment file; a missing file reads as empty.
+
+        Nothing in the file is executed. Malformed lines are reported in ``EnvFile.warnings`` and
+        skipped; an undecodable file raises :class:`noderole.errors.EnvFileError`.
+        """
+        cached = self._env_cache.get(node_path)
+        if cached is None:
+            from noderole.envfile import read_env_file
+
+            cached = read_env_file(self.resolve(node_path), display_path=node_path)
+            self._env_cache[node_path] = cached
+        return cached

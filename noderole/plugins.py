@@ -1,0 +1,310 @@
+"""Loading plugins and collecting the records their hooks return.
+
+One :class:`PluginSet` is built per invocation (no module-level manager): the built-in plugin
+first, then every entry point of the group ``noderole``, minus the disabled ones. Entry points are
+filtered *before* they are imported, so ``--disable-plugin broken`` gets a node past a plugin that
+no longer imports.
+
+Hooks that return records are called one plugin at a time, in a thread bounded by the hook
+timeout, so a failure — an exception, a generator that raises later, a wrong type, a hang — is
+reported naming the plugin, its distribution and the hook.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, TypeVar
+
+import attrs
+import pluggy
+
+from noderole import hookspecs
+from noderole.errors import DefinitionError, NoderoleError, PluginError
+from noderole.records import Service, SettingsTable, StandIn
+
+__all__ = [
+    "AUTOLOAD_ENV",
+    "HOOK_TIMEOUT_ENV",
+    "PLUGIN_GROUP",
+    "PluginInfo",
+    "PluginSet",
+    "load_plugins",
+]
+
+PLUGIN_GROUP = "noderole"
+"""Entry-point group third-party plugins register in."""
+AUTOLOAD_ENV = "NODEROLE_DISABLE_PLUGIN_AUTOLOAD"
+"""Set to 1 to load no entry-point plugin (only the built-in one and those passed explicitly)."""
+HOOK_TIMEOUT_ENV = "NODEROLE_HOOK_TIMEOUT"
+"""Seconds a single plugin hook call may take before it is reported as hung (default 60)."""
+DEFAULT_HOOK_TIMEOUT = 60.0
+
+R = TypeVar("R")
+
+
+@attrs.frozen(kw_only=True)
+class PluginInfo:
+    """Where a loaded plugin came from."""
+
+    name: str
+    """Plugin name: the entry-point name (``builtin`` for noderole's own)."""
+    module: str
+    """Module (or object) that holds its hook implementations."""
+    distribution: str | None = None
+    """Distribution that declared the entry point."""
+    version: str | None = None
+    """That distribution's version."""
+    entry_point: str | None = None
+    """``name = module:attr`` as declared."""
+
+    def describe(self) -> str:
+        """``plugin 'x' (entry point 'x = m' from distribution 'd 1.0')`` for error messages."""
+        parts = [f"plugin {self.name!r}"]
+        if self.entry_point:
+            origin = f"entry point {self.entry_point!r}"
+            if self.distribution:
+                origin += f" from distribution {self.distribution!r}"
+                if self.version:
+                    origin += f" {self.version}"
+            parts.append(f"({origin})")
+        return " ".join(parts)
+
+
+class PluginSet:
+    """The plugins of one invocation and the records they contribute."""
+
+    def __init__(
+        self, manager: pluggy.PluginManager, infos: Sequence[PluginInfo], *, hook_timeout: float
+    ) -> None:
+        self.manager = manager
+        """The pluggy manager (plugins' own hookspecs are reachable as ``manager.hook.NAME``)."""
+        self.infos: tuple[PluginInfo, ...] = tuple(infos)
+        """Loaded plugins in load order."""
+        self.hook_timeout = hook_timeout
+        """Seconds one hook call may take."""
+        self._by_name = {info.name: info for info in self.infos}
+
+    def names(self) -> list[str]:
+        """Names of the loaded plugins, in load order."""
+        return [info.name for info in self.infos]
+
+    def info(self, name: str) -> PluginInfo:
+        """The :class:`PluginInfo` of a loaded plugin."""
+        return self._by_name[name]
+
+    # ---------------------------------------------------------------- record hooks
+
+    def settings_tables(self) -> list[SettingsTable]:
+        """Every plugin's settings tables, sorted by name; a table declared twice is an error."""
+        tables = self.collect("noderole_settings", SettingsTable, {})
+        seen: dict[str, SettingsTable] = {}
+        for table in tables:
+            other = seen.get(table.table)
+            if other is not None:
+                raise PluginError(
+                    f"settings table [{table.table}] is declared by both plugin {other.origin!r} "
+                    f"and plugin {table.origin!r}; disable one with --disable-plugin NAME"
+                )
+            seen[table.table] = table
+        return [seen[name] for name in sorted(seen)]
+
+    def services(self, node: Any) -> list[Service]:
+        """Every service every plugin contributes (duplicates are the plan's to report)."""
+        return self.collect("noderole_services", Service, {"node": node})
+
+    def standins(self, node: Any) -> list[StandIn]:
+        """Every stand-in executable plugins supply for rehearsals."""
+        return self.collect("noderole_standins", StandIn, {"node": node})
+
+    def collect(self, hook_name: str, kind: type[R], kwargs: Mapping[str, Any]) -> list[R]:
+        """Call ``hook_name`` on each plugin, check every item is a ``kind``, stamp its origin."""
+        hook = getattr(self.manager.hook, hook_name)
+        records: list[R] = []
+        for impl in hook.get_hookimpls():
+            if impl.hookwrapper or impl.wrapper:
+                continue  # wrappers observe other calls; record hooks are called one by one
+            plugin = self.manager.get_name(impl.plugin) or repr(impl.plugin)
+            items = self._call(impl, plugin, hook_name, kwargs)
+            for item in items:
+                if not isinstance(item, kind):
+                    raise PluginError(
+                        f"{self._describe(plugin)} hook {hook_name} returned {item!r} "
+                        f"({type(item).__name__}); it must return {kind.__name__} records "
+                        "(a single one, a list, or None)"
+                    )
+                if attrs.has(type(item)) and hasattr(item, "origin"):
+                    item = attrs.evolve(item, origin=plugin)  # type: ignore[misc]
+                records.append(item)
+        return records
+
+    def _describe(self, plugin: str) -> str:
+        info = self._by_name.get(plugin)
+        return info.describe() if info else f"plugin {plugin!r}"
+
+    def _call(self, impl: Any, plugin: str, hook_name: str, kwargs: Mapping[str, Any]) -> list[Any]:
+        args = [kwargs[name] for name in impl.argnames]
+        outcome: dict[str, Any] = {}
+
+        def target() -> None:
+            try:
+                result = impl.function(*args)
+                outcome["items"] = _flatten(result)
+            except BaseException as exc:  # reported to the caller thread below
+                outcome["error"] = exc
+
+        # A thread bounds the call: a hook that hangs (a blocking read at plan time) must not
+        # hang the boot. The thread is a daemon, so a hung hook does not keep the process alive.
+        thread = threading.Thread(target=target, name=f"{plugin}:{hook_name}", daemon=True)
+        thread.start()
+        thread.join(self.hook_timeout)
+        if thread.is_alive():
+            raise PluginError(
+                f"{self._describe(plugin)} hook {hook_name} did not return within "
+                f"{self.hook_timeout:g}s; it is probably blocked on something. Fix the plugin, "
+                f"raise the limit with {HOOK_TIMEOUT_ENV}=SECONDS, or disable it with "
+                f"--disable-plugin {plugin}"
+            )
+        error = outcome.get("error")
+        if error is None:
+            items: list[Any] = outcome["items"]
+            return items
+        if isinstance(error, DefinitionError):
+            raise DefinitionError(f"{self._describe(plugin)} hook {hook_name}: {error}") from error
+        if isinstance(error, NoderoleError):
+            # Keep the class (and so the exit code) but say where it came from.
+            raise type(error)(f"{self._describe(plugin)} hook {hook_name}: {error}") from error
+        raise PluginError(
+            f"{self._describe(plugin)} hook {hook_name} raised "
+            f"{type(error).__name__}: {error}. Run with --debug for the traceback, fix the "
+            f"plugin, or disable it with --disable-plugin {plugin}"
+        ) from error
+
+
+def _flatten(result: Any) -> list[Any]:
+    """None → [], one record → [it], any iterable (a generator too: consumed here) → list."""
+    if result is None:
+        return []
+    if attrs.has(type(result)) or isinstance(result, str | bytes):
+        return [result]
+    if isinstance(result, Iterable):
+        return list(result)
+    return [result]
+
+
+def _one_line(exc: BaseException) -> str:
+    """pluggy's messages span lines; ours are one paragraph."""
+    return " ".join(str(exc).split())
+
+
+def _hook_timeout() -> float:
+    raw = os.environ.get(HOOK_TIMEOUT_ENV)
+    if not raw:
+        return DEFAULT_HOOK_TIMEOUT
+    try:
+        value = float(raw)
+    except ValueError:
+        raise PluginError(f"{HOOK_TIMEOUT_ENV}={raw!r} is not a number of seconds") from None
+    if value <= 0:
+        raise PluginError(f"{HOOK_TIMEOUT_ENV}={raw!r} must be greater than 0")
+    return value
+
+
+def _autoload_disabled() -> bool:
+    return os.environ.get(AUTOLOAD_ENV, "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+def load_plugins(
+    *,
+    disabled: Iterable[str] = (),
+    autoload: bool | None = None,
+    plugins: Sequence[tuple[str, object]] = (),
+    builtin: bool = True,
+    hook_timeout: float | None = None,
+) -> PluginSet:
+    """Build this invocation's plugin manager and register plugins.
+
+    Order: the built-in plugin (unless ``builtin=False``), then ``plugins`` (name, object) pairs
+    given explicitly (tests, the plugin-author kit), then entry points of the ``noderole`` group
+    unless ``autoload`` is False (default: on, unless ``NODEROLE_DISABLE_PLUGIN_AUTOLOAD=1``).
+    ``disabled`` names are skipped before import.
+    """
+    skip = set(disabled)
+    if autoload is None:
+        autoload = not _autoload_disabled()
+    manager = pluggy.PluginManager(hookspecs.PROJECT)
+    manager.add_hookspecs(hookspecs)
+    # Historic: every plugin registered from now on gets the call, so plugins can add hookspecs
+    # that later plugins implement, whatever the registration order.
+    manager.hook.noderole_addhooks.call_historic(kwargs={"pluginmanager": manager})
+    infos: list[PluginInfo] = []
+
+    def register(obj: object, info: PluginInfo) -> None:
+        try:
+            manager.register(obj, name=info.name)
+        except pluggy.PluginValidationError as exc:
+            raise PluginError(
+                f"{info.describe()} cannot be registered: {_one_line(exc)}. Check the hook's "
+                "argument names against the hook reference (docs/reference/hooks.md), or disable "
+                f"it with --disable-plugin {info.name}"
+            ) from exc
+        except ValueError as exc:  # duplicate name or object
+            raise PluginError(f"{info.describe()} cannot be registered: {exc}") from exc
+        infos.append(info)
+
+    if builtin and "builtin" not in skip:
+        from noderole import builtin as builtin_module
+
+        register(builtin_module, PluginInfo(name="builtin", module="noderole.builtin"))
+    for name, obj in plugins:
+        if name not in skip:
+            module = getattr(obj, "__name__", type(obj).__name__)
+            register(obj, PluginInfo(name=name, module=module))
+    if autoload:
+        for entry_point in _entry_points():
+            if entry_point.name in skip:
+                continue
+            info = _info(entry_point)
+            try:
+                obj = entry_point.load()
+            except Exception as exc:
+                raise PluginError(
+                    f"{info.describe()} failed to import: {type(exc).__name__}: {exc}. "
+                    f"Reinstall or fix the distribution, or skip it with "
+                    f"--disable-plugin {info.name} (or {AUTOLOAD_ENV}=1 to load no plugins)"
+                ) from exc
+            register(obj, info)
+    try:
+        manager.check_pending()
+    except pluggy.PluginValidationError as exc:
+        name = manager.get_name(exc.plugin) or repr(exc.plugin)
+        described = next((i.describe() for i in infos if i.name == name), f"plugin {name!r}")
+        raise PluginError(
+            f"{described} implements a hook that does not exist: {_one_line(exc)}. Check the "
+            "spelling against the hook reference; a hook of another plugin that may be absent "
+            "must be marked @noderole.hookimpl(optionalhook=True)"
+        ) from exc
+    return PluginSet(
+        manager, infos, hook_timeout=hook_timeout if hook_timeout is not None else _hook_timeout()
+    )
+
+
+def _entry_points() -> list[importlib.metadata.EntryPoint]:
+    # Sorted by name: load order never depends on the order distributions were installed in.
+    seen: dict[str, importlib.metadata.EntryPoint] = {}
+    for entry_point in importlib.metadata.entry_points(group=PLUGIN_GROUP):
+        seen.setdefault(entry_point.name, entry_point)
+    return [seen[name] for name in sorted(seen)]
+
+
+def _info(entry_point: importlib.metadata.EntryPoint) -> PluginInfo:
+    dist = entry_point.dist
+    return PluginInfo(
+        name=entry_point.name,
+        module=entry_point.value,
+        distribution=dist.name if dist else None,
+        version=dist.version if dist else None,
+        entry_point=f"{entry_point.name} = {entry_point.value}",
+    )

@@ -1,0 +1,607 @@
+"""The records plugins return: services, their pre-start steps, settings and stand-ins.
+
+Every record is a frozen attrs class with keyword-only arguments. Converters normalise input (lists
+become tuples, mappings become read-only mappings) so two records built from equal inputs compare
+equal, and validators reject an invalid field at construction with a :class:`DefinitionError` that
+names the record and the field. The plugin manager adds the plugin and hook to that message.
+
+Paths in records are always the paths *as the booted node sees them* (``/etc/...``); the engine
+resolves them under ``--root`` when it reads, writes or executes. That is what lets one record serve
+a real boot, a rehearsal in a scratch directory, and a rendered OpenRC or systemd file.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import types
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
+
+import attrs
+
+from noderole.errors import DefinitionError
+
+if TYPE_CHECKING:
+    from noderole.steps import StepContext
+
+__all__ = [
+    "Call",
+    "Fail",
+    "MakeDirectories",
+    "MintCertificate",
+    "Readiness",
+    "Secret",
+    "Service",
+    "Setting",
+    "SettingsTable",
+    "StandIn",
+    "Step",
+    "Supervision",
+    "Wait",
+    "WaitForCommand",
+    "WaitForHttp",
+    "WaitForPaths",
+    "WaitForSocket",
+    "WaitForTcp",
+    "WriteFile",
+]
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@+-]*$")
+_ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _fail(record: str, field: str, why: str) -> DefinitionError:
+    return DefinitionError(f"{record}: field {field!r} {why}")
+
+
+def _tuple_of_str(value: Iterable[str] | str | None) -> tuple[str, ...]:
+    """Normalise a list of names: a lone string is one item, None is empty, order is kept."""
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return (value,)
+    return tuple(value)
+
+
+def _tuple(value: Iterable[Any]) -> tuple[Any, ...]:
+    """Any iterable to a tuple (a typed converter: mypy's attrs plugin cannot type ``tuple``)."""
+    return tuple(value)
+
+
+def _optional_tuple(value: Iterable[str] | None) -> tuple[str, ...] | None:
+    return None if value is None else tuple(value)
+
+
+def _check_names(inst: Any, attribute: attrs.Attribute[Any], value: tuple[str, ...]) -> None:
+    for item in value:
+        if not isinstance(item, str) or not _NAME.match(item):
+            raise _fail(
+                _label(inst),
+                attribute.name,
+                f"has {item!r}, which is not a service name (letters, digits, '_.@+-')",
+            )
+
+
+def _check_absolute(inst: Any, attribute: attrs.Attribute[Any], value: str | None) -> None:
+    if value is None:
+        return
+    if not isinstance(value, str) or not value.startswith("/"):
+        raise _fail(_label(inst), attribute.name, f"must be an absolute path, got {value!r}")
+
+
+def _check_absolute_all(inst: Any, attribute: attrs.Attribute[Any], value: tuple[str, ...]) -> None:
+    if not value:
+        raise _fail(_label(inst), attribute.name, "must name at least one path")
+    for item in value:
+        _check_absolute(inst, attribute, item)
+
+
+def _check_non_negative(inst: Any, attribute: attrs.Attribute[Any], value: float | None) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        raise _fail(_label(inst), attribute.name, f"must be a number >= 0, got {value!r}")
+
+
+def _check_positive(inst: Any, attribute: attrs.Attribute[Any], value: float | None) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise _fail(_label(inst), attribute.name, f"must be a number > 0, got {value!r}")
+
+
+def _label(inst: Any) -> str:
+    name = getattr(inst, "name", None)
+    kind = type(inst).__name__
+    return f"{kind} {name!r}" if isinstance(name, str) else kind
+
+
+# --------------------------------------------------------------------------- secrets
+
+
+@attrs.frozen
+class Secret:
+    """A string that must never be printed: ``str()`` and ``repr()`` show ``***``.
+
+    Use it for tokens in a service's environment. Call :meth:`reveal` where the real value is needed
+    (the process launcher does, nothing else should).
+    """
+
+    _value: str = attrs.field(repr=False)
+
+    def reveal(self) -> str:
+        """The real value."""
+        return self._value
+
+    def __str__(self) -> str:
+        return "***"
+
+    def __repr__(self) -> str:
+        return "Secret('***')"
+
+
+EnvValue: TypeAlias = "str | Secret"
+
+
+def _environment(value: Mapping[str, EnvValue] | None) -> Mapping[str, EnvValue]:
+    items = dict(sorted((value or {}).items()))
+    return types.MappingProxyType(items)
+
+
+def _check_environment(
+    inst: Any, attribute: attrs.Attribute[Any], value: Mapping[str, Any]
+) -> None:
+    for key, val in value.items():
+        if not isinstance(key, str) or not _ENV_KEY.match(key):
+            raise _fail(_label(inst), attribute.name, f"has key {key!r}, not a variable name")
+        if not isinstance(val, str | Secret):
+            raise _fail(
+                _label(inst), attribute.name, f"has {key}={val!r}: values must be str or Secret"
+            )
+
+
+# --------------------------------------------------------------------------- waits
+
+
+@attrs.frozen(kw_only=True)
+class WaitForPaths:
+    """Wait until the paths exist (and are readable, by default): all of them, or any one."""
+
+    paths: tuple[str, ...] = attrs.field(converter=_tuple_of_str, validator=_check_absolute_all)
+    """Absolute node paths to wait for."""
+    timeout: float = attrs.field(validator=_check_positive)
+    """Seconds before the wait fails."""
+    require: Literal["all", "any"] = attrs.field(
+        default="all", validator=attrs.validators.in_(("all", "any"))
+    )
+    """``all``: every path must be there; ``any``: one is enough."""
+    readable: bool = True
+    """Require read permission too, not only existence (the seed uses ``[ -r ]``)."""
+    message: str | None = None
+    """Timeout message; ``{elapsed}`` (whole seconds) and ``{missing}`` are filled in."""
+
+    def describe(self) -> str:
+        what = "readable" if self.readable else "present"
+        joined = ", ".join(self.paths)
+        return f"wait up to {self.timeout:g}s for {self.require} {what}: {joined}"
+
+
+@attrs.frozen(kw_only=True)
+class WaitForSocket:
+    """Wait until a unix stream socket accepts a connection."""
+
+    path: str = attrs.field(validator=_check_absolute)
+    """Absolute node path of the socket."""
+    timeout: float = attrs.field(validator=_check_positive)
+    """Seconds before the wait fails."""
+    message: str | None = None
+    """Timeout message; ``{elapsed}`` and ``{missing}`` are filled in."""
+
+    def describe(self) -> str:
+        return f"wait up to {self.timeout:g}s for unix socket {self.path}"
+
+
+@attrs.frozen(kw_only=True)
+class WaitForTcp:
+    """Wait until a TCP port accepts a connection."""
+
+    host: str
+    """Host name or address (loopback for a local service)."""
+    port: int = attrs.field(
+        validator=attrs.validators.and_(attrs.validators.ge(1), attrs.validators.le(65535))
+    )
+    """TCP port."""
+    timeout: float = attrs.field(validator=_check_positive)
+    """Seconds before the wait fails."""
+    message: str | None = None
+    """Timeout message; ``{elapsed}`` and ``{missing}`` are filled in."""
+
+    def describe(self) -> str:
+        return f"wait up to {self.timeout:g}s for tcp {self.host}:{self.port}"
+
+
+def _check_url(inst: Any, attribute: attrs.Attribute[Any], value: str) -> None:
+    if not isinstance(value, str) or not re.match(r"^https?://[^/\s]+", value):
+        raise _fail(
+            _label(inst), attribute.name, f"must be an http:// or https:// URL, got {value!r}"
+        )
+
+
+@attrs.frozen(kw_only=True)
+class WaitForHttp:
+    """Wait until an HTTP(S) URL answers with a 2xx status."""
+
+    url: str = attrs.field(validator=_check_url)
+    """The URL to GET."""
+    timeout: float = attrs.field(validator=_check_positive)
+    """Seconds before the wait fails."""
+    message: str | None = None
+    """Timeout message; ``{elapsed}`` and ``{missing}`` are filled in."""
+
+    def describe(self) -> str:
+        return f"wait up to {self.timeout:g}s for HTTP 2xx from {self.url}"
+
+
+@attrs.frozen(kw_only=True)
+class WaitForCommand:
+    """Wait until a command exits 0 (run again and again, each run bounded by the timeout)."""
+
+    argv: tuple[str, ...] = attrs.field(converter=_tuple_of_str)
+    """The command, as an argv list; ``argv[0]`` is an absolute path."""
+    timeout: float = attrs.field(validator=_check_positive)
+    """Seconds before the wait fails."""
+    message: str | None = None
+    """Timeout message; ``{elapsed}`` and ``{missing}`` are filled in."""
+
+    def __attrs_post_init__(self) -> None:
+        if not self.argv or not self.argv[0].startswith("/"):
+            raise _fail(
+                "WaitForCommand", "argv", f"must start with an absolute path, got {self.argv!r}"
+            )
+
+    def describe(self) -> str:
+        return f"wait up to {self.timeout:g}s for `{' '.join(self.argv)}` to succeed"
+
+
+Wait: TypeAlias = WaitForPaths | WaitForSocket | WaitForTcp | WaitForHttp | WaitForCommand
+"""Any bounded wait. A service's readiness check is one of these."""
+Readiness: TypeAlias = Wait
+WAIT_TYPES = (WaitForPaths, WaitForSocket, WaitForTcp, WaitForHttp, WaitForCommand)
+
+
+# --------------------------------------------------------------------------- other steps
+
+
+def _mode(inst: Any, attribute: attrs.Attribute[Any], value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 0o7777:
+        raise _fail(
+            _label(inst), attribute.name, f"must be a file mode such as 0o755, got {value!r}"
+        )
+
+
+@attrs.frozen(kw_only=True)
+class MakeDirectories:
+    """Create directories and their parents, like ``mkdir -p``; existing ones are left alone."""
+
+    paths: tuple[str, ...] = attrs.field(converter=_tuple_of_str, validator=_check_absolute_all)
+    """Absolute node paths."""
+    mode: int = attrs.field(default=0o755, validator=_mode)
+    """Mode for directories this step creates."""
+
+    def describe(self) -> str:
+        return f"mkdir -p {' '.join(self.paths)}"
+
+
+@attrs.frozen(kw_only=True)
+class WriteFile:
+    """Write a file atomically (temp file, fsync, rename) unless it already has this content."""
+
+    path: str = attrs.field(validator=_check_absolute)
+    """Absolute node path."""
+    content: str = attrs.field(repr=lambda s: f"<{len(s)} chars>")
+    """The text to write (UTF-8)."""
+    mode: int = attrs.field(default=0o644, validator=_mode)
+    """File mode."""
+
+    def describe(self) -> str:
+        return f"write {self.path} ({len(self.content)} bytes, mode {self.mode:o})"
+
+
+@attrs.frozen(kw_only=True)
+class MintCertificate:
+    """Mint, or reuse when still good, a serving pair ``DIR/tls.crt`` + ``DIR/tls.key`` from a CA.
+
+    Replaces ``eks-konnectivity-cert -dir D -ca-cert C -ca-key K -cn CN -sans LIST``.
+    """
+
+    directory: str = attrs.field(validator=_check_absolute)
+    """Directory that holds (or will hold) ``tls.crt`` and ``tls.key``."""
+    ca_cert: str = attrs.field(validator=_check_absolute)
+    """The CA certificate (PEM; the first certificate of a chain is the signer)."""
+    ca_key: str = attrs.field(validator=_check_absolute)
+    """The CA private key (PEM: EC or RSA, SEC1/PKCS#1 or PKCS#8)."""
+    common_name: str = attrs.field(validator=attrs.validators.min_len(1))
+    """The leaf's subject CN."""
+    sans: tuple[str, ...] = attrs.field(converter=_tuple_of_str)
+    """Subject alternative names: DNS names and IP addresses, as given (validated when minting)."""
+    renew_before_days: int = attrs.field(default=90, validator=_check_non_negative)
+    """Re-mint when fewer than this many days remain."""
+    failure_message: str = "failed to mint serving cert: {reason}"
+    """Message when minting fails; ``{reason}`` is filled in."""
+
+    @property
+    def cert_path(self) -> str:
+        """Node path of the leaf certificate."""
+        return f"{self.directory.rstrip('/')}/tls.crt"
+
+    @property
+    def key_path(self) -> str:
+        """Node path of the leaf key."""
+        return f"{self.directory.rstrip('/')}/tls.key"
+
+    def describe(self) -> str:
+        return (
+            f"mint-or-reuse {self.cert_path} (CN {self.common_name}, SANs {','.join(self.sans)}) "
+            f"from {self.ca_cert}"
+        )
+
+
+@attrs.frozen(kw_only=True)
+class Fail:
+    """A step that fails with a message: how a hook reports a problem it found in its inputs.
+
+    Put it where the check belongs in the step order (the seed checks ``EKS_KONNECTIVITY_SANS``
+    only after the CA wait), so the service fails with the right message at the right moment
+    while every other service goes on.
+    """
+
+    message: str = attrs.field(validator=attrs.validators.min_len(1))
+    """The reason shown next to the service."""
+
+    def describe(self) -> str:
+        return f"fail: {self.message}"
+
+
+@attrs.frozen(kw_only=True)
+class Call:
+    """Run a plugin's own function as a step: ``function(ctx)``; raise ``StepError`` to fail.
+
+    For work that is not data (merging configuration, staging manifests). Prefer a data step
+    when one fits: data steps can be compared in tests and shown by ``noderole plan``.
+    """
+
+    function: Callable[[StepContext], None] = attrs.field(eq=False)
+    """Called with a :class:`noderole.steps.StepContext`."""
+    description: str = attrs.field(validator=attrs.validators.min_len(1))
+    """What the function does, for ``plan`` and progress output."""
+    key: str = ""
+    """Anything that identifies the work for equality (two Calls compare by description and key)."""
+
+    def describe(self) -> str:
+        return self.description
+
+
+Step: TypeAlias = MakeDirectories | WriteFile | MintCertificate | Fail | Call | Wait
+"""Any pre-start step."""
+STEP_TYPES = (MakeDirectories, WriteFile, MintCertificate, Fail, Call, *WAIT_TYPES)
+
+
+def _check_steps(inst: Any, attribute: attrs.Attribute[Any], value: tuple[Any, ...]) -> None:
+    for step in value:
+        if not isinstance(step, STEP_TYPES):
+            raise _fail(_label(inst), attribute.name, f"has {step!r}, which is not a step record")
+
+
+def _check_readiness(inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if value is not None and not isinstance(value, WAIT_TYPES):
+        raise _fail(_label(inst), attribute.name, f"must be a wait record, got {value!r}")
+
+
+# --------------------------------------------------------------------------- supervision
+
+_SIGNALS = {s.name for s in signal.Signals}
+
+
+def _check_signal(inst: Any, attribute: attrs.Attribute[Any], value: str) -> None:
+    if value not in _SIGNALS:
+        raise _fail(
+            _label(inst), attribute.name, f"must be a signal name such as SIGTERM, got {value!r}"
+        )
+
+
+@attrs.frozen(kw_only=True)
+class Supervision:
+    """How a service's process is kept alive and stopped (OpenRC supervise-daemon semantics)."""
+
+    respawn_delay: float = attrs.field(default=5, validator=_check_non_negative)
+    """Seconds to wait after the process exits before starting it again."""
+    respawn_max: int = attrs.field(default=0, validator=_check_non_negative)
+    """Respawns allowed within ``respawn_period`` before giving up; 0 means unlimited."""
+    respawn_period: float | None = attrs.field(default=None, validator=_check_positive)
+    """Window, in seconds from the first crash, that ``respawn_max`` counts in; None: whole life."""
+    backoff_max: float | None = attrs.field(default=None, validator=_check_positive)
+    """If set, the delay doubles after each consecutive crash, up to this many seconds."""
+    stop_signal: str = attrs.field(default="SIGTERM", validator=_check_signal)
+    """Signal sent first on stop."""
+    stop_timeout: float = attrs.field(default=5, validator=_check_non_negative)
+    """Seconds to wait after ``stop_signal`` before SIGKILL to the whole process group."""
+
+
+# --------------------------------------------------------------------------- the service
+
+
+@attrs.frozen(kw_only=True)
+class Service:
+    """One supervised service (or, without ``command``, a milestone that only runs its steps).
+
+    Example::
+
+        Service(
+            name="konnectivity-server",
+            description="Konnectivity server",
+            roles=["server", "server-join"],
+            need=["net"],
+            after=["k3s"],
+            command=["/usr/local/bin/konnectivity-server", "--mode=grpc"],
+            pidfile="/run/konnectivity-server.pid",
+            output_log="/var/log/konnectivity-server.log",
+            error_log="/var/log/konnectivity-server.log",
+            supervision=Supervision(respawn_delay=5, respawn_max=0),
+        )
+    """
+
+    name: str = attrs.field()
+    """Unique service name (letters, digits, ``_.@+-``)."""
+    description: str = ""
+    """One line for people."""
+    roles: tuple[str, ...] = attrs.field(
+        default=(), converter=_tuple_of_str, validator=_check_names
+    )
+    """Roles it belongs to; a service with none joins a plan only when another needs it."""
+
+    need: tuple[str, ...] = attrs.field(default=(), converter=_tuple_of_str, validator=_check_names)
+    """Start these first; if one fails, this service is not started."""
+    use: tuple[str, ...] = attrs.field(default=(), converter=_tuple_of_str, validator=_check_names)
+    """Start after these if they are in the role; never pulls them in."""
+    want: tuple[str, ...] = attrs.field(default=(), converter=_tuple_of_str, validator=_check_names)
+    """Pull these in and start after them, but start even if they are absent or fail."""
+    after: tuple[str, ...] = attrs.field(
+        default=(), converter=_tuple_of_str, validator=_check_names
+    )
+    """Order only: start after these if they are in the plan."""
+    before: tuple[str, ...] = attrs.field(
+        default=(), converter=_tuple_of_str, validator=_check_names
+    )
+    """Order only: start before these if they are in the plan."""
+    provide: tuple[str, ...] = attrs.field(
+        default=(), converter=_tuple_of_str, validator=_check_names
+    )
+    """Virtual names this service provides (``need V`` is satisfied by V's providers)."""
+
+    command: tuple[str, ...] | None = attrs.field(default=None, converter=_optional_tuple)
+    """argv list (never a shell string); ``command[0]`` is an absolute path. None: no process."""
+    environment: Mapping[str, EnvValue] = attrs.field(
+        factory=dict, converter=_environment, validator=_check_environment, hash=False
+    )
+    """Extra environment for the process; wrap secrets in :class:`Secret`."""
+    user: str | None = None
+    """Run as this user (name or uid); None keeps noderole's user (root at boot)."""
+    group: str | None = None
+    """Run as this group (name or gid); None: the user's primary group."""
+    working_directory: str | None = attrs.field(default=None, validator=_check_absolute)
+    """Working directory of the process; None: ``/``."""
+    pidfile: str | None = attrs.field(default=None, validator=_check_absolute)
+    """Where the native supervisor writes the child's pid."""
+    output_log: str | None = attrs.field(default=None, validator=_check_absolute)
+    """Append stdout here."""
+    error_log: str | None = attrs.field(default=None, validator=_check_absolute)
+    """Append stderr here (may be the same file as ``output_log``)."""
+    supervision: Supervision = attrs.field(factory=Supervision)
+    """Respawn and stop settings."""
+    pre_start: tuple[Step, ...] = attrs.field(default=(), converter=_tuple, validator=_check_steps)
+    """Steps run in order before the command starts; the first failure fails the service."""
+    readiness: Readiness | None = attrs.field(default=None, validator=_check_readiness)
+    """Check that tells when the started service is ready (its timeout bounds waiting for it)."""
+    origin: str = attrs.field(default="", eq=False, repr=False)
+    """The plugin that returned this record; stamped by the plugin manager."""
+
+    @name.validator
+    def _check_name(self, attribute: attrs.Attribute[Any], value: str) -> None:
+        if not isinstance(value, str) or not _NAME.match(value):
+            raise _fail("Service", "name", f"must be a non-empty service name, got {value!r}")
+
+    @command.validator
+    def _check_command(
+        self, attribute: attrs.Attribute[Any], value: tuple[str, ...] | None
+    ) -> None:
+        if value is None:
+            return
+        if not value:
+            raise _fail(_label(self), "command", "is empty; use None for a service with no process")
+        if not all(isinstance(arg, str) for arg in value):
+            raise _fail(_label(self), "command", f"must be a list of strings, got {value!r}")
+        if not value[0].startswith("/"):
+            raise _fail(
+                _label(self), "command", f"must start with an absolute path, got {value[0]!r}"
+            )
+
+    @property
+    def is_milestone(self) -> bool:
+        """True when the service has no process: it is done once its steps succeed."""
+        return self.command is None
+
+    def revealed_environment(self) -> dict[str, str]:
+        """The environment with secrets revealed: only for the process launcher."""
+        return {k: v.reveal() if isinstance(v, Secret) else v for k, v in self.environment.items()}
+
+
+# --------------------------------------------------------------------------- settings
+
+SettingType: TypeAlias = type[str] | type[int] | type[float] | type[bool]
+
+
+@attrs.frozen(kw_only=True)
+class Setting:
+    """One configurable value in a plugin's table of ``/etc/noderole/config.toml``."""
+
+    name: str = attrs.field(validator=attrs.validators.matches_re(r"^[a-z][a-z0-9_]*$"))
+    """Key in the table (lower case, underscores)."""
+    type: SettingType = attrs.field(validator=attrs.validators.in_((str, int, float, bool)))
+    """``str``, ``int``, ``float`` or ``bool``; an int is accepted where a float is asked."""
+    default: str | int | float | bool
+    """Value when the file does not set it (the shipped plugins use the seed's values)."""
+    description: str = ""
+    """One line for the configuration reference."""
+    secret: bool = False
+    """Shown as ``***`` by ``config show``."""
+
+    def __attrs_post_init__(self) -> None:
+        if not _matches_type(self.default, self.type):
+            raise _fail(
+                f"Setting {self.name!r}",
+                "default",
+                f"is {self.default!r}, not of type {self.type.__name__}",
+            )
+
+
+def _matches_type(value: object, kind: SettingType) -> bool:
+    if kind is float:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if kind is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, kind)
+
+
+@attrs.frozen(kw_only=True)
+class SettingsTable:
+    """The settings a plugin declares: one ``[table]`` of the configuration file."""
+
+    table: str = attrs.field(validator=attrs.validators.matches_re(r"^[a-z][a-z0-9_-]*$"))
+    """Table name in config.toml, usually the plugin's name."""
+    settings: tuple[Setting, ...] = attrs.field(converter=_tuple)
+    """The settings, in the order the reference lists them."""
+    description: str = ""
+    """What the table configures."""
+    origin: str = attrs.field(default="", eq=False, repr=False)
+    """The plugin that returned this record; stamped by the plugin manager."""
+
+
+# --------------------------------------------------------------------------- rehearsal
+
+
+@attrs.frozen(kw_only=True)
+class StandIn:
+    """An executable that stands in for a real one when a role is rehearsed in a scratch root."""
+
+    path: str = attrs.field(validator=_check_absolute)
+    """Node path of the real executable (``/usr/local/bin/k3s``)."""
+    content: str = attrs.field(repr=lambda s: f"<{len(s)} chars>")
+    """The stand-in program's text, with a ``#!`` line."""
+    description: str = ""
+    """What the stand-in does that matters to the boot."""
+    origin: str = attrs.field(default="", eq=False, repr=False)
+    """The plugin that returned this record; stamped by the plugin manager."""

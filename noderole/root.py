@@ -1,0 +1,88 @@
+"""The node root: where the node's absolute paths live on this machine.
+
+At boot the root is ``/``. With ``--root DIR`` (or ``NODEROLE_ROOT``) every absolute path noderole
+or a plugin reads, writes or executes resolves under DIR, so a whole boot can be rehearsed in a
+scratch directory without privileges. Kernel interfaces (``/proc``, ``/sys``, ``/dev``) are never
+re-rooted: they describe the real machine, and the ``net`` and ``cgroups`` checks must see it.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path, PurePosixPath
+
+__all__ = ["KERNEL_PREFIXES", "ROOT_ENV", "NodeRoot"]
+
+ROOT_ENV = "NODEROLE_ROOT"
+"""Environment variable that sets the root, and that children see."""
+
+KERNEL_PREFIXES = ("/proc", "/sys", "/dev")
+"""Paths that always mean the real machine."""
+
+
+def _absolute(value: str | os.PathLike[str]) -> Path:
+    return Path(os.path.abspath(os.fspath(value)))
+
+
+class NodeRoot:
+    """Maps node paths (as the booted machine sees them) to paths on this machine.
+
+    A plain class rather than an attrs record: it is built by ``noderole --help``'s code path,
+    which must stay cheap at boot.
+    """
+
+    __slots__ = ("path",)
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path: Path = _absolute(path)
+        """The directory that stands for ``/``."""
+
+    def __repr__(self) -> str:
+        return f"NodeRoot({str(self.path)!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, NodeRoot) and other.path == self.path
+
+    def __hash__(self) -> int:
+        return hash(self.path)
+
+    @classmethod
+    def from_environment(cls, value: str | os.PathLike[str] | None = None) -> NodeRoot:
+        """The root named by ``value``, else by ``NODEROLE_ROOT``, else ``/``."""
+        chosen = value if value is not None else os.environ.get(ROOT_ENV) or "/"
+        return cls(chosen)
+
+    @property
+    def is_real(self) -> bool:
+        """True when the root is ``/``: paths are used as they are."""
+        return self.path == Path("/")
+
+    def resolve(self, node_path: str | os.PathLike[str]) -> Path:
+        """The path on this machine for an absolute node path."""
+        text = os.fspath(node_path)
+        if not text.startswith("/"):
+            raise ValueError(f"node paths are absolute, got {text!r}")
+        pure = PurePosixPath(text)
+        if self.is_real or _is_kernel(pure):
+            return Path(pure)
+        return self.path.joinpath(*pure.parts[1:])
+
+    def to_node(self, local: str | os.PathLike[str]) -> str:
+        """The node path for a path on this machine (inverse of :meth:`resolve`)."""
+        path = _absolute(local)
+        if self.is_real:
+            return str(path)
+        try:
+            return "/" + str(path.relative_to(self.path)).removeprefix(".")
+        except ValueError:
+            return str(path)
+
+    def environment(self) -> dict[str, str]:
+        """Variables a child process needs to see the same root."""
+        return {} if self.is_real else {ROOT_ENV: str(self.path)}
+
+
+def _is_kernel(path: PurePosixPath) -> bool:
+    return any(
+        path == PurePosixPath(p) or PurePosixPath(p) in path.parents for p in KERNEL_PREFIXES
+    )

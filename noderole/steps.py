@@ -1,0 +1,216 @@
+"""Running a service's pre-start steps, in order, and saying what each one did.
+
+The step records live in :mod:`noderole.records`; this module executes them against a node root:
+directories and files through the root, waits through :mod:`noderole.waits`, certificates through
+:mod:`noderole.certs` (imported only when a service has a certificate step: ``cryptography.x509``
+costs ~80 ms at boot). The first failing step fails the service with a :class:`StepError` whose
+text is the reason shown next to it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from noderole.clock import Clock, SystemClock
+from noderole.errors import NoderoleError, StepError
+from noderole.records import (
+    WAIT_TYPES,
+    Call,
+    Fail,
+    MakeDirectories,
+    MintCertificate,
+    Step,
+    WriteFile,
+)
+from noderole.root import NodeRoot
+
+if TYPE_CHECKING:
+    from noderole.certs import CertOutcome
+
+__all__ = ["StepContext", "StepResult", "run_step", "run_steps"]
+
+
+@attrs.define(kw_only=True)
+class StepContext:
+    """What a step (and a plugin's :class:`noderole.Call` function) gets to work with."""
+
+    service: str
+    """Name of the service whose steps run."""
+    root: NodeRoot
+    """The node root; use :meth:`resolve` for every node path."""
+    clock: Clock = attrs.field(factory=SystemClock)
+    """The clock: never call ``time.sleep`` in a step, call ``ctx.clock.sleep``."""
+    progress: Callable[[str], None] = attrs.field(default=lambda text: None)
+    """Report what the step is waiting for (shown by ``apply``'s console output)."""
+    written: list[str] = attrs.field(factory=list)
+    """Node paths the steps wrote so far (for reports and the plugin-author kit)."""
+
+    def resolve(self, node_path: str) -> Path:
+        """Where a node path lives on this machine."""
+        return self.root.resolve(node_path)
+
+    def poll(
+        self,
+        check: Callable[[], bool],
+        *,
+        timeout: float,
+        what: str,
+        interval: float = 0.1,
+    ) -> float:
+        """Call ``check`` until it returns True; raise :class:`WaitTimeout` after ``timeout``.
+
+        For conditions no inotify event announces (an interface getting an address). Returns the
+        seconds waited.
+        """
+        from noderole.errors import WaitTimeout
+
+        start = self.clock.monotonic()
+        announced = False
+        while True:
+            if check():
+                return self.clock.monotonic() - start
+            waited = self.clock.monotonic() - start
+            if waited >= timeout:
+                raise WaitTimeout(f"{what} not true after {round(waited)}s")
+            if not announced:
+                self.progress(f"waiting for {what}")
+                announced = True
+            self.clock.sleep(min(interval, timeout - waited))
+
+
+@attrs.frozen(kw_only=True)
+class StepResult:
+    """What one step did."""
+
+    step: Step
+    """The step record."""
+    seconds: float
+    """How long it took (by the context's clock)."""
+    detail: str = ""
+    """What happened: ``reused: still valid``, ``minted: SANs changed ...``, ``created /run/x``."""
+    certificate: CertOutcome | None = None
+    """For certificate steps: the outcome (minted or reused, paths, fingerprint)."""
+
+    @property
+    def kind(self) -> str:
+        """``wait``, ``certificate``, ``directories``, ``file``, ``call`` or ``fail``."""
+        if isinstance(self.step, WAIT_TYPES):
+            return "wait"
+        return {
+            MintCertificate: "certificate",
+            MakeDirectories: "directories",
+            WriteFile: "file",
+            Call: "call",
+            Fail: "fail",
+        }[type(self.step)]
+
+
+def run_steps(
+    steps: Sequence[Step],
+    ctx: StepContext,
+    *,
+    on_result: Callable[[StepResult], None] | None = None,
+) -> list[StepResult]:
+    """Run ``steps`` in order; the first failure raises :class:`StepError` (earlier results kept
+    on the exception as ``error.results``)."""
+    results: list[StepResult] = []
+    for step in steps:
+        try:
+            result = run_step(step, ctx)
+        except StepError as exc:
+            exc.results = results  # type: ignore[attr-defined]
+            raise
+        results.append(result)
+        if on_result is not None:
+            on_result(result)
+    return results
+
+
+def run_step(step: Step, ctx: StepContext) -> StepResult:
+    """Run one step; any failure comes out as :class:`StepError` with a one-line reason."""
+    start = ctx.clock.monotonic()
+    detail = ""
+    certificate = None
+    try:
+        if isinstance(step, WAIT_TYPES):
+            from noderole.waits import run_wait
+
+            waited = run_wait(step, root=ctx.root, clock=ctx.clock, progress=ctx.progress)
+            detail = f"waited {waited:.3f}s"
+        elif isinstance(step, MakeDirectories):
+            detail = _make_directories(step, ctx)
+        elif isinstance(step, WriteFile):
+            detail = _write_file(step, ctx)
+        elif isinstance(step, MintCertificate):
+            certificate = _certificate(step, ctx)
+            detail = f"{certificate.action}: {certificate.reason}"
+        elif isinstance(step, Fail):
+            raise StepError(step.message)
+        elif isinstance(step, Call):
+            step.function(ctx)
+            detail = "done"
+        else:  # pragma: no cover - records.Service validates step types
+            raise StepError(f"unknown step {step!r}")
+    except StepError:
+        raise
+    except NoderoleError as exc:
+        raise StepError(str(exc)) from exc
+    except OSError as exc:
+        raise StepError(f"{step.describe()}: {exc.strerror or exc}") from exc
+    return StepResult(
+        step=step, seconds=ctx.clock.monotonic() - start, detail=detail, certificate=certificate
+    )
+
+
+def _make_directories(step: MakeDirectories, ctx: StepContext) -> str:
+    created = []
+    for node_path in step.paths:
+        local = ctx.resolve(node_path)
+        if not local.is_dir():
+            local.mkdir(mode=step.mode, parents=True, exist_ok=True)
+            created.append(node_path)
+    return f"created {', '.join(created)}" if created else "already present"
+
+
+def _write_file(step: WriteFile, ctx: StepContext) -> str:
+    from noderole.atomic import write_atomic
+
+    local = ctx.resolve(step.path)
+    data = step.content.encode()
+    try:
+        if local.read_bytes() == data and (local.stat().st_mode & 0o7777) == step.mode:
+            return "unchanged"
+    except FileNotFoundError:
+        pass
+    local.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(local, data, mode=step.mode)
+    ctx.written.append(step.path)
+    return "written"
+
+
+def _certificate(step: MintCertificate, ctx: StepContext) -> CertOutcome:
+    from noderole.certs import ensure_certificate
+
+    try:
+        outcome = ensure_certificate(step, root=ctx.root, clock=ctx.clock)
+    except NoderoleError as exc:
+        raise StepError(step.failure_message.format(reason=exc)) from exc
+    except OSError as exc:
+        reason = f"{exc.filename or step.directory}: {exc.strerror or exc}"
+        raise StepError(step.failure_message.format(reason=reason)) from exc
+    if outcome.action == "minted":
+        ctx.written.extend([step.cert_path] + ([] if outcome.key_kept else [step.key_path]))
+    return outcome
+
+
+def environment_for(root: NodeRoot, extra: dict[str, str] | None = None) -> dict[str, Any]:
+    """A child environment that sees the same root (``NODEROLE_ROOT``) plus ``extra``."""
+    env = dict(os.environ)
+    env.update(root.environment())
+    env.update(extra or {})
+    return env

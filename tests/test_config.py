@@ -1,0 +1,121 @@
+"""config.toml: typed settings per plugin; typos and wrong types name file, table and key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from noderole.config import load_config
+from noderole.errors import ConfigError
+from noderole.records import Setting, SettingsTable
+from noderole.root import NodeRoot
+
+TABLES = [
+    SettingsTable(
+        table="demo",
+        settings=[
+            Setting(name="port", type=int, default=8132),
+            Setting(name="timeout", type=float, default=120),
+            Setting(name="token", type=str, default="", secret=True),
+            Setting(name="enabled", type=bool, default=True),
+        ],
+    )
+]
+
+
+def _write(root: Path, text: str) -> None:
+    path = root / "etc/noderole/config.toml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+class TestLoadConfig:
+    def test_missing_file_gives_defaults(self, tmp_path: Path) -> None:
+        """Without a file every value is its default, and says so."""
+        config = load_config(NodeRoot(tmp_path), TABLES)
+        assert dict(config.table("demo")) == {
+            "port": 8132,
+            "timeout": 120,
+            "token": "",
+            "enabled": True,
+        }
+        assert {e.source for e in config.entries()} == {"default"}
+        assert not config.file_found
+
+    def test_file_overrides_and_records_source(self, tmp_path: Path) -> None:
+        """A value from the file wins and its source is the file; ints are accepted for floats."""
+        _write(tmp_path, "[demo]\nport = 9000\ntimeout = 5\n")
+        config = load_config(NodeRoot(tmp_path), TABLES)
+        assert config.table("demo")["port"] == 9000
+        assert config.table("demo")["timeout"] == 5.0
+        sources = {e.setting.name: e.source for e in config.entries()}
+        assert sources["port"] == "/etc/noderole/config.toml"
+        assert sources["enabled"] == "default"
+
+    def test_unknown_key_names_file_table_and_key(self, tmp_path: Path) -> None:
+        """A misspelled key is an error naming the file, the table and the key."""
+        _write(tmp_path, "[demo]\nprot = 1\n")
+        with pytest.raises(ConfigError, match=r"config.toml: \[demo\] has unknown key 'prot'"):
+            load_config(NodeRoot(tmp_path), TABLES)
+
+    def test_unknown_table_is_an_error(self, tmp_path: Path) -> None:
+        """A table no plugin declares is an error listing the known tables."""
+        _write(tmp_path, "[dmeo]\nport = 1\n")
+        with pytest.raises(ConfigError, match=r"table \[dmeo\].*known tables: \[demo\]"):
+            load_config(NodeRoot(tmp_path), TABLES)
+
+    @pytest.mark.parametrize(
+        ("line", "key"),
+        [('port = "8132"', "port"), ("enabled = 1", "enabled"), ("timeout = true", "timeout")],
+    )
+    def test_wrong_type_names_key_and_type(self, tmp_path: Path, line: str, key: str) -> None:
+        """A value of the wrong type is an error naming the key and the expected type."""
+        _write(tmp_path, f"[demo]\n{line}\n")
+        with pytest.raises(ConfigError, match=rf"\[demo\] {key} = .* must be of type"):
+            load_config(NodeRoot(tmp_path), TABLES)
+
+    def test_invalid_toml(self, tmp_path: Path) -> None:
+        """Broken TOML is an error naming the file."""
+        _write(tmp_path, "[demo\n")
+        with pytest.raises(ConfigError, match="not valid TOML"):
+            load_config(NodeRoot(tmp_path), TABLES)
+
+    def test_secret_is_shown_masked(self, tmp_path: Path) -> None:
+        """A secret setting shows as *** in config show output."""
+        _write(tmp_path, '[demo]\ntoken = "abc"\n')
+        entry = next(
+            e
+            for e in load_config(NodeRoot(tmp_path), TABLES).entries()
+            if e.setting.name == "token"
+        )
+        assert entry.value == "abc"
+        assert entry.shown() == "***"
+
+    def test_undeclared_table_lookup(self, tmp_path: Path) -> None:
+        """Asking for a table nobody declared is an error listing the declared ones."""
+        with pytest.raises(ConfigError, match="declared tables: demo"):
+            load_config(NodeRoot(tmp_path), TABLES).table("nope")
+
+
+class TestRoot:
+    def test_paths_resolve_under_root(self, tmp_path: Path) -> None:
+        """Node paths resolve under the root; kernel interfaces never do."""
+        root = NodeRoot(tmp_path)
+        assert root.resolve("/etc/x") == tmp_path / "etc/x"
+        assert root.resolve("/proc/self/mounts") == Path("/proc/self/mounts")
+        assert root.resolve("/sys/class/net") == Path("/sys/class/net")
+        assert root.resolve("/devices") == tmp_path / "devices"
+        assert root.to_node(tmp_path / "etc/x") == "/etc/x"
+        assert root.environment() == {"NODEROLE_ROOT": str(tmp_path)}
+
+    def test_real_root_is_identity(self) -> None:
+        """With / as root, paths are used as they are and children get no NODEROLE_ROOT."""
+        root = NodeRoot("/")
+        assert root.resolve("/etc/x") == Path("/etc/x")
+        assert root.environment() == {}
+
+    def test_relative_node_path_refused(self, tmp_path: Path) -> None:
+        """A relative node path is a programming error, refused loudly."""
+        with pytest.raises(ValueError, match="absolute"):
+            NodeRoot(tmp_path).resolve("etc/x")

@@ -1,0 +1,67 @@
+"""Start-up guard, in the manner of click's tests/test_imports.py.
+
+`noderole --help` runs at boot: it must not import cryptography's x509 module (~80 ms) or any
+plugin. The check runs in a fresh interpreter so nothing this test process imported hides a
+regression.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+PROBE = """
+import json, sys
+from noderole.cli import main
+try:
+    main(["--help"])
+except SystemExit:
+    pass
+print(json.dumps(sorted(sys.modules)), file=sys.stderr)
+"""
+
+FORBIDDEN_PREFIXES = (
+    "cryptography",
+    "noderole_k3s",
+    "noderole_konnectivity",
+    "noderole.builtin",
+    "noderole.certs",
+    "noderole.plugins",
+    "noderole.records",
+    "pluggy",
+    "attr",
+    "importlib.metadata",
+)
+
+
+def _modules_after_help() -> list[str]:
+    done = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, check=True)
+    modules: list[str] = json.loads(done.stderr.strip().splitlines()[-1])
+    return modules
+
+
+class TestHelpImports:
+    def test_help_imports_no_plugin_and_no_x509(self) -> None:
+        """`noderole --help` imports no cryptography, no plugin and no plugin machinery."""
+        loaded = _modules_after_help()
+        offenders = [m for m in loaded if m.startswith(FORBIDDEN_PREFIXES)]
+        assert offenders == []
+
+    def test_help_output_lists_commands(self) -> None:
+        """The same run still prints the full command list."""
+        done = subprocess.run(
+            [sys.executable, "-m", "noderole", "--help"], capture_output=True, text=True, check=True
+        )
+        for command in ("plan", "graph", "list", "config"):
+            assert f"  {command}" in done.stdout
+
+
+class TestPublicApi:
+    def test_every_public_name_resolves(self) -> None:
+        """Every name in noderole.__all__ imports lazily and the lazy table matches __all__."""
+        import noderole
+
+        assert set(noderole.__all__) == {"__version__", *noderole._WHERE}
+        for name in noderole.__all__:
+            assert getattr(noderole, name) is not None

@@ -1,0 +1,271 @@
+"""Plugin loading and record collection: every failure names the plugin and the hook."""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import noderole
+from noderole.clock import FakeClock
+from noderole.config import load_config
+from noderole.context import NodeContext
+from noderole.errors import DefinitionError, PluginError
+from noderole.plugins import AUTOLOAD_ENV, PluginSet, load_plugins
+from noderole.records import Service
+from noderole.root import NodeRoot
+
+GOOD = """
+import noderole
+
+@noderole.hookimpl
+def noderole_services(node):
+    return [noderole.Service(name="demo", roles=["agent"], command=["/bin/true"])]
+"""
+
+
+def _node(plugins: PluginSet, tmp_path: Path) -> NodeContext:
+    root = NodeRoot(tmp_path)
+    config = load_config(root, plugins.settings_tables())
+    return NodeContext(root=root, config=config, pluginmanager=plugins.manager, clock=FakeClock())
+
+
+def _module(name: str, **hooks: Callable[..., Any]) -> types.ModuleType:
+    module = types.ModuleType(name)
+    for hook_name, function in hooks.items():
+        setattr(module, hook_name, noderole.hookimpl(function))
+    return module
+
+
+class TestLoading:
+    def test_builtin_plugin_loads_first(self) -> None:
+        """The built-in plugin is always there and first."""
+        plugins = load_plugins(autoload=False)
+        assert plugins.names() == ["builtin"]
+
+    def test_entry_point_plugin_is_loaded_with_its_distribution(
+        self, install_dist: Callable[..., Path], tmp_path: Path
+    ) -> None:
+        """An entry point of group `noderole` is loaded; its distribution and version are known."""
+        install_dist("demo-plugin", "1.2", {"demo": "nr_demo_good"}, {"nr_demo_good": GOOD})
+        plugins = load_plugins()
+        info = plugins.info("demo")
+        assert (info.distribution, info.version) == ("demo-plugin", "1.2")
+        services = plugins.services(_node(plugins, tmp_path))
+        demo = next(s for s in services if s.name == "demo")
+        assert demo.origin == "demo"
+
+    def test_disabled_plugin_is_never_imported(
+        self, install_dist: Callable[..., Path], tmp_path: Path
+    ) -> None:
+        """--disable-plugin acts before import: a plugin that would fail to import is skipped."""
+        install_dist("broken", "0.1", {"broken": "nr_broken_import"}, {"nr_broken_import": "1/0"})
+        plugins = load_plugins(disabled=["broken"])
+        assert "broken" not in plugins.names()
+
+    def test_autoload_can_be_turned_off_by_environment(
+        self, install_dist: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """NODEROLE_DISABLE_PLUGIN_AUTOLOAD=1 loads no entry point at all."""
+        install_dist("broken", "0.1", {"broken": "nr_broken_import2"}, {"nr_broken_import2": "1/0"})
+        monkeypatch.setenv(AUTOLOAD_ENV, "1")
+        assert load_plugins().names() == ["builtin"]
+
+    def test_import_failure_names_entry_point_and_distribution(
+        self, install_dist: Callable[..., Path]
+    ) -> None:
+        """A plugin that fails to import is reported with entry point, distribution and cause."""
+        install_dist("broken", "0.1", {"broken": "nr_broken_import3"}, {"nr_broken_import3": "1/0"})
+        with pytest.raises(PluginError) as excinfo:
+            load_plugins()
+        message = str(excinfo.value)
+        assert "entry point 'broken = nr_broken_import3'" in message
+        assert "distribution 'broken' 0.1" in message
+        assert "ZeroDivisionError" in message
+        assert "--disable-plugin broken" in message
+
+    def test_misspelled_hook_is_reported(self, install_dist: Callable[..., Path]) -> None:
+        """A hookimpl whose name matches no hookspec fails check_pending, naming the plugin."""
+        source = "import noderole\n@noderole.hookimpl\ndef noderole_servces(node):\n    return []\n"
+        install_dist("typo", "1.0", {"typo": "nr_typo"}, {"nr_typo": source})
+        with pytest.raises(PluginError, match=r"plugin 'typo'.*noderole_servces"):
+            load_plugins()
+
+    def test_unknown_hook_argument_is_reported(self) -> None:
+        """A hookimpl declaring an argument the hook does not have is refused at registration."""
+
+        def noderole_services(node: Any, nodes: Any) -> None:
+            return None
+
+        with pytest.raises(PluginError, match=r"plugin 'bad'.*nodes"):
+            load_plugins(
+                autoload=False,
+                plugins=[("bad", _module("bad", noderole_services=noderole_services))],
+            )
+
+    def test_plugins_extend_each_other_with_their_own_hookspecs(self, tmp_path: Path) -> None:
+        """A plugin's noderole_addhooks adds hookspecs other plugins implement, in any order."""
+        specs = types.ModuleType("specs")
+
+        @noderole.hookspec
+        def demo_extra_flags() -> list[str]:  # pragma: no cover - a spec
+            """Flags."""
+            return []
+
+        specs.demo_extra_flags = demo_extra_flags  # type: ignore[attr-defined]
+
+        def noderole_addhooks(pluginmanager: Any) -> None:
+            pluginmanager.add_hookspecs(specs)
+
+        def noderole_services(node: Any) -> Service:
+            flags = sorted(f for group in node.hook.demo_extra_flags() for f in group)
+            return Service(name="host", roles=["r"], command=["/bin/host", *flags])
+
+        def demo_extra_flags_impl() -> list[str]:
+            return ["--from-contrib"]
+
+        contrib = types.ModuleType("contrib")
+        contrib.demo_extra_flags = noderole.hookimpl(specname="demo_extra_flags")(  # type: ignore[attr-defined]
+            demo_extra_flags_impl
+        )
+        host = _module(
+            "host", noderole_addhooks=noderole_addhooks, noderole_services=noderole_services
+        )
+        # contrib registered before the plugin that declares its hookspec
+        plugins = load_plugins(autoload=False, plugins=[("contrib", contrib), ("host", host)])
+        services = plugins.services(_node(plugins, tmp_path))
+        assert next(s for s in services if s.name == "host").command == (
+            "/bin/host",
+            "--from-contrib",
+        )
+
+    def test_managers_are_independent(self) -> None:
+        """Each invocation builds its own manager: no global state leaks between them."""
+        first = load_plugins(autoload=False, plugins=[("x", _module("x"))])
+        second = load_plugins(autoload=False)
+        assert first.manager is not second.manager
+        assert "x" not in second.names()
+
+
+class TestCollect:
+    @pytest.fixture
+    def collect(self, tmp_path: Path) -> Callable[..., list[Service]]:
+        def run(function: Callable[..., Any], timeout: float = 5.0) -> list[Service]:
+            plugins = load_plugins(
+                autoload=False,
+                plugins=[("p", _module("p", noderole_services=function))],
+                hook_timeout=timeout,
+            )
+            return [s for s in plugins.services(_node(plugins, tmp_path)) if s.origin == "p"]
+
+        return run
+
+    def test_single_record_list_generator_and_none(
+        self, collect: Callable[..., list[Service]]
+    ) -> None:
+        """A hook may return one record, a list, a generator or None; all are flattened."""
+
+        def one(node: Any) -> Service:
+            return Service(name="a")
+
+        def many(node: Any) -> list[Service]:
+            return [Service(name="a"), Service(name="b")]
+
+        def generated(node: Any) -> Iterator[Service]:
+            yield Service(name="c")
+
+        def nothing(node: Any) -> None:
+            return None
+
+        assert [s.name for s in collect(one)] == ["a"]
+        assert [s.name for s in collect(many)] == ["a", "b"]
+        assert [s.name for s in collect(generated)] == ["c"]
+        assert collect(nothing) == []
+
+    def test_origin_is_stamped_but_not_compared(
+        self, collect: Callable[..., list[Service]]
+    ) -> None:
+        """Records carry the plugin name as origin, which equality ignores."""
+        (service,) = collect(lambda node: Service(name="a"))
+        assert service.origin == "p"
+        assert service == Service(name="a")
+
+    def test_wrong_type_names_plugin_and_hook(self, collect: Callable[..., list[Service]]) -> None:
+        """Returning something that is not a Service is an error naming plugin and hook."""
+        with pytest.raises(PluginError, match=r"plugin 'p' hook noderole_services returned 'oops'"):
+            collect(lambda node: ["oops"])
+
+    def test_raising_hook_names_plugin_and_hook(
+        self, collect: Callable[..., list[Service]]
+    ) -> None:
+        """An exception in a hook is reported with the plugin, the hook and the cause."""
+
+        def boom(node: Any) -> None:
+            raise RuntimeError("disk on fire")
+
+        with pytest.raises(
+            PluginError,
+            match=r"plugin 'p' hook noderole_services raised RuntimeError: disk on fire",
+        ):
+            collect(boom)
+
+    def test_generator_raising_later_names_plugin(
+        self, collect: Callable[..., list[Service]]
+    ) -> None:
+        """A generator that raises while being consumed is still attributed to its plugin."""
+
+        def gen(node: Any) -> Iterator[Service]:
+            yield Service(name="a")
+            raise KeyError("late")
+
+        with pytest.raises(PluginError, match=r"plugin 'p' hook noderole_services raised KeyError"):
+            collect(gen)
+
+    def test_invalid_record_names_plugin_field_and_service(
+        self, collect: Callable[..., list[Service]]
+    ) -> None:
+        """A record built with a bad field fails naming the plugin, the service and the field."""
+
+        def bad(node: Any) -> Service:
+            return Service(name="x", command=["relative/path"])
+
+        with pytest.raises(DefinitionError) as excinfo:
+            collect(bad)
+        assert "plugin 'p' hook noderole_services" in str(excinfo.value)
+        assert "Service 'x': field 'command' must start with an absolute path" in str(excinfo.value)
+
+    def test_hung_hook_is_bounded(self, collect: Callable[..., list[Service]]) -> None:
+        """A hook that never returns is reported after the hook timeout, naming the plugin."""
+        import threading
+
+        release = threading.Event()
+
+        def hang(node: Any) -> None:
+            release.wait(30)
+
+        try:
+            with pytest.raises(
+                PluginError, match=r"plugin 'p' hook noderole_services did not return within 0.05s"
+            ):
+                collect(hang, timeout=0.05)
+        finally:
+            release.set()
+
+    def test_duplicate_settings_table_names_both_plugins(self) -> None:
+        """Two plugins declaring the same settings table is an error naming both."""
+
+        def settings() -> noderole.SettingsTable:
+            return noderole.SettingsTable(table="same", settings=[])
+
+        plugins = load_plugins(
+            autoload=False,
+            plugins=[
+                ("one", _module("one", noderole_settings=settings)),
+                ("two", _module("two", noderole_settings=settings)),
+            ],
+        )
+        with pytest.raises(PluginError, match=r"'one' and plugin 'two'|'two' and plugin 'one'"):
+            plugins.settings_tables()
