@@ -1,0 +1,260 @@
+"""Crash-safe file writing: a reader sees the old file or the new one, never half of either.
+
+Every write goes to a fresh temporary file in the target's own directory (created with
+``O_CREAT|O_EXCL|O_NOFOLLOW``, so nothing planted there can redirect it), is flushed with
+``fsync``, renamed over the target, and the directory is ``fsync``-ed so the rename itself survives
+a power cut. A failure at any point (``ENOSPC``, a read-only file system, an exception) removes the
+temporary file and leaves the old target untouched.
+
+Symbolic links are never followed at the target: a link planted where the file should be is
+refused with ``ELOOP`` rather than written through (which could overwrite any file on the machine)
+or silently replaced (which would hide whatever planted it). :func:`write_files` also refuses a
+directory that is itself a link.
+
+Every system call is preceded by a call to an optional ``step`` hook with a name such as
+``"tls.key:rename"``. Production code passes nothing; tests raise (or ``os._exit``) at each step in
+turn to prove that a crash anywhere leaves a state the next run repairs.
+
+Errors are plain :class:`OSError` with ``errno``, ``strerror`` and ``filename`` set, so every caller
+can translate them into its own domain error.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import secrets
+import stat
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+
+import attrs
+
+__all__ = [
+    "FileSpec",
+    "StepHook",
+    "open_directory",
+    "remove_stale_temps",
+    "write_atomic",
+    "write_files",
+]
+
+StepHook = Callable[[str], None]
+"""Called with the name of the next system call, before it happens (fault injection in tests)."""
+
+_TEMP_SUFFIX = ".tmp"
+
+
+def _no_step(name: str) -> None:
+    """The default hook: do nothing."""
+
+
+@attrs.frozen(kw_only=True)
+class FileSpec:
+    """One file for :func:`write_files`."""
+
+    name: str
+    """File name inside the directory (no slash)."""
+    data: bytes
+    """The complete new content."""
+    mode: int
+    """Permission bits of the new file, exactly (not subject to the umask)."""
+
+
+def _temp_name(name: str) -> str:
+    return f".{name}.{secrets.token_hex(6)}{_TEMP_SUFFIX}"
+
+
+def _is_temp_of(candidate: str, name: str) -> bool:
+    prefix = f".{name}."
+    return (
+        candidate.startswith(prefix)
+        and candidate.endswith(_TEMP_SUFFIX)
+        and len(candidate) == len(prefix) + 12 + len(_TEMP_SUFFIX)
+    )
+
+
+@contextlib.contextmanager
+def _directory_fd(path: Path, *, follow: bool) -> Iterator[int]:
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
+    fd = os.open(path, flags)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def write_atomic(
+    path: Path,
+    data: bytes,
+    *,
+    mode: int,
+    dir_fd: int | None = None,
+    uid: int | None = None,
+    gid: int | None = None,
+    step: StepHook | None = None,
+) -> None:
+    """Replace ``path`` with ``data`` atomically and durably, with permission bits ``mode``.
+
+    The directory must exist (it may be reached through symbolic links unless ``dir_fd`` is given:
+    then ``path.name`` is taken relative to that open directory). A symbolic link at ``path``
+    itself is refused with ``OSError(ELOOP)``. ``uid``/``gid`` set the new file's owner. On any
+    error the temporary file is removed and the old ``path`` is left as it was.
+    """
+    hook = step or _no_step
+    if dir_fd is None:
+        with _directory_fd(path.parent, follow=True) as fd:
+            _write_in(fd, path, data, mode=mode, uid=uid, gid=gid, hook=hook)
+    else:
+        _write_in(dir_fd, path, data, mode=mode, uid=uid, gid=gid, hook=hook)
+
+
+def _write_in(
+    dfd: int,
+    path: Path,
+    data: bytes,
+    *,
+    mode: int,
+    uid: int | None,
+    gid: int | None,
+    hook: StepHook,
+) -> None:
+    name = path.name
+    if not name or "/" in name:
+        raise OSError(errno.EINVAL, "not a file name", str(path))
+    _refuse_symlink(dfd, path)
+    temp = _temp_name(name)
+    hook(f"{name}:create")
+    # Created owner-only; the final mode is applied with fchmod below, so the umask cannot
+    # loosen or tighten it, and a key is never readable by others even for an instant.
+    fd = os.open(
+        temp,
+        os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+        0o600,
+        dir_fd=dfd,
+    )
+    renamed = False
+    try:
+        try:
+            if uid is not None or gid is not None:
+                hook(f"{name}:chown")
+                os.fchown(fd, -1 if uid is None else uid, -1 if gid is None else gid)
+            hook(f"{name}:chmod")
+            os.fchmod(fd, mode)
+            view = memoryview(data)
+            while view:
+                hook(f"{name}:write")
+                written = os.write(fd, view)
+                view = view[written:]
+            hook(f"{name}:fsync")
+            os.fsync(fd)
+            hook(f"{name}:close")
+        finally:
+            os.close(fd)
+        _refuse_symlink(dfd, path)
+        hook(f"{name}:rename")
+        os.rename(temp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+        renamed = True
+        hook(f"{name}:fsync-dir")
+        os.fsync(dfd)
+    except BaseException:
+        if not renamed:
+            with contextlib.suppress(OSError):
+                os.unlink(temp, dir_fd=dfd)
+        raise
+
+
+def _refuse_symlink(dfd: int, path: Path) -> None:
+    try:
+        info = os.lstat(path.name, dir_fd=dfd)
+    except FileNotFoundError:
+        return
+    if stat.S_ISLNK(info.st_mode):
+        target = os.readlink(path.name, dir_fd=dfd)
+        raise OSError(
+            errno.ELOOP,
+            f"refusing to write through a symbolic link (it points to {target}); remove the link",
+            str(path),
+        )
+
+
+def open_directory(
+    path: Path, *, mode: int = 0o700, create: bool = True, step: StepHook | None = None
+) -> int:
+    """An open file descriptor of directory ``path``, which must not be a symbolic link.
+
+    With ``create``, missing parents are made with the default mode (like ``mkdir -p``) and
+    ``path`` itself with ``mode`` exactly. An existing directory keeps its mode. A link at
+    ``path`` raises ``OSError(ELOOP)``; the caller closes the descriptor.
+    """
+    hook = step or _no_step
+    if create:
+        try:
+            info = os.lstat(path)
+        except FileNotFoundError:
+            hook("mkdir")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                os.mkdir(path, mode)
+                # mkdir's mode passes through the umask; say exactly what we mean.
+                os.chmod(path, mode)
+            except FileExistsError:
+                pass
+        else:
+            _check_not_link(path, info)
+    else:
+        _check_not_link(path, os.lstat(path))
+    hook("open-dir")
+    try:
+        return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as error:
+        if error.errno in (errno.ELOOP, errno.ENOTDIR):
+            _check_not_link(path, os.lstat(path))
+        raise
+
+
+def _check_not_link(path: Path, info: os.stat_result) -> None:
+    if stat.S_ISLNK(info.st_mode):
+        raise OSError(
+            errno.ELOOP,
+            f"refusing to use a directory that is a symbolic link (it points to "
+            f"{os.readlink(path)}); make it a real directory",
+            str(path),
+        )
+    if not stat.S_ISDIR(info.st_mode):
+        raise OSError(errno.ENOTDIR, "not a directory", str(path))
+
+
+def remove_stale_temps(dir_fd: int, names: Sequence[str]) -> list[str]:
+    """Remove temporary files a crashed writer left for ``names``; return what was removed."""
+    removed = []
+    for entry in os.listdir(dir_fd):
+        if any(_is_temp_of(entry, name) for name in names):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(entry, dir_fd=dir_fd)
+                removed.append(entry)
+    return removed
+
+
+def write_files(
+    directory: Path,
+    files: Sequence[FileSpec],
+    *,
+    dir_mode: int = 0o700,
+    step: StepHook | None = None,
+) -> None:
+    """Write ``files`` into ``directory``, each atomically and durably, in the order given.
+
+    The directory is created with ``dir_mode`` if missing and must not be a symbolic link. Order
+    matters to crash safety: write first what the others depend on being valid (a key before
+    the certificate that holds its public half). Leftover temporary files of an earlier crashed
+    writer are removed first.
+    """
+    dfd = open_directory(directory, mode=dir_mode, step=step)
+    try:
+        remove_stale_temps(dfd, [spec.name for spec in files])
+        for spec in files:
+            write_atomic(directory / spec.name, spec.data, mode=spec.mode, dir_fd=dfd, step=step)
+    finally:
+        os.close(dfd)

@@ -1,0 +1,692 @@
+"""Mint, or reuse while still good, a TLS serving pair signed by a cluster CA.
+
+Replaces the seed's ``eks-konnectivity-cert -dir D -ca-cert C -ca-key K -cn CN -sans LIST``. The
+pair is ``DIR/tls.crt`` + ``DIR/tls.key``: an ECDSA P-256 key and a leaf certificate valid for 365
+days (never past the CA), for server authentication only.
+
+An existing pair is reused only when every rule of :func:`reuse_verdict` holds; otherwise a new
+certificate is minted and the reason recorded (``SANs changed: +a.example -10.0.0.1``). When only
+the certificate needs renewing and the existing key is a sound P-256 key matching it, the key is
+kept so only the certificate changes. Files are written with :mod:`noderole.atomic`: the key (only
+when new) before the certificate, so a crash at any point leaves either the old valid pair or a
+mismatched pair that the next run detects and repairs.
+
+k3s makes its CA with serial number 0, which cryptography deprecates with a warning on every load;
+the warning is silenced around loading only, so ``-W error`` still catches every other one.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import errno
+import os
+import stat
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Literal, TypeAlias
+
+import attrs
+from cryptography import x509
+from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from cryptography.utils import CryptographyDeprecationWarning
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from noderole.atomic import FileSpec, StepHook, remove_stale_temps, write_files
+from noderole.clock import Clock
+from noderole.errors import CertificateError
+from noderole.records import MintCertificate
+from noderole.root import NodeRoot
+from noderole.sans import SubjectAltName, parse_sans
+
+__all__ = [
+    "CERT_NAME",
+    "KEY_NAME",
+    "LEAF_LIFETIME",
+    "CertOutcome",
+    "CertReport",
+    "CertificateAuthority",
+    "ensure_certificate",
+    "inspect_certificate",
+    "load_ca",
+    "reuse_verdict",
+]
+
+CERT_NAME = "tls.crt"
+KEY_NAME = "tls.key"
+LEAF_LIFETIME = dt.timedelta(days=365)
+"""How long a minted leaf is valid (k3s issues its own leaves for the same time)."""
+BACKDATE = dt.timedelta(hours=1)
+"""A leaf is valid from an hour ago, so a node whose clock is a little behind accepts it."""
+CERT_MODE = 0o644
+KEY_MODE = 0o600
+DIR_MODE = 0o700
+
+CAKey: TypeAlias = ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def _load_certificates(data: bytes) -> list[x509.Certificate]:
+    """Every PEM certificate in ``data``; k3s's serial-0 CA warning is silenced here only."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings(
+            "ignore", category=CryptographyDeprecationWarning, message=".*serial number.*"
+        )
+        return x509.load_pem_x509_certificates(data)
+
+
+def _read(path: Path, what: str) -> bytes:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        raise CertificateError(f"{what} {path} does not exist; check the path") from None
+    except OSError as error:
+        raise CertificateError(f"cannot read {what} {path}: {error.strerror}") from None
+
+
+def _ca_certificates(path: Path) -> list[x509.Certificate]:
+    try:
+        return _load_certificates(_read(path, "CA certificate"))
+    except ValueError as error:
+        raise CertificateError(
+            f"CA certificate {path} holds no readable PEM certificate ({error}); point it at the "
+            f"cluster CA's PEM file"
+        ) from None
+
+
+@attrs.frozen(kw_only=True)
+class CertificateAuthority:
+    """A loaded, checked CA: its certificate (the signer), its key, and the rest of its file."""
+
+    cert: x509.Certificate
+    """The signer: the first certificate of the CA file."""
+    key: CAKey
+    """The signer's private key."""
+    chain: tuple[x509.Certificate, ...]
+    """Every certificate of the CA file, signer first."""
+    cert_path: Path
+    """Where the CA certificate was read (on this machine)."""
+
+    @property
+    def bundle(self) -> tuple[x509.Certificate, ...]:
+        """Certificates served after the leaf: the CA file's intermediates (not self-issued)."""
+        return tuple(c for c in self.chain if c.issuer != c.subject)
+
+
+def _check_ca_certificate(cert: x509.Certificate, path: Path, now: dt.datetime) -> None:
+    try:
+        constraints = cert.extensions.get_extension_for_class(x509.BasicConstraints).value
+    except x509.ExtensionNotFound:
+        constraints = None
+    if constraints is None or not constraints.ca:
+        raise CertificateError(
+            f"CA certificate {path} is not a CA (no BasicConstraints CA:TRUE); point ca_cert at "
+            f"the cluster CA that signs serving certificates"
+        )
+    try:
+        usage = cert.extensions.get_extension_for_class(x509.KeyUsage).value
+    except x509.ExtensionNotFound:
+        usage = None
+    if usage is not None and not usage.key_cert_sign:
+        raise CertificateError(f"CA certificate {path} is not allowed to sign certificates")
+    if now < cert.not_valid_before_utc:
+        raise CertificateError(
+            f"CA certificate {path} is not valid until {_when(cert.not_valid_before_utc)}; "
+            f"check this node's clock"
+        )
+    if now >= cert.not_valid_after_utc:
+        raise CertificateError(
+            f"CA certificate {path} expired on {_when(cert.not_valid_after_utc)}; rotate the "
+            f"cluster CA"
+        )
+
+
+def load_ca(cert_path: Path, key_path: Path, *, now: dt.datetime) -> CertificateAuthority:
+    """Load and check a CA: a CA certificate valid at ``now`` and the private key that matches it.
+
+    The key is EC or RSA, PEM, SEC1/PKCS#1 or PKCS#8, unencrypted. Raises
+    :class:`CertificateError` naming the file at fault.
+    """
+    chain = _ca_certificates(cert_path)
+    signer = chain[0]
+    _check_ca_certificate(signer, cert_path, now)
+    try:
+        key = serialization.load_pem_private_key(_read(key_path, "CA key"), password=None)
+    except TypeError:
+        raise CertificateError(
+            f"CA key {key_path} is encrypted; give an unencrypted PEM key"
+        ) from None
+    except (ValueError, UnsupportedAlgorithm) as error:
+        raise CertificateError(
+            f"CA key {key_path} is not a readable PEM private key ({error})"
+        ) from None
+    if not isinstance(key, ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey):
+        raise CertificateError(
+            f"CA key {key_path} is a {type(key).__name__}; only EC and RSA CA keys are supported"
+        )
+    if key.public_key() != signer.public_key():
+        raise CertificateError(
+            f"CA key {key_path} does not match CA certificate {cert_path}; give the key of that CA"
+        )
+    return CertificateAuthority(cert=signer, key=key, chain=tuple(chain), cert_path=cert_path)
+
+
+# --------------------------------------------------------------------------- verdict
+
+
+@attrs.frozen(kw_only=True)
+class _Existing:
+    """What was found in the directory."""
+
+    cert_pem: bytes | None
+    key_pem: bytes | None
+    key_mode: int | None
+
+
+@attrs.frozen(kw_only=True)
+class _Verdict:
+    reuse: bool
+    reason: str
+    cert: x509.Certificate | None = None
+    key: ec.EllipticCurvePrivateKey | None = None
+    """The existing key, when it is a P-256 key matching the existing certificate (keepable)."""
+
+
+def _when(moment: dt.datetime) -> str:
+    return moment.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _san_set(cert: x509.Certificate) -> set[SubjectAltName]:
+    try:
+        ext = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return set()
+    found: set[SubjectAltName] = set()
+    for name in ext:
+        if isinstance(name, x509.DNSName):
+            found.add(SubjectAltName("dns", name.value))
+        elif isinstance(name, x509.IPAddress):
+            found.add(SubjectAltName("ip", str(name.value)))
+        else:
+            found.add(SubjectAltName("dns", f"<{type(name).__name__}>"))
+    return found
+
+
+def _common_name(name: x509.Name) -> str | None:
+    values = name.get_attributes_for_oid(NameOID.COMMON_NAME)
+    return str(values[0].value) if values else None
+
+
+def _is_server_leaf(cert: x509.Certificate) -> str | None:
+    """Why ``cert`` cannot serve TLS as a leaf, or None."""
+    try:
+        if cert.extensions.get_extension_for_class(x509.BasicConstraints).value.ca:
+            return "the existing certificate is a CA certificate, not a serving leaf"
+    except x509.ExtensionNotFound:
+        pass
+    try:
+        eku = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    except x509.ExtensionNotFound:
+        return "the existing certificate has no extended key usage serverAuth"
+    if ExtendedKeyUsageOID.SERVER_AUTH not in eku:
+        return "the existing certificate lacks extended key usage serverAuth"
+    return None
+
+
+def _assess(
+    existing: _Existing,
+    *,
+    ca_cert: x509.Certificate | None,
+    ca_bundle: Sequence[x509.Certificate] | None,
+    common_name: str | None,
+    sans: Sequence[SubjectAltName] | None,
+    renew_before_days: int,
+    now: dt.datetime,
+    check_key: bool = True,
+) -> _Verdict:
+    """The reuse verdict for an existing pair; None expectations are not checked."""
+    if existing.cert_pem is None:
+        return _Verdict(reuse=False, reason="no existing certificate")
+    try:
+        certs = _load_certificates(existing.cert_pem)
+    except ValueError:
+        return _Verdict(reuse=False, reason="the existing certificate is unreadable")
+    cert = certs[0]
+    key: ec.EllipticCurvePrivateKey | None = None
+    if check_key:
+        if existing.key_pem is None:
+            return _Verdict(reuse=False, reason="no existing key", cert=cert)
+        try:
+            loaded = serialization.load_pem_private_key(existing.key_pem, password=None)
+        except (TypeError, ValueError, UnsupportedAlgorithm):
+            return _Verdict(reuse=False, reason="the existing key is unreadable", cert=cert)
+        if loaded.public_key() != cert.public_key():
+            return _Verdict(
+                reuse=False, reason="the existing key does not match the certificate", cert=cert
+            )
+        loose = existing.key_mode is not None and existing.key_mode & 0o077
+        if (
+            not loose
+            and isinstance(loaded, ec.EllipticCurvePrivateKey)
+            and isinstance(loaded.curve, ec.SECP256R1)
+        ):
+            key = loaded
+        if loose:
+            return _Verdict(
+                reuse=False,
+                reason=f"the existing key is readable by others (mode {existing.key_mode:04o})",
+                cert=cert,
+            )
+
+    def remint(reason: str) -> _Verdict:
+        return _Verdict(reuse=False, reason=reason, cert=cert, key=key)
+
+    if ca_cert is not None:
+        if cert.issuer != ca_cert.subject:
+            return remint(
+                f"issued by a different CA (issuer {cert.issuer.rfc4514_string()!r}, "
+                f"CA is {ca_cert.subject.rfc4514_string()!r})"
+            )
+        try:
+            cert.verify_directly_issued_by(ca_cert)
+        except (InvalidSignature, ValueError, TypeError):
+            return remint("issued by a different CA (signature does not verify)")
+    if ca_bundle is not None:
+        served = [c.public_bytes(serialization.Encoding.DER) for c in certs[1:]]
+        expected = [c.public_bytes(serialization.Encoding.DER) for c in ca_bundle]
+        if served != expected:
+            return remint("the CA chain after the certificate differs from the CA file")
+    if common_name is not None:
+        found_cn = _common_name(cert.subject)
+        if found_cn != common_name:
+            return remint(f"common name changed: {found_cn!r} -> {common_name!r}")
+    if sans is not None:
+        have = _san_set(cert)
+        want = set(sans)
+        if have != want:
+            added = [str(s) for s in sans if s not in have]
+            removed = sorted(str(s) for s in have - want)
+            change = " ".join([*(f"+{a}" for a in added), *(f"-{r}" for r in removed)])
+            return remint(f"SANs changed: {change}")
+    problem = _is_server_leaf(cert)
+    if problem:
+        return remint(problem)
+    if now < cert.not_valid_before_utc:
+        return remint(f"not valid until {_when(cert.not_valid_before_utc)}")
+    left = cert.not_valid_after_utc - now
+    if left <= dt.timedelta(0):
+        return remint(f"expired on {_when(cert.not_valid_after_utc)}")
+    days = left.days
+    window = dt.timedelta(days=renew_before_days)
+    if left <= window:
+        if ca_cert is not None and cert.not_valid_after_utc >= ca_cert.not_valid_after_utc:
+            # A new leaf cannot outlive the CA: re-minting would change nothing, every run.
+            return _Verdict(
+                reuse=True,
+                reason=(f"expires in {days} days, together with the CA (rotate the CA to renew)"),
+                cert=cert,
+                key=key,
+            )
+        return remint(f"expires in {days} days (renewal window {renew_before_days} days)")
+    return _Verdict(
+        reuse=True,
+        reason=f"valid until {_when(cert.not_valid_after_utc)} ({days} days left)",
+        cert=cert,
+        key=key,
+    )
+
+
+def reuse_verdict(
+    cert_pem: bytes | None,
+    key_pem: bytes | None,
+    *,
+    ca: CertificateAuthority,
+    common_name: str,
+    sans: Sequence[SubjectAltName],
+    renew_before_days: int,
+    now: dt.datetime,
+) -> tuple[bool, str]:
+    """Whether an existing pair (PEM bytes, None when absent) would be reused, and why (not).
+
+    Reused only if ALL hold: both parse; the key matches the certificate; the certificate was
+    issued by ``ca`` (issuer name equals the CA subject and the signature verifies, so a rotated CA
+    with the same name forces a re-mint); the CN and the exact SAN set match; it is a serving leaf
+    (not a CA, has serverAuth); it is valid at ``now`` and more than ``renew_before_days`` from
+    expiry (unless it already expires with the CA, when a new one could not last longer).
+    """
+    verdict = _assess(
+        _Existing(cert_pem=cert_pem, key_pem=key_pem, key_mode=None),
+        ca_cert=ca.cert,
+        ca_bundle=ca.bundle,
+        common_name=common_name,
+        sans=sans,
+        renew_before_days=renew_before_days,
+        now=now,
+    )
+    return verdict.reuse, verdict.reason
+
+
+# --------------------------------------------------------------------------- minting
+
+
+def _signing_hash(key: CAKey) -> hashes.SHA256 | hashes.SHA384 | hashes.SHA512:
+    if isinstance(key, ec.EllipticCurvePrivateKey):
+        if key.curve.key_size > 384:
+            return hashes.SHA512()
+        if key.curve.key_size > 256:
+            return hashes.SHA384()
+    return hashes.SHA256()
+
+
+def _mint(
+    ca: CertificateAuthority,
+    key: ec.EllipticCurvePrivateKey,
+    *,
+    common_name: str,
+    sans: Sequence[SubjectAltName],
+    now: dt.datetime,
+) -> x509.Certificate:
+    import ipaddress
+
+    not_before = max(now.replace(microsecond=0) - BACKDATE, ca.cert.not_valid_before_utc)
+    not_after = min(not_before + LEAF_LIFETIME, ca.cert.not_valid_after_utc)
+    names: list[x509.GeneralName] = [
+        x509.IPAddress(ipaddress.ip_address(s.value)) if s.kind == "ip" else x509.DNSName(s.value)
+        for s in sans
+    ]
+    try:
+        ca_ski = ca.cert.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value
+        aki = x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ca_ski)
+    except x509.ExtensionNotFound:
+        aki = x509.AuthorityKeyIdentifier.from_issuer_public_key(ca.key.public_key())
+    usage = x509.KeyUsage(
+        digital_signature=True,
+        content_commitment=False,
+        key_encipherment=False,
+        data_encipherment=False,
+        key_agreement=False,
+        key_cert_sign=False,
+        crl_sign=False,
+        encipher_only=False,
+        decipher_only=False,
+    )
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)]))
+        .issuer_name(ca.cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(not_before)
+        .not_valid_after(not_after)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(usage, critical=True)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .add_extension(aki, critical=False)
+        .add_extension(x509.SubjectAlternativeName(names), critical=False)
+    )
+    return builder.sign(ca.key, _signing_hash(ca.key))
+
+
+# --------------------------------------------------------------------------- the step
+
+
+@attrs.frozen(kw_only=True)
+class CertOutcome:
+    """What :func:`ensure_certificate` did."""
+
+    action: Literal["minted", "reused"]
+    """``minted`` when a new certificate was written, ``reused`` when the existing pair stays."""
+    reason: str
+    """Why: the re-mint reason (``SANs changed: +a -b``), or why the existing pair is good."""
+    cert_path: Path
+    """The certificate on this machine."""
+    key_path: Path
+    """The key on this machine."""
+    not_after: dt.datetime
+    """When the certificate in place expires (UTC)."""
+    fingerprint: str
+    """SHA-256 fingerprint of the certificate in place, lower-case hex."""
+    key_kept: bool
+    """True when the key file was left as it was (always on reuse; on renewal when sound)."""
+
+
+def _read_existing(directory: Path) -> _Existing:
+    """The pair in ``directory`` (missing files as None), refusing symbolic links anywhere."""
+    try:
+        info = os.lstat(directory)
+    except FileNotFoundError:
+        return _Existing(cert_pem=None, key_pem=None, key_mode=None)
+    if stat.S_ISLNK(info.st_mode):
+        raise CertificateError(
+            f"refusing to use {directory}: it is a symbolic link (to {os.readlink(directory)}); "
+            f"the serving key is written only into a real directory, remove the link"
+        )
+    if not stat.S_ISDIR(info.st_mode):
+        raise CertificateError(f"{directory} exists but is not a directory; remove it")
+    try:
+        dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as error:
+        raise CertificateError(f"cannot read {directory}: {error.strerror}") from None
+    try:
+        remove_stale_temps(dfd, [CERT_NAME, KEY_NAME])
+        cert_pem, _ = _read_nofollow(dfd, directory / CERT_NAME)
+        key_pem, key_mode = _read_nofollow(dfd, directory / KEY_NAME)
+    finally:
+        os.close(dfd)
+    return _Existing(cert_pem=cert_pem, key_pem=key_pem, key_mode=key_mode)
+
+
+def _read_nofollow(dfd: int, path: Path) -> tuple[bytes | None, int | None]:
+    try:
+        fd = os.open(path.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
+    except FileNotFoundError:
+        return None, None
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            raise CertificateError(
+                f"refusing to use {path}: it is a symbolic link (to "
+                f"{os.readlink(path.name, dir_fd=dfd)}); remove the link and run again"
+            ) from None
+        raise CertificateError(f"cannot read {path}: {error.strerror}") from None
+    with os.fdopen(fd, "rb") as handle:
+        mode = stat.S_IMODE(os.fstat(handle.fileno()).st_mode)
+        return handle.read(), mode
+
+
+def _now(clock: Clock) -> dt.datetime:
+    return dt.datetime.fromtimestamp(clock.time(), tz=dt.UTC)
+
+
+def _fingerprint(cert: x509.Certificate) -> str:
+    return cert.fingerprint(hashes.SHA256()).hex()
+
+
+def ensure_certificate(
+    request: MintCertificate,
+    *,
+    root: NodeRoot,
+    clock: Clock,
+    fault_hook: StepHook | None = None,
+) -> CertOutcome:
+    """Make sure ``request.directory`` holds a good serving pair: reuse it, or mint and write one.
+
+    Node paths are resolved under ``root``; time comes from ``clock.time()``. Raises
+    :class:`CertificateError` with a clear message for a bad SAN, an unusable CA, a symbolic link
+    where the pair goes, or a failed write (``cannot write DIR: No space left on device``; the old
+    pair is then left intact). ``fault_hook`` is called before each file-system call of the write
+    (tests inject crashes with it).
+    """
+    if request.renew_before_days >= LEAF_LIFETIME.days:
+        raise CertificateError(
+            f"renew_before_days={request.renew_before_days} leaves no time: a new certificate "
+            f"lives {LEAF_LIFETIME.days} days; use a smaller renewal window (k3s uses 90)"
+        )
+    sans = parse_sans(request.sans)
+    now = _now(clock)
+    directory = root.resolve(request.directory)
+    cert_path, key_path = directory / CERT_NAME, directory / KEY_NAME
+    ca = load_ca(root.resolve(request.ca_cert), root.resolve(request.ca_key), now=now)
+    existing = _read_existing(directory)
+    verdict = _assess(
+        existing,
+        ca_cert=ca.cert,
+        ca_bundle=ca.bundle,
+        common_name=request.common_name,
+        sans=sans,
+        renew_before_days=request.renew_before_days,
+        now=now,
+    )
+    if verdict.reuse:
+        assert verdict.cert is not None
+        return CertOutcome(
+            action="reused",
+            reason=verdict.reason,
+            cert_path=cert_path,
+            key_path=key_path,
+            not_after=verdict.cert.not_valid_after_utc,
+            fingerprint=_fingerprint(verdict.cert),
+            key_kept=True,
+        )
+    key = verdict.key
+    files: list[FileSpec] = []
+    if key is None:
+        key = ec.generate_private_key(ec.SECP256R1())
+        key_pem = key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+        # The key goes first, and only when new: a crash before the certificate lands leaves a
+        # key that does not match the old certificate, which the next run re-mints.
+        files.append(FileSpec(name=KEY_NAME, data=key_pem, mode=KEY_MODE))
+    cert = _mint(ca, key, common_name=request.common_name, sans=sans, now=now)
+    bundle = b"".join(c.public_bytes(serialization.Encoding.PEM) for c in (cert, *ca.bundle))
+    files.append(FileSpec(name=CERT_NAME, data=bundle, mode=CERT_MODE))
+    try:
+        write_files(directory, files, dir_mode=DIR_MODE, step=fault_hook)
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            raise CertificateError(f"{error.filename}: {error.strerror}") from None
+        raise CertificateError(
+            f"cannot write {directory}: {error.strerror or error}; the previous certificate (if "
+            f"any) is left as it was"
+        ) from None
+    return CertOutcome(
+        action="minted",
+        reason=verdict.reason,
+        cert_path=cert_path,
+        key_path=key_path,
+        not_after=cert.not_valid_after_utc,
+        fingerprint=_fingerprint(cert),
+        key_kept=len(files) == 1,
+    )
+
+
+# --------------------------------------------------------------------------- inspection
+
+
+@attrs.frozen(kw_only=True)
+class CertReport:
+    """One certificate as ``noderole cert check`` shows it."""
+
+    path: Path
+    """The certificate file."""
+    common_name: str | None
+    """Subject CN."""
+    sans: tuple[str, ...]
+    """Subject alternative names, as written in the certificate."""
+    not_before: dt.datetime
+    """Start of validity (UTC)."""
+    not_after: dt.datetime
+    """End of validity (UTC)."""
+    days_left: int
+    """Whole days until ``not_after`` (negative once expired)."""
+    issuer: str | None
+    """Issuer CN (or the whole issuer name when it has no CN)."""
+    fingerprint: str
+    """SHA-256 fingerprint, lower-case hex."""
+    key_checked: bool
+    """Whether a sibling key (``X.key`` next to ``X.crt``) was found and checked against it."""
+    ca_checked: bool
+    """Whether it was checked against a CA certificate."""
+    reusable: bool
+    """Whether ``cert mint`` would keep it (CN and SANs are not compared: no request is given)."""
+    reason: str
+    """Why (not)."""
+
+
+def inspect_certificate(
+    path: Path,
+    *,
+    ca_cert: Path | None,
+    now: dt.datetime,
+    renew_before_days: int = 90,
+) -> CertReport:
+    """Describe the certificate at ``path`` and whether it would be reused against ``ca_cert``.
+
+    The key ``path.with_suffix('.key')`` is checked too when it exists. Raises
+    :class:`CertificateError` when ``path`` or ``ca_cert`` cannot be read.
+    """
+    data = _read(path, "certificate")
+    try:
+        cert = _load_certificates(data)[0]
+    except ValueError as error:
+        raise CertificateError(
+            f"certificate {path} is not a readable PEM certificate ({error})"
+        ) from None
+    ca: x509.Certificate | None = None
+    bundle: tuple[x509.Certificate, ...] | None = None
+    if ca_cert is not None:
+        chain = _ca_certificates(ca_cert)
+        ca = chain[0]
+        bundle = tuple(c for c in chain if c.issuer != c.subject)
+    key_file = path.with_suffix(".key")
+    key_pem: bytes | None = None
+    key_mode: int | None = None
+    if key_file != path and key_file.is_file():
+        key_pem = _read(key_file, "key")
+        key_mode = stat.S_IMODE(key_file.stat().st_mode)
+    verdict = _assess(
+        _Existing(cert_pem=data, key_pem=key_pem, key_mode=key_mode),
+        ca_cert=ca,
+        ca_bundle=bundle,
+        common_name=None,
+        sans=None,
+        renew_before_days=renew_before_days,
+        now=now,
+        check_key=key_pem is not None,
+    )
+    left = cert.not_valid_after_utc - now
+    return CertReport(
+        path=path,
+        common_name=_common_name(cert.subject),
+        sans=tuple(_san_texts(cert)),
+        not_before=cert.not_valid_before_utc,
+        not_after=cert.not_valid_after_utc,
+        days_left=left.days,
+        issuer=_common_name(cert.issuer) or cert.issuer.rfc4514_string(),
+        fingerprint=_fingerprint(cert),
+        key_checked=key_pem is not None,
+        ca_checked=ca is not None,
+        reusable=verdict.reuse,
+        reason=verdict.reason,
+    )
+
+
+def _san_texts(cert: x509.Certificate) -> list[str]:
+    try:
+        ext = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return []
+    texts = []
+    for name in ext:
+        if isinstance(name, x509.DNSName | x509.IPAddress):
+            texts.append(str(name.value))
+        else:
+            texts.append(f"{type(name).__name__}:{name.value}")
+    return texts

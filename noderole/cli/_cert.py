@@ -1,0 +1,169 @@
+"""``noderole cert``: mint-or-reuse a serving pair, and check certificates on a node.
+
+``cert mint`` is the drop-in for the seed's ``eks-konnectivity-cert`` (same inputs, same
+``CERTPATH<TAB>KEYPATH`` output). ``cert check`` is in the spirit of ``kubeadm certs
+check-expiration``. Importing this module stays cheap: cryptography is imported inside the
+commands only.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from noderole.errors import CertificateError, DefinitionError, UsageError
+
+if TYPE_CHECKING:
+    from noderole.certs import CertReport
+    from noderole.cli._app import App
+
+__all__ = ["cert"]
+
+
+@click.group(name="cert")
+def cert() -> None:
+    """Mint or check TLS serving certificates signed by a cluster CA."""
+
+
+@cert.command(name="mint")
+@click.option("--dir", "directory", required=True, help="Node directory for tls.crt and tls.key.")
+@click.option("--ca-cert", required=True, help="Node path of the CA certificate (PEM).")
+@click.option("--ca-key", required=True, help="Node path of the CA private key (PEM).")
+@click.option("--cn", "common_name", required=True, help="Subject common name of the leaf.")
+@click.option("--sans", required=True, help="Comma-separated DNS names and IP addresses.")
+@click.option(
+    "--renew-before-days",
+    type=click.IntRange(min=0),
+    default=90,
+    show_default=True,
+    help="Re-mint when fewer days than this remain.",
+)
+@click.pass_obj
+def mint(
+    app: App,
+    directory: str,
+    ca_cert: str,
+    ca_key: str,
+    common_name: str,
+    sans: str,
+    renew_before_days: int,
+) -> None:
+    """Reuse DIR/tls.crt + DIR/tls.key if still good, else mint a new pair from the CA.
+
+    Prints CERTPATH<TAB>KEYPATH (node paths) on stdout, and what was done and why on stderr.
+    """
+    from noderole.certs import ensure_certificate
+    from noderole.records import MintCertificate
+
+    try:
+        request = MintCertificate(
+            directory=directory,
+            ca_cert=ca_cert,
+            ca_key=ca_key,
+            common_name=common_name,
+            sans=(sans,),
+            renew_before_days=renew_before_days,
+        )
+    except DefinitionError as error:
+        raise UsageError(f"cert mint: {error}; node paths are absolute (e.g. /var/lib/x)") from None
+    outcome = ensure_certificate(request, root=app.root, clock=app.clock)
+    kept = " (key kept)" if outcome.action == "minted" and outcome.key_kept else ""
+    click.echo(f"{outcome.action}{kept}: {outcome.reason}", err=True)
+    click.echo(f"{request.cert_path}\t{request.key_path}")
+
+
+def _local(app: App, path: str) -> Path:
+    """A node path (absolute) under the root; a relative path as it is, from the working dir."""
+    return app.root.resolve(path) if path.startswith("/") else Path(path)
+
+
+@cert.command(name="check")
+@click.argument("paths", nargs=-1, required=True)
+@click.option("--ca-cert", default=None, help="Node path of the CA to check the issuer against.")
+@click.option(
+    "--renew-before-days",
+    type=click.IntRange(min=0),
+    default=90,
+    show_default=True,
+    help="Renewal window used for the verdict.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@click.pass_obj
+def check(
+    app: App, paths: tuple[str, ...], ca_cert: str | None, renew_before_days: int, as_json: bool
+) -> None:
+    """Show subject, SANs, expiry and issuer of each certificate, and whether it would be reused.
+
+    Absolute PATHs are node paths (resolved under --root). A key next to a certificate (X.key for
+    X.crt) is checked against it. Exits 1 when any certificate is unreadable or would be re-minted.
+    """
+    from noderole.certs import inspect_certificate
+
+    now = dt.datetime.fromtimestamp(app.clock.time(), tz=dt.UTC)
+    ca = _local(app, ca_cert) if ca_cert else None
+    rows: list[tuple[str, CertReport | CertificateError]] = []
+    for path in paths:
+        try:
+            report: CertReport | CertificateError = inspect_certificate(
+                _local(app, path), ca_cert=ca, now=now, renew_before_days=renew_before_days
+            )
+        except CertificateError as error:
+            report = error
+        rows.append((path, report))
+    if as_json:
+        click.echo(json.dumps([_as_json(path, report) for path, report in rows], indent=2))
+    else:
+        click.echo(_table(rows, ca_checked=ca is not None))
+    if any(isinstance(report, CertificateError) or not report.reusable for _, report in rows):
+        raise click.exceptions.Exit(1)
+
+
+def _as_json(path: str, report: CertReport | CertificateError) -> dict[str, object]:
+    if isinstance(report, CertificateError):
+        return {"path": path, "error": str(report)}
+    return {
+        "path": path,
+        "common_name": report.common_name,
+        "sans": list(report.sans),
+        "not_before": report.not_before.isoformat(),
+        "not_after": report.not_after.isoformat(),
+        "days_left": report.days_left,
+        "issuer": report.issuer,
+        "fingerprint_sha256": report.fingerprint,
+        "key_checked": report.key_checked,
+        "ca_checked": report.ca_checked,
+        "reusable": report.reusable,
+        "reason": report.reason,
+    }
+
+
+def _table(rows: list[tuple[str, CertReport | CertificateError]], *, ca_checked: bool) -> str:
+    header = ("CERTIFICATE", "SUBJECT CN", "SANS", "EXPIRES", "DAYS LEFT", "ISSUER", "REUSE")
+    lines: list[tuple[str, ...]] = [header]
+    for path, report in rows:
+        if isinstance(report, CertificateError):
+            lines.append((path, "-", "-", "-", "-", "-", f"error: {report}"))
+            continue
+        verdict = "yes" if report.reusable else f"no: {report.reason}"
+        if report.reusable and not ca_checked:
+            verdict = "yes (CA not checked)"
+        lines.append(
+            (
+                path,
+                report.common_name or "-",
+                ",".join(report.sans) or "-",
+                report.not_after.strftime("%b %d, %Y %H:%M UTC"),
+                str(report.days_left),
+                report.issuer or "-",
+                verdict,
+            )
+        )
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header) - 1)]
+    return "\n".join(
+        "  ".join([*(cell.ljust(w) for cell, w in zip(line[:-1], widths, strict=True)), line[-1]])
+        for line in lines
+    )

@@ -1,0 +1,179 @@
+"""Subject alternative names: from a SAN list as people write it to the names a certificate holds.
+
+A SAN list is the comma-separated text of ``EKS_KONNECTIVITY_SANS`` (or any iterable of such
+items). Each entry becomes either an IP address SAN or a DNS name SAN, normalised so that two ways
+of writing the same name compare equal (``[::1]`` and ``0:0::1``; ``API.Example.`` and
+``api.example``). Anything a TLS client could never match (a port, a URL, a CIDR, an underscore, a
+misplaced wildcard) is rejected here, with the entry named, instead of producing a certificate that
+fails at the first handshake.
+
+Internationalised names are converted to their ASCII ``xn--`` form with Python's standard library
+codec (:mod:`encodings.idna`, IDNA 2003 with nameprep); the third-party ``idna`` package is not a
+dependency of cryptography 50 and is not needed.
+
+This module must stay cheap to import: it never imports :mod:`cryptography`.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Iterable
+from encodings import idna as _idna
+from typing import Literal
+
+import attrs
+
+from noderole.errors import CertificateError
+
+__all__ = ["SubjectAltName", "parse_sans"]
+
+_LABEL = re.compile(r"^[a-z0-9](?:[a-z0-9-]*[a-z0-9])?$")
+_HOST_PORT = re.compile(r"^[^:\[\]]+:\d*$")
+_BRACKETED = re.compile(r"^\[(?P<inner>[^\]]*)\](?P<rest>.*)$")
+# IDNA 2003 treats these as label separators too (ideographic and full-width full stops).
+_UNICODE_DOTS = str.maketrans({"\u3002": ".", "\uff0e": ".", "\uff61": "."})
+_MAX_NAME = 253
+_MAX_LABEL = 63
+
+
+@attrs.frozen
+class SubjectAltName:
+    """One normalised subject alternative name."""
+
+    kind: Literal["dns", "ip"]
+    """``dns`` for a DNS name, ``ip`` for an IPv4 or IPv6 address."""
+    value: str
+    """The normalised text: lower-case ASCII DNS name, or the canonical address text."""
+
+    def __str__(self) -> str:
+        return self.value
+
+
+def parse_sans(text: str | Iterable[str]) -> tuple[SubjectAltName, ...]:
+    """The SANs in ``text``, normalised, duplicates dropped, first occurrence order kept.
+
+    ``text`` is a comma-separated list, or an iterable of such lists. Spaces around entries are
+    trimmed and empty entries skipped. Raises :class:`CertificateError` naming the first offending
+    entry and why, or saying that no SAN was given.
+    """
+    items = [text] if isinstance(text, str) else list(text)
+    seen: set[SubjectAltName] = set()
+    result: list[SubjectAltName] = []
+    for item in items:
+        if not isinstance(item, str):
+            raise CertificateError(f"SAN list items must be strings, got {item!r}")
+        for raw in item.split(","):
+            entry = raw.strip()
+            if not entry:
+                continue
+            san = _parse_entry(entry)
+            if san not in seen:
+                seen.add(san)
+                result.append(san)
+    if not result:
+        raise CertificateError(
+            "no SANs given: the SAN list is empty; give at least one DNS name or IP address "
+            "(comma-separated, e.g. 'konnectivity.example.com,10.0.0.10')"
+        )
+    return tuple(result)
+
+
+def _reject(entry: str, why: str) -> CertificateError:
+    return CertificateError(
+        f"invalid SAN {entry!r}: {why}; fix this entry in the SAN list "
+        f"(comma-separated DNS names and IP addresses)"
+    )
+
+
+def _parse_entry(entry: str) -> SubjectAltName:
+    """One trimmed, non-empty entry as a SAN, or a CertificateError naming it."""
+    if "://" in entry:
+        raise _reject(entry, "a URL is not a name; give only the host part")
+    if "/" in entry:
+        head = entry.split("/", 1)[0].strip("[]")
+        if _as_ip(head) is not None:
+            raise _reject(entry, "a network (CIDR) is not an address; give a single IP address")
+        raise _reject(entry, "'/' is not allowed in a name (a URL or path?)")
+    if "%" in entry and ":" in entry:
+        raise _reject(entry, "IPv6 zone ids ('%eth0') cannot appear in a certificate")
+    bracketed = _BRACKETED.match(entry)
+    if bracketed:
+        inner, rest = bracketed.group("inner"), bracketed.group("rest")
+        if rest:
+            if re.fullmatch(r":\d*", rest):
+                raise _reject(entry, "a port is not part of a name; drop ':PORT'")
+            raise _reject(entry, "unexpected text after ']'")
+        address = _as_ip(inner)
+        if not isinstance(address, ipaddress.IPv6Address):
+            raise _reject(entry, "brackets may only enclose an IPv6 address")
+        return SubjectAltName("ip", str(address))
+    address = _as_ip(entry)
+    if address is not None:
+        return SubjectAltName("ip", str(address))
+    if ":" in entry:
+        if _HOST_PORT.match(entry):
+            raise _reject(entry, "a port is not part of a name; drop ':PORT'")
+        raise _reject(entry, "not a valid IP address, and ':' is not allowed in a DNS name")
+    return SubjectAltName("dns", _dns_name(entry))
+
+
+def _as_ip(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    try:
+        return ipaddress.ip_address(text)
+    except ValueError:
+        return None
+
+
+def _dns_name(entry: str) -> str:
+    """The normalised ASCII form of a DNS name entry, or a CertificateError naming it."""
+    name = entry.translate(_UNICODE_DOTS)
+    # One trailing dot marks a fully qualified name; certificates hold names without it.
+    name = name.removesuffix(".")
+    if not name:
+        raise _reject(entry, "empty name")
+    labels = name.split(".")
+    converted = [_label(entry, label) for label in labels]
+    if "*" in converted[1:]:
+        raise _reject(entry, "a wildcard may only be the whole left-most label ('*.example.com')")
+    if converted[0] == "*" and len(converted) < 3:
+        raise _reject(entry, "a wildcard needs at least two labels after it ('*.example.com')")
+    if converted[-1].isdigit():
+        raise _reject(
+            entry, f"the last label {converted[-1]!r} is all digits (not a valid IP address?)"
+        )
+    result = ".".join(converted)
+    if len(result) > _MAX_NAME:
+        raise _reject(entry, f"name is {len(result)} characters long (at most {_MAX_NAME})")
+    return result
+
+
+def _label(entry: str, label: str) -> str:
+    """One label, IDNA-converted and lower-cased, or a CertificateError naming the entry."""
+    if not label:
+        raise _reject(entry, "empty label (two dots in a row, or a leading dot)")
+    if label == "*":
+        return label
+    if "*" in label:
+        raise _reject(entry, "a wildcard may only be the whole left-most label ('*.example.com')")
+    if any(ch.isspace() for ch in label):
+        raise _reject(entry, "whitespace is not allowed inside a name")
+    if not label.isascii():
+        try:
+            label = _idna.ToASCII(label).decode("ascii")
+        except UnicodeError as error:
+            raise _reject(
+                entry, f"label {label!r} cannot be converted to IDNA ASCII form ({error})"
+            ) from None
+    label = label.lower()
+    if len(label) > _MAX_LABEL:
+        raise _reject(entry, f"label {label[:20]!r}... is {len(label)} characters (at most 63)")
+    if "_" in label:
+        raise _reject(entry, f"label {label!r} contains '_' (not allowed in a DNS name)")
+    if not _LABEL.match(label):
+        raise _reject(
+            entry,
+            f"label {label!r} may hold only letters, digits and hyphens, "
+            f"and may not start or end with a hyphen",
+        )
+    return label

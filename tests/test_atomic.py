@@ -1,0 +1,196 @@
+"""Atomic, crash-safe file writing: exact modes, no symlink following, nothing half-written."""
+
+from __future__ import annotations
+
+import errno
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from noderole.atomic import (
+    FileSpec,
+    open_directory,
+    remove_stale_temps,
+    write_atomic,
+    write_files,
+)
+
+
+class Boom(Exception):
+    """Raised by the fault hook."""
+
+
+@pytest.fixture
+def umask() -> Iterator[None]:
+    """Run with a strict umask, restoring the old one after."""
+    old = os.umask(0o077)
+    try:
+        yield
+    finally:
+        os.umask(old)
+
+
+def leftovers(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.iterdir() if p.name.endswith(".tmp"))
+
+
+def steps_of(action: object) -> list[str]:
+    names: list[str] = []
+    assert callable(action)
+    action(names.append)
+    return names
+
+
+class TestWriteAtomic:
+    def test_writes_new_file_with_exact_mode(self, tmp_path: Path, umask: None) -> None:
+        """The file gets exactly the requested mode, whatever the umask."""
+        target = tmp_path / "f"
+        write_atomic(target, b"hello", mode=0o644)
+        assert target.read_bytes() == b"hello"
+        assert target.stat().st_mode & 0o777 == 0o644
+
+    def test_replaces_by_rename(self, tmp_path: Path) -> None:
+        """Replacing swaps in a new inode: a reader holding the old file still sees it whole."""
+        target = tmp_path / "f"
+        target.write_bytes(b"old")
+        with target.open("rb") as reader:
+            write_atomic(target, b"new", mode=0o600)
+            assert reader.read() == b"old"
+        assert target.read_bytes() == b"new"
+        assert leftovers(tmp_path) == []
+
+    def test_owner_set(self, tmp_path: Path) -> None:
+        """uid and gid set the new file's owner."""
+        if os.geteuid() != 0:
+            pytest.skip("changing a file's owner needs root")
+        target = tmp_path / "f"
+        write_atomic(target, b"x", mode=0o600, uid=1234, gid=4321)
+        info = target.stat()
+        assert (info.st_uid, info.st_gid) == (1234, 4321)
+
+    def test_refuses_symlink_target(self, tmp_path: Path) -> None:
+        """A symbolic link at the target is refused (ELOOP); the file it points to is untouched."""
+        victim = tmp_path / "victim"
+        victim.write_bytes(b"precious")
+        link = tmp_path / "f"
+        link.symlink_to(victim)
+        with pytest.raises(OSError, match="symbolic link") as info:
+            write_atomic(link, b"evil", mode=0o644)
+        assert info.value.errno == errno.ELOOP
+        assert victim.read_bytes() == b"precious"
+        assert link.is_symlink()
+        assert leftovers(tmp_path) == []
+
+    def test_large_data(self, tmp_path: Path) -> None:
+        """Data larger than one write is written completely."""
+        data = os.urandom(3 * 1024 * 1024)
+        write_atomic(tmp_path / "big", data, mode=0o600)
+        assert (tmp_path / "big").read_bytes() == data
+
+    def test_steps_named_in_order(self, tmp_path: Path) -> None:
+        """The fault hook sees every system-call boundary, in order."""
+        names = steps_of(lambda hook: write_atomic(tmp_path / "f", b"x", mode=0o600, step=hook))
+        assert names == ["f:create", "f:chmod", "f:write", "f:fsync", "f:close", "f:rename",
+                         "f:fsync-dir"]  # fmt: skip
+
+    @pytest.mark.parametrize(
+        "fail_at", ["f:create", "f:chmod", "f:write", "f:fsync", "f:close", "f:rename"]
+    )
+    def test_failure_before_rename_keeps_old(self, tmp_path: Path, fail_at: str) -> None:
+        """A failure at any step before the rename leaves the old content and no temporary file."""
+        target = tmp_path / "f"
+        target.write_bytes(b"old")
+
+        def hook(name: str) -> None:
+            if name == fail_at:
+                raise Boom(name)
+
+        with pytest.raises(Boom):
+            write_atomic(target, b"new", mode=0o600, step=hook)
+        assert target.read_bytes() == b"old"
+        assert leftovers(tmp_path) == []
+
+    def test_enospc_during_write_keeps_old(self, tmp_path: Path) -> None:
+        """An OSError (ENOSPC) while writing propagates; the old file stays, the temp file goes."""
+        target = tmp_path / "f"
+        target.write_bytes(b"old")
+
+        def hook(name: str) -> None:
+            if name == "f:write":
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+        with pytest.raises(OSError, match="No space left") as info:
+            write_atomic(target, b"new", mode=0o600, step=hook)
+        assert info.value.errno == errno.ENOSPC
+        assert target.read_bytes() == b"old"
+        assert leftovers(tmp_path) == []
+
+
+class TestOpenDirectory:
+    def test_creates_with_mode(self, tmp_path: Path) -> None:
+        """A missing directory (and its parents) is created; the directory itself gets mode 0700."""
+        target = tmp_path / "a" / "b"
+        os.close(open_directory(target, mode=0o700))
+        assert target.stat().st_mode & 0o777 == 0o700
+
+    def test_existing_mode_kept(self, tmp_path: Path) -> None:
+        """An existing directory keeps the mode an administrator gave it."""
+        target = tmp_path / "d"
+        target.mkdir()
+        target.chmod(0o755)
+        os.close(open_directory(target, mode=0o700))
+        assert target.stat().st_mode & 0o777 == 0o755
+
+    def test_refuses_symlinked_directory(self, tmp_path: Path) -> None:
+        """A directory that is a symbolic link is refused with ELOOP."""
+        real = tmp_path / "real"
+        real.mkdir()
+        link = tmp_path / "link"
+        link.symlink_to(real)
+        with pytest.raises(OSError, match="symbolic link") as info:
+            open_directory(link)
+        assert info.value.errno == errno.ELOOP
+
+    def test_refuses_file(self, tmp_path: Path) -> None:
+        """A regular file where the directory should be is refused with ENOTDIR."""
+        (tmp_path / "f").write_bytes(b"")
+        with pytest.raises(OSError, match="not a directory") as info:
+            open_directory(tmp_path / "f")
+        assert info.value.errno == errno.ENOTDIR
+
+
+class TestWriteFiles:
+    def test_order_and_modes(self, tmp_path: Path) -> None:
+        """Files are written in the order given, each with its own mode."""
+        directory = tmp_path / "pki"
+        names = steps_of(
+            lambda hook: write_files(
+                directory,
+                [FileSpec(name="k", data=b"K", mode=0o600), FileSpec(name="c", data=b"C",
+                                                                      mode=0o644)],
+                step=hook,
+            )
+        )  # fmt: skip
+        assert names.index("k:rename") < names.index("c:create")
+        assert (directory / "k").stat().st_mode & 0o777 == 0o600
+        assert (directory / "c").stat().st_mode & 0o777 == 0o644
+        assert directory.stat().st_mode & 0o777 == 0o700
+
+    def test_stale_temps_removed(self, tmp_path: Path) -> None:
+        """Temporary files a crashed writer left behind are removed; other files are not."""
+        (tmp_path / ".c.0123456789ab.tmp").write_bytes(b"half")
+        (tmp_path / ".other.0123456789ab.tmp").write_bytes(b"not ours")
+        (tmp_path / ".c.keep.tmp").write_bytes(b"not our pattern")
+        write_files(tmp_path, [FileSpec(name="c", data=b"C", mode=0o644)])
+        assert leftovers(tmp_path) == [".c.keep.tmp", ".other.0123456789ab.tmp"]
+
+    def test_remove_stale_temps_reports(self, tmp_path: Path) -> None:
+        """remove_stale_temps returns the names it removed."""
+        (tmp_path / ".c.0123456789ab.tmp").write_bytes(b"half")
+        fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            assert remove_stale_temps(fd, ["c"]) == [".c.0123456789ab.tmp"]
+        finally:
+            os.close(fd)
