@@ -603,5 +603,8 @@ class StandIn:
     """The stand-in program's text, with a ``#!`` line."""
     description: str = ""
     """What the stand-in does that matters to the boot."""
+    mode: int = attrs.field(default=0o755, validator=_mode)
+    """File mode: 0o755 for a program; 0o644 (or 0o600) for an input file the rehearsal needs,
+    such as a first-boot environment file."""
     origin: str = attrs.field(default="", eq=False, repr=False)
     """The plugin that returned this record; stamped by the plugin manager."""

@@ -25,6 +25,26 @@ __all__ = ["COMMANDS", "LazyGroup", "cli", "main"]
 
 COMMANDS: dict[str, tuple[str, str]] = {
     # name: ("module:attribute", short help shown by --help without importing the module)
+    "apply": (
+        "noderole.cli._apply:apply_command",
+        "Bring every service of a role up and keep it up.",
+    ),
+    "status": ("noderole.cli._apply:status_command", "Show each service's state, pid and uptime."),
+    "stop": ("noderole.cli._apply:stop_command", "Stop a role or services, in reverse order."),
+    "restart": ("noderole.cli._apply:restart_command", "Restart services (pre-start steps again)."),
+    "cert": ("noderole.cli._cert:cert", "Mint or check serving certificates."),
+    "env": ("noderole.cli._env:env", "Show how an environment file is parsed."),
+    "wait": ("noderole.cli._wait:wait", "Wait, bounded, for paths, sockets, ports or URLs."),
+    "hook": (
+        "noderole.cli._boot:hook_command",
+        "Run one service's steps (called by OpenRC/systemd).",
+    ),
+    "exec": (
+        "noderole.cli._boot:exec_command",
+        "Exec a service's resolved command (for init files).",
+    ),
+    "render": ("noderole.cli._render:render_command", "Write OpenRC or systemd files for a role."),
+    "rehearse": ("noderole.cli._rehearse:rehearse_command", "Rehearse a role in a scratch root."),
     "list": ("noderole.cli._inspect:list_command", "List plugins, their services and roles."),
     "plan": ("noderole.cli._inspect:plan_command", "Show what applying a role would do, in order."),
     "graph": ("noderole.cli._inspect:graph_command", "Draw a role's dependency graph."),
@@ -110,6 +130,11 @@ def cli(ctx: click.Context, root: str, disabled: Sequence[str], debug: bool) -> 
     Exit codes: 0 ok, 1 a service failed, 2 usage, 3 plugin, 4 config, 5 definition, 6 plan,
     7 certificate, 8 env file, 9 locked, 10 backend, 11 still starting (status).
     """
+    if isinstance(ctx.obj, App):
+        # Embedding and tests pass a ready App (with plugin objects, a fake clock): keep it.
+        ctx.obj.debug = ctx.obj.debug or debug
+        ctx.obj.disabled_plugins = (*ctx.obj.disabled_plugins, *disabled)
+        return
     ctx.obj = App(root=NodeRoot(root), debug=debug, disabled_plugins=tuple(disabled))
 
 

@@ -34,6 +34,8 @@ class App:
         debug: bool = False,
         disabled_plugins: tuple[str, ...] = (),
         clock: Clock | None = None,
+        plugin_objects: tuple[tuple[str, object], ...] = (),
+        autoload: bool | None = None,
     ) -> None:
         self.root = root
         """``--root`` / ``NODEROLE_ROOT`` (``/`` at boot)."""
@@ -43,13 +45,19 @@ class App:
         """``--disable-plugin`` names (entry-point or plugin names)."""
         self.clock: Clock = clock or SystemClock()
         """The clock (fake in tests)."""
+        self.plugin_objects = plugin_objects
+        """Plugins given as objects, registered after the built-in one (tests, embedding)."""
+        self.autoload = autoload
+        """Load entry-point plugins (None: unless NODEROLE_DISABLE_PLUGIN_AUTOLOAD=1)."""
 
     @functools.cached_property
     def plugins(self) -> PluginSet:
         """The loaded plugins (built-in first, then entry points)."""
         from noderole.plugins import load_plugins
 
-        return load_plugins(disabled=self.disabled_plugins)
+        return load_plugins(
+            disabled=self.disabled_plugins, plugins=self.plugin_objects, autoload=self.autoload
+        )
 
     @functools.cached_property
     def config(self) -> Config:

@@ -1,0 +1,169 @@
+"""Plan time for 1,000 / 10,000 / 100,000 synthetic services with 5 dependencies each.
+
+The services form an acyclic graph with a mix of ``need``, ``want``, ``use``, ``after`` and
+``before`` (some through virtual names). Records are built outside the timed region: the figure is
+:func:`noderole.plan.build_plan` alone. The peer is the standard library's
+:class:`graphlib.TopologicalSorter` run over the same (already resolved) edges: it only sorts, so
+the gap is what resolving names, virtual providers and waves costs on top of a bare topological
+sort.
+
+Run alone: ``python -m bench.bench_plan [--quick]``.
+"""
+
+from __future__ import annotations
+
+import functools
+import gc
+import graphlib
+import itertools
+import random
+import sys
+import time
+from collections.abc import Callable
+
+from bench._common import Row, summarize
+from noderole.plan import build_plan
+from noderole.records import Service
+
+__all__ = ["run", "synthetic_services"]
+
+EDGES_PER_SERVICE = 5
+ROLE = "bench"
+
+
+def synthetic_services(count: int, *, seed: int = 1) -> list[Service]:
+    """``count`` services with 5 dependencies each, acyclic by construction.
+
+    Service ``i`` may need/want/use/start after only services with a smaller index, and may start
+    before only services with a larger index. One service in fifty provides a virtual name
+    (``v<k>``) that later services refer to. Nine services in ten are in the role; the tenth is
+    pulled in through needs and wants or left out (then ``use``/``after`` on it order nothing).
+    """
+    rng = random.Random(seed)
+    names = [f"s{i:06d}" for i in range(count)]
+    virtual_of: dict[int, str] = {i: f"v{i}" for i in range(0, count, 50)}
+    virtual_indexes = sorted(virtual_of)
+    services: list[Service] = []
+    for i, name in enumerate(names):
+        kinds: dict[str, list[str]] = {k: [] for k in ("need", "want", "use", "after", "before")}
+        for _ in range(EDGES_PER_SERVICE if i else 0):
+            kind = rng.choice(("need", "want", "use", "after", "after", "before"))
+            if kind == "before":
+                if i + 1 < count:
+                    kinds["before"].append(names[rng.randrange(i + 1, count)])
+                continue
+            j = rng.randrange(0, i)
+            if rng.random() < 0.1 and virtual_indexes[0] < i:
+                # A virtual provided by an earlier service keeps the graph acyclic.
+                k = virtual_indexes[rng.randrange(0, _count_below(virtual_indexes, i))]
+                kinds[kind].append(virtual_of[k])
+            else:
+                kinds[kind].append(names[j])
+        services.append(
+            Service(
+                name=name,
+                roles=[ROLE] if i % 10 else [],
+                provide=[virtual_of[i]] if i in virtual_of else [],
+                need=kinds["need"],
+                want=kinds["want"],
+                use=kinds["use"],
+                after=kinds["after"],
+                before=kinds["before"],
+            )
+        )
+    return services
+
+
+def _count_below(ordered: list[int], bound: int) -> int:
+    lo, hi = 0, len(ordered)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if ordered[mid] < bound:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+def _sort_only(edges: dict[str, set[str]]) -> tuple[str, ...]:
+    return tuple(graphlib.TopologicalSorter(edges).static_order())
+
+
+def _timed(action: Callable[[], object], repeat: int) -> list[float]:
+    samples = []
+    for _ in range(repeat):
+        gc.collect()
+        start = time.perf_counter()
+        action()
+        samples.append(time.perf_counter() - start)
+    return samples
+
+
+def run(quick: bool) -> list[Row]:
+    """Median plan time per size, then the growth factor between consecutive sizes."""
+    sizes = (100, 1_000) if quick else (1_000, 10_000, 100_000)
+    rows: list[Row] = []
+    medians: list[float] = []
+    peer_medians: list[float] = []
+    for size in sizes:
+        services = synthetic_services(size)
+        plan = build_plan(services, ROLE)
+        edges = {p.name: set(p.after) for p in plan.services}
+        repeat = 3 if quick else (7 if size <= 10_000 else 3)
+        ours = _timed(functools.partial(build_plan, services, ROLE), repeat)
+        peer = _timed(functools.partial(_sort_only, edges), repeat)
+        median, spread, _ = summarize(ours)
+        peer_median, peer_spread, _ = summarize(peer)
+        medians.append(median)
+        peer_medians.append(peer_median)
+        rows.append(
+            Row(
+                benchmark=f"plan {size:,} services ({len(plan)} planned, {EDGES_PER_SERVICE} deps)",
+                unit="s",
+                median=median,
+                spread=spread,
+                samples=repeat,
+                peer="graphlib.TopologicalSorter (sort only)",
+                peer_median=peer_median,
+                peer_spread=peer_spread,
+                target="<= 1 s at 10,000" if size == 10_000 else "",
+            )
+        )
+    # The peer's growth is the yardstick: past a few MB, dicts of strings miss the CPU caches and
+    # any Python graph code grows somewhat faster than linearly on the same machine.
+    for (small, large), (ours_small, ours_large), (peer_small, peer_large) in zip(
+        itertools.pairwise(sizes),
+        itertools.pairwise(medians),
+        itertools.pairwise(peer_medians),
+        strict=True,
+    ):
+        rows.append(
+            Row(
+                benchmark=f"plan time growth {small:,} -> {large:,} services",
+                unit="x",
+                median=ours_large / ours_small,
+                spread=0.0,
+                samples=1,
+                peer="graphlib.TopologicalSorter growth",
+                peer_median=peer_large / peer_small,
+                peer_spread=0.0,
+                target=f"about x{large // small} (linear)",
+            )
+        )
+    return rows
+
+
+def main(argv: list[str]) -> None:
+    """Print the figures."""
+    for row in run(quick="--quick" in argv):
+        peer = ""
+        if row.peer is not None and row.peer_median is not None:
+            peer = f"   peer {row.peer}: {row.peer_median:.4f} {row.unit}"
+        target = f"   target {row.target}" if row.target else ""
+        print(
+            f"{row.benchmark}: {row.median:.4f} {row.unit} (spread {row.spread:.4f}){peer}{target}"
+        )
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

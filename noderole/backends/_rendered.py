@@ -1,0 +1,114 @@
+"""Rendered files and links, and writing them onto a node root atomically and idempotently."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Iterable
+from pathlib import Path, PurePosixPath
+
+import attrs
+
+from noderole.atomic import write_atomic
+from noderole.errors import BackendError
+from noderole.root import NodeRoot
+
+__all__ = ["Rendered", "RenderedFile", "RenderedLink", "write_rendered"]
+
+
+def _node_path(inst: object, attribute: attrs.Attribute[str], value: str) -> None:
+    pure = PurePosixPath(value)
+    if not value.startswith("/") or ".." in pure.parts or str(pure) != value:
+        raise ValueError(f"{attribute.name} must be a normalised absolute node path, got {value!r}")
+
+
+@attrs.frozen(kw_only=True)
+class RenderedFile:
+    """A file a backend renders: where it goes on the node, what it holds, its permission bits."""
+
+    path: str = attrs.field(validator=_node_path)
+    """Node path (``/etc/init.d/NAME``), never a path under ``--root``."""
+    content: str = attrs.field(repr=lambda s: f"<{len(s)} chars>")
+    """The complete text (UTF-8)."""
+    mode: int
+    """Permission bits, exactly (``0o755`` for a runscript, ``0o600`` for a secrets file)."""
+
+
+@attrs.frozen(kw_only=True)
+class RenderedLink:
+    """A symbolic link a backend renders (runlevel enablement, a ``.wants`` entry, an alias)."""
+
+    path: str = attrs.field(validator=_node_path)
+    """Node path of the link itself."""
+    target: str
+    """What the link points to, written as is (absolute, or relative to the link's directory)."""
+
+
+Rendered = RenderedFile | RenderedLink
+
+
+def write_rendered(files: Iterable[Rendered], *, root: NodeRoot) -> list[Path]:
+    """Put rendered files and links under ``root``; return the local paths that changed.
+
+    Files are written with :func:`noderole.atomic.write_atomic` (temporary file, fsync, rename):
+    a reader, or a boot after a power cut, sees the old file or the new one, never half of one.
+    A file whose content and mode already match is left alone (its mtime too); one whose content
+    matches but mode differs only gets a ``chmod``. A link is made under a temporary name and
+    renamed over the old one, so it never dangles or vanishes; an identical link is left alone.
+    Missing parent directories are created (mode 0755). Raises :class:`BackendError` naming the
+    path when the file system refuses.
+    """
+    changed: list[Path] = []
+    for item in sorted(files, key=lambda f: f.path):
+        local = root.resolve(item.path)
+        try:
+            local.parent.mkdir(parents=True, exist_ok=True)
+            if isinstance(item, RenderedFile):
+                did = _write_file(local, item)
+            else:
+                did = _write_link(local, item.target)
+        except OSError as error:
+            raise BackendError(
+                f"cannot write {item.path} (at {local}): {error.strerror or error}; "
+                "check that the directory is writable and not a link, then render again"
+            ) from error
+        if did:
+            changed.append(local)
+    return changed
+
+
+def _write_file(local: Path, item: RenderedFile) -> bool:
+    data = item.content.encode()
+    try:
+        info = os.lstat(local)
+        same = not os.path.islink(local) and local.read_bytes() == data
+    except FileNotFoundError:
+        same = False
+    if same:
+        if info.st_mode & 0o7777 == item.mode:
+            return False
+        os.chmod(local, item.mode)
+        return True
+    write_atomic(local, data, mode=item.mode)
+    return True
+
+
+def _write_link(local: Path, target: str) -> bool:
+    if os.path.islink(local) and os.readlink(local) == target:
+        return False
+    if local.is_dir() and not local.is_symlink():
+        raise IsADirectoryError(21, "a directory is in the way of the link", str(local))
+    temp = local.with_name(f".{local.name}.{secrets.token_hex(6)}.tmp")
+    os.symlink(target, temp)
+    try:
+        os.rename(temp, local)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
+    # The rename is only durable once the directory itself is on disk.
+    fd = os.open(local.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return True

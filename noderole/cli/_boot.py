@@ -1,0 +1,86 @@
+"""``noderole hook`` and ``noderole exec``: what rendered OpenRC and systemd files call at boot.
+
+The init system owns ordering and supervision; noderole still owns the definition. A runscript's
+``start_pre()`` (or a unit's ``ExecStartPre=``) runs ``noderole hook NAME start-pre``, and its
+command is ``noderole exec NAME``, which re-evaluates the plugins and ``exec``s the resolved argv.
+That is how a value only known at boot (the konnectivity server count in first-boot.env) reaches
+the command line without shell tricks — and without a ``$`` that systemd would expand itself.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+from noderole.cli._app import App
+from noderole.errors import StepError, UsageError
+from noderole.records import Service
+
+__all__ = ["exec_command", "hook_command"]
+
+
+def find_service(app: App, name: str) -> Service:
+    """The definition of service ``name`` as the plugins give it now."""
+    services = {s.name: s for s in app.plugins.services(app.node)}
+    try:
+        return services[name]
+    except KeyError:
+        known = ", ".join(sorted(services)) or "none"
+        raise UsageError(
+            f"no installed plugin defines service {name!r} (services: {known})"
+        ) from None
+
+
+@click.command("hook")
+@click.argument("name")
+@click.argument("phase", type=click.Choice(["start-pre", "start-post", "stop-post"]))
+@click.pass_obj
+def hook_command(app: App, name: str, phase: str) -> None:
+    """Run one service's steps for PHASE; non-zero with the reason when one fails.
+
+    start-pre runs the pre-start steps (waits, certificates); start-post waits for the readiness
+    check, if any; stop-post has nothing to do today and succeeds.
+    """
+    from noderole.steps import StepContext, run_steps
+
+    service = find_service(app, name)
+
+    def progress(what: str) -> None:
+        click.echo(f" * {name}: {what}", err=True)
+
+    ctx = StepContext(service=name, root=app.root, clock=app.clock, progress=progress)
+    try:
+        if phase == "start-pre":
+            for result in run_steps(service.pre_start, ctx):
+                click.echo(f" * {name}: {result.step.describe()}: {result.detail}", err=True)
+        elif phase == "start-post" and service.readiness is not None:
+            from noderole.waits import run_wait
+
+            run_wait(service.readiness, root=app.root, clock=app.clock, progress=progress)
+    except StepError as exc:
+        click.echo(f" * ERROR: {name}: {exc}", err=True)
+        raise SystemExit(1) from None
+
+
+@click.command("exec", context_settings={"ignore_unknown_options": True})
+@click.argument("name")
+@click.pass_obj
+def exec_command(app: App, name: str) -> None:
+    """Replace this process with service NAME's command, resolved now.
+
+    The environment is the caller's (the init system's) plus the service's own; secrets are
+    revealed only into the exec'd process.
+    """
+    service = find_service(app, name)
+    if service.command is None:
+        raise UsageError(f"service {name!r} has no command to exec (it is a milestone)")
+    program = str(app.root.resolve(service.command[0]))
+    environment = {**os.environ, **app.root.environment(), **service.revealed_environment()}
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.execve(program, list(service.command), environment)
+    except OSError as exc:
+        raise UsageError(f"cannot exec {service.command[0]} for {name}: {exc.strerror}") from exc

@@ -1,0 +1,47 @@
+"""``noderole render ROLE --backend openrc|systemd``: write init files for a role."""
+
+from __future__ import annotations
+
+import click
+
+from noderole.cli._app import App
+from noderole.cli._inspect import build_role_plan, role_argument
+
+__all__ = ["render_command"]
+
+
+@click.command("render")
+@role_argument
+@click.option(
+    "--backend",
+    type=click.Choice(["openrc", "systemd"]),
+    required=True,
+    help="Which init system's files to write.",
+)
+@click.option(
+    "--static",
+    is_flag=True,
+    help=(
+        "Write each command's arguments into the file instead of `noderole exec NAME` "
+        "(values only known at boot, such as first-boot.env's, are then frozen at render time)."
+    ),
+)
+@click.pass_obj
+def render_command(app: App, role: str, backend: str, static: bool) -> None:
+    """Write OpenRC runscripts or systemd units (and their enablement) for every service of ROLE.
+
+    Works at image build time under --root without a running init; files name the paths as the
+    booted machine sees them. Rendering is deterministic and atomic; unchanged files are left
+    untouched.
+    """
+    from noderole.backends import render_openrc, render_systemd, write_rendered
+
+    plan = build_role_plan(app, role)
+    services = [entry.service for entry in plan.services]
+    noderole_path = str(app.config.table("noderole")["noderole_path"])
+    render = render_openrc if backend == "openrc" else render_systemd
+    files = render(services, noderole_path=noderole_path, exec_mode=not static)
+    changed = write_rendered(files, root=app.root)
+    for item in files:
+        mark = "written" if app.root.resolve(item.path) in changed else "unchanged"
+        click.echo(f"{mark:<9} {item.path}")

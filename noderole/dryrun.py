@@ -1,0 +1,92 @@
+"""``apply --dry-run``: the plan with the node's current state, changing nothing.
+
+For each service: would it start, restart (and why), or be left running; and for each
+certificate step, would the pair be reused or minted (and why). Nothing is waited for, written
+or started.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from noderole.engine import _PART_NAMES, definition_digests
+from noderole.errors import NoderoleError
+from noderole.records import MintCertificate
+from noderole.state import read_applied
+
+if TYPE_CHECKING:
+    from noderole.cli._app import App
+    from noderole.engine import Backend
+    from noderole.plan import Plan
+
+__all__ = ["certificate_verdict", "dry_run_report"]
+
+
+def certificate_verdict(app: App, step: MintCertificate) -> str:
+    """``reuse: ...`` or ``mint: reason`` for a certificate step, without writing anything."""
+    import datetime as dt
+
+    from noderole.certs import load_ca, reuse_verdict
+    from noderole.sans import parse_sans
+
+    ca_cert, ca_key = app.root.resolve(step.ca_cert), app.root.resolve(step.ca_key)
+    if not (ca_cert.exists() and ca_key.exists()):
+        return f"mint once {step.ca_cert} appears"
+    now = dt.datetime.fromtimestamp(app.clock.time(), dt.UTC)
+    try:
+        ca = load_ca(ca_cert, ca_key, now=now)
+        sans = parse_sans(step.sans)
+    except NoderoleError as exc:
+        return f"would fail: {exc}"
+
+    def read(node_path: str) -> bytes | None:
+        try:
+            return app.root.resolve(node_path).read_bytes()
+        except OSError:
+            return None
+
+    reuse, reason = reuse_verdict(
+        read(step.cert_path),
+        read(step.key_path),
+        ca=ca,
+        common_name=step.common_name,
+        sans=sans,
+        renew_before_days=step.renew_before_days,
+        now=now,
+    )
+    return f"reuse: {reason}" if reuse else f"mint: {reason}"
+
+
+def dry_run_report(app: App, plan: Plan, backend: Backend) -> list[dict[str, Any]]:
+    """One row per planned service: ``name``, ``action``, ``why``, ``certificates``."""
+    current = backend.status([e.name for e in plan.services if e.service.command is not None])
+    previous = read_applied(app.root)
+    rows = []
+    for entry in plan.services:
+        service = entry.service
+        certificates = [
+            {"path": step.cert_path, "verdict": certificate_verdict(app, step)}
+            for step in service.pre_start
+            if isinstance(step, MintCertificate)
+        ]
+        minting = [c for c in certificates if c["verdict"].startswith("mint:")]
+        status = current.get(entry.name)
+        running = status is not None and status.state in ("starting", "running", "ready")
+        if service.command is None:
+            action, why = "check", f"{len(service.pre_start)} steps, no process"
+        elif not running:
+            action, why = "start", "not running"
+        else:
+            before = previous.get(entry.name, {})
+            digests = definition_digests(service)
+            changed = [_PART_NAMES[k] for k in sorted(digests) if before.get(k) != digests[k]]
+            if changed or minting:
+                reasons = [f"{', '.join(changed)} changed"] if changed else []
+                reasons += [f"certificate {c['path']} would be re-minted" for c in minting]
+                action, why = "restart", "; ".join(reasons)
+            else:
+                action, why = "keep", "running, unchanged"
+        rows.append(
+            {"name": entry.name, "action": action, "why": why, "certificates": certificates}
+        )
+    return rows

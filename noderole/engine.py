@@ -1,0 +1,446 @@
+"""Applying a plan: pre-start steps, then start, in dependency order, concurrently where allowed.
+
+Each service runs in its own thread and begins once everything it comes after has finished (and,
+where that dependency declares a readiness check, is ready, bounded by the readiness timeout).
+Independent services' waits, certificates and starts therefore overlap. A failed step or start
+fails that service with its reason; services that ``need`` it are skipped and say so; everything
+else goes on.
+
+Apply is idempotent: a service already running with the same definition fingerprint is left
+alone. The fingerprint covers the command, arguments, environment, user, logs and supervision
+settings, plus the fingerprint of every certificate its steps produced — konnectivity-server reads
+its certificate only at start, so a re-minted certificate must restart it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Literal, Protocol
+
+import attrs
+
+from noderole.clock import Clock
+from noderole.errors import NoderoleError, StepError
+from noderole.plan import Plan, PlannedService
+from noderole.records import Service
+from noderole.root import NodeRoot
+from noderole.steps import StepContext, StepResult, run_steps
+
+__all__ = [
+    "ApplyReport",
+    "Backend",
+    "Progress",
+    "ServiceReport",
+    "StepTiming",
+    "apply_plan",
+    "definition_digests",
+]
+
+Status = Literal["started", "restarted", "running", "done", "failed", "skipped"]
+
+
+class BackendStatus(Protocol):
+    """What the engine reads of a service's current state (the supervisor's ServiceStatus)."""
+
+    @property
+    def state(self) -> str: ...
+    @property
+    def pid(self) -> int | None: ...
+    @property
+    def fingerprint(self) -> str: ...
+    @property
+    def reason(self) -> str: ...
+
+
+class Backend(Protocol):
+    """Where started services live: the native supervisor, OpenRC or systemd."""
+
+    name: str
+
+    def status(self, names: Sequence[str]) -> Mapping[str, BackendStatus]:
+        """Current state of the named services (absent: never started)."""
+        ...
+
+    def start(self, service: Service, *, fingerprint: str) -> BackendStatus:
+        """Start (or replace, when the fingerprint differs) the service's process."""
+        ...
+
+    def stop(self, names: Sequence[str]) -> Sequence[BackendStatus]:
+        """Stop the services in the given order; return when every process is gone."""
+        ...
+
+
+class Progress(Protocol):
+    """Console progress (OpenRC's `` * Starting x ... [ ok ]``); see :mod:`noderole.console`."""
+
+    def starting(self, name: str, description: str) -> None: ...
+    def waiting(self, name: str, what: str) -> None: ...
+    def finished(self, report: ServiceReport) -> None: ...
+
+
+@attrs.frozen(kw_only=True)
+class StepTiming:
+    """How long one step took, for the ``cloud-init analyze blame``-style report."""
+
+    kind: str
+    """``wait``, ``certificate``, ``directories``, ``file``, ``call``, ``fail`` or ``start``."""
+    description: str
+    """The step's own description."""
+    seconds: float
+    """Duration."""
+    detail: str = ""
+    """What happened (``minted: SANs changed ...``)."""
+
+
+@attrs.frozen(kw_only=True)
+class ServiceReport:
+    """The outcome of applying one service."""
+
+    name: str
+    """Service name."""
+    status: Status
+    """started, restarted, running (already, untouched), done (milestone), failed, skipped."""
+    reason: str = ""
+    """Why it failed, was skipped or restarted."""
+    pid: int | None = None
+    """The process's pid, when it has one."""
+    ready: bool | None = None
+    """Readiness as of the end of apply (None: no readiness check)."""
+    steps: tuple[StepTiming, ...] = ()
+    """Timings of pre-start steps and of the start itself."""
+    seconds: float = 0.0
+    """From the moment its dependencies allowed it to begin to its end."""
+    minted: tuple[str, ...] = ()
+    """Certificates minted (node paths)."""
+
+    @property
+    def ok(self) -> bool:
+        """True unless failed or skipped."""
+        return self.status not in ("failed", "skipped")
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {
+            "name": self.name,
+            "status": self.status,
+            "reason": self.reason,
+            "pid": self.pid,
+            "ready": self.ready,
+            "seconds": round(self.seconds, 6),
+            "minted": list(self.minted),
+            "steps": [attrs.asdict(step) for step in self.steps],
+        }
+
+
+@attrs.frozen(kw_only=True)
+class ApplyReport:
+    """The outcome of ``noderole apply ROLE``."""
+
+    role: str
+    """The applied role."""
+    backend: str
+    """Backend that started the services."""
+    services: tuple[ServiceReport, ...]
+    """One report per planned service, in plan order."""
+    seconds: float
+    """Total duration."""
+
+    @property
+    def ok(self) -> bool:
+        """True when every service runs (or, for milestones, is done)."""
+        return all(report.ok for report in self.services)
+
+    @property
+    def failed(self) -> list[ServiceReport]:
+        """Failed and skipped services."""
+        return [report for report in self.services if not report.ok]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (``apply --json``)."""
+        return {
+            "role": self.role,
+            "backend": self.backend,
+            "ok": self.ok,
+            "seconds": round(self.seconds, 6),
+            "services": [report.to_dict() for report in self.services],
+        }
+
+
+def definition_digests(service: Service) -> dict[str, str]:
+    """A digest per part of a definition, so a restart can say what changed (no secret stored)."""
+    parts: dict[str, Any] = {
+        "command": list(service.command or ()),
+        "environment": service.revealed_environment(),
+        "user": [service.user, service.group, service.working_directory],
+        "logs": [service.pidfile, service.output_log, service.error_log],
+        "supervision": attrs.asdict(service.supervision),
+    }
+    return {
+        key: hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:16]
+        for key, value in parts.items()
+    }
+
+
+_PART_NAMES = {
+    "command": "command or arguments",
+    "environment": "environment",
+    "user": "user, group or working directory",
+    "logs": "pidfile or logs",
+    "supervision": "supervision settings",
+}
+
+
+def _fingerprint(digests: Mapping[str, str], certificates: Sequence[str]) -> str:
+    blob = json.dumps({"definition": digests, "certificates": list(certificates)}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+class _Run:
+    """One apply: shared state of the per-service threads."""
+
+    def __init__(
+        self,
+        plan: Plan,
+        *,
+        root: NodeRoot,
+        clock: Clock,
+        backend: Backend,
+        progress: Progress,
+        readiness_timeout: float,
+        previous: Mapping[str, Mapping[str, str]],
+    ) -> None:
+        self.plan = plan
+        self.root = root
+        self.clock = clock
+        self.backend = backend
+        self.progress = progress
+        self.readiness_timeout = readiness_timeout
+        self.previous = previous
+        self.done = {entry.name: threading.Event() for entry in plan.services}
+        self.reports: dict[str, ServiceReport] = {}
+        self.digests: dict[str, dict[str, str]] = {}
+        self._ready_locks = {entry.name: threading.Lock() for entry in plan.services}
+        self._ready: dict[str, str | None] = {}  # name -> None (ready) or why not
+        self.current: Mapping[str, BackendStatus] = {}
+
+    # ---------------------------------------------------------------- per service
+
+    def run(self, entry: PlannedService) -> None:
+        try:
+            report = self._service(entry)
+        except Exception as exc:  # a bug must fail one service, never hang the others
+            report = ServiceReport(
+                name=entry.name, status="failed", reason=f"{type(exc).__name__}: {exc}"
+            )
+        self.reports[entry.name] = report
+        self.progress.finished(report)
+        self.done[entry.name].set()
+
+    def _service(self, entry: PlannedService) -> ServiceReport:
+        # Dependencies outside this run (``restart`` of a few services) are taken as they are.
+        after = [d for d in entry.after if d in self.done]
+        for dependency in after:
+            self.done[dependency].wait()
+        service = entry.service
+        for dependency in entry.needs:
+            dep = self.reports.get(dependency)
+            if dep is not None and not dep.ok:
+                return ServiceReport(
+                    name=entry.name,
+                    status="skipped",
+                    reason=f"not started: it needs {dependency}, which {_verb(dep)}",
+                )
+        for dependency in after:
+            why_not = self._wait_ready(dependency)
+            if why_not and dependency in entry.needs:
+                return ServiceReport(
+                    name=entry.name,
+                    status="skipped",
+                    reason=f"not started: it needs {dependency}, which is {why_not}",
+                )
+        start = self.clock.monotonic()
+        self.progress.starting(entry.name, service.description)
+        ctx = StepContext(
+            service=entry.name,
+            root=self.root,
+            clock=self.clock,
+            progress=lambda what: self.progress.waiting(entry.name, what),
+        )
+        try:
+            results = run_steps(service.pre_start, ctx)
+        except StepError as exc:
+            done: list[StepResult] = getattr(exc, "results", [])
+            return ServiceReport(
+                name=entry.name,
+                status="failed",
+                reason=str(exc),
+                steps=tuple(_timing(r) for r in done),
+                seconds=self.clock.monotonic() - start,
+            )
+        timings = [_timing(r) for r in results]
+        minted = tuple(
+            r.step.cert_path  # type: ignore[union-attr]
+            for r in results
+            if r.certificate is not None and r.certificate.action == "minted"
+        )
+        if service.command is None:
+            return ServiceReport(
+                name=entry.name,
+                status="done",
+                steps=tuple(timings),
+                seconds=self.clock.monotonic() - start,
+            )
+        digests = definition_digests(service)
+        self.digests[entry.name] = digests
+        certificates = [r.certificate.fingerprint for r in results if r.certificate is not None]
+        fingerprint = _fingerprint(digests, certificates)
+        current = self.current.get(entry.name)
+        running = current is not None and current.state in ("starting", "running", "ready")
+        if running and current is not None and current.fingerprint == fingerprint:
+            return ServiceReport(
+                name=entry.name,
+                status="running",
+                reason="already running",
+                pid=current.pid,
+                steps=tuple(timings),
+                seconds=self.clock.monotonic() - start,
+            )
+        reason = ""
+        if running:
+            reason = self._restart_reason(entry.name, digests, results)
+        began = self.clock.monotonic()
+        try:
+            status = self.backend.start(service, fingerprint=fingerprint)
+        except NoderoleError as exc:
+            return ServiceReport(
+                name=entry.name,
+                status="failed",
+                reason=f"could not start: {exc}",
+                steps=tuple(timings),
+                seconds=self.clock.monotonic() - start,
+            )
+        timings.append(
+            StepTiming(kind="start", description="start", seconds=self.clock.monotonic() - began)
+        )
+        if status.state in ("crashed", "stopped"):
+            return ServiceReport(
+                name=entry.name,
+                status="failed",
+                reason=f"exited at start: {status.reason or status.state}",
+                steps=tuple(timings),
+                seconds=self.clock.monotonic() - start,
+            )
+        return ServiceReport(
+            name=entry.name,
+            status="restarted" if running else "started",
+            reason=reason,
+            pid=status.pid,
+            steps=tuple(timings),
+            seconds=self.clock.monotonic() - start,
+            minted=minted,
+        )
+
+    def _restart_reason(
+        self, name: str, digests: Mapping[str, str], results: Sequence[StepResult]
+    ) -> str:
+        reasons = [
+            f"certificate {r.step.cert_path} re-minted ({r.certificate.reason})"  # type: ignore[union-attr]
+            for r in results
+            if r.certificate is not None and r.certificate.action == "minted"
+        ]
+        before = self.previous.get(name, {})
+        changed = [
+            _PART_NAMES[k] for k in sorted(digests) if before and before.get(k) != digests[k]
+        ]
+        if changed:
+            reasons.append(f"{', '.join(changed)} changed")
+        return "restarted: " + ("; ".join(reasons) if reasons else "definition changed")
+
+    def _wait_ready(self, name: str) -> str | None:
+        """Wait (once, shared by all dependents) for ``name``'s readiness; None when ready."""
+        readiness = self.plan[name].service.readiness
+        report = self.reports[name]
+        if readiness is None or not report.ok or report.status == "done":
+            return None
+        with self._ready_locks[name]:
+            if name in self._ready:
+                return self._ready[name]
+            from noderole.waits import run_wait
+
+            timeout = min(readiness.timeout, self.readiness_timeout)
+            bounded = attrs.evolve(readiness, timeout=timeout)
+            self.progress.waiting(name, f"{name} to be ready ({readiness.describe()})")
+            try:
+                run_wait(bounded, root=self.root, clock=self.clock)
+                self._ready[name] = None
+            except NoderoleError:
+                self._ready[name] = f"not ready after {timeout:g}s"
+            return self._ready[name]
+
+
+def _verb(report: ServiceReport) -> str:
+    if report.status == "skipped":
+        return f"was not started ({report.reason.removeprefix('not started: ')})"
+    return f"failed: {report.reason}"
+
+
+def _timing(result: StepResult) -> StepTiming:
+    return StepTiming(
+        kind=result.kind,
+        description=result.step.describe(),
+        seconds=result.seconds,
+        detail=result.detail,
+    )
+
+
+def apply_plan(
+    plan: Plan,
+    *,
+    root: NodeRoot,
+    clock: Clock,
+    backend: Backend,
+    progress: Progress,
+    readiness_timeout: float = 60.0,
+    previous: Mapping[str, Mapping[str, str]] | None = None,
+    on_digests: Callable[[dict[str, dict[str, str]]], None] | None = None,
+) -> ApplyReport:
+    """Apply ``plan`` through ``backend``; never raises for a service's failure (see the report)."""
+    run = _Run(
+        plan,
+        root=root,
+        clock=clock,
+        backend=backend,
+        progress=progress,
+        readiness_timeout=readiness_timeout,
+        previous=previous or {},
+    )
+    started = clock.monotonic()
+    run.current = backend.status([entry.name for entry in plan.services])
+    threads = [
+        threading.Thread(target=run.run, args=(entry,), name=f"apply:{entry.name}", daemon=True)
+        for entry in plan.services
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if on_digests is not None:
+        on_digests(run.digests)
+    # Readiness as of now: apply waited for it only where a dependent needed it.
+    final = backend.status([e.name for e in plan.services if e.service.readiness is not None])
+    reports = []
+    for entry in plan.services:
+        report = run.reports[entry.name]
+        now = final.get(entry.name)
+        if entry.service.readiness is not None and report.ok and report.status != "done":
+            report = attrs.evolve(report, ready=now is not None and now.state == "ready")
+        reports.append(report)
+    return ApplyReport(
+        role=plan.role,
+        backend=backend.name,
+        services=tuple(reports),
+        seconds=clock.monotonic() - started,
+    )

@@ -1,0 +1,148 @@
+"""What /proc says about a process: alive or not, which group, and *which* process.
+
+A pid alone names nothing for long: it is reused. Every decision the supervisor takes about a
+process it did not just fork (a pidfile, a state file written by a killed supervisor) checks the
+start time from ``/proc/PID/stat`` (clock ticks since boot) against the one recorded at spawn.
+A zombie is never counted alive (openrc#252): it runs no code and holds no port.
+
+Standard library only: the daemon imports this module and must stay small.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from typing import NamedTuple
+
+__all__ = [
+    "ProcStat",
+    "boot_id",
+    "describe_status",
+    "group_members",
+    "is_alive",
+    "kill_group",
+    "proc_stat",
+    "signal_number",
+    "wait_group_gone",
+]
+
+
+class ProcStat(NamedTuple):
+    """The fields of ``/proc/PID/stat`` the supervisor needs."""
+
+    pid: int
+    state: str
+    """One letter: R, S, D, T, Z (zombie), X (dead)..."""
+    ppid: int
+    pgrp: int
+    session: int
+    start_ticks: int
+    """Start time in clock ticks after boot: with the pid, identifies a process for its lifetime."""
+
+    @property
+    def running(self) -> bool:
+        """True unless the process is a zombie or dead."""
+        return self.state not in ("Z", "X", "x")
+
+
+def proc_stat(pid: int) -> ProcStat | None:
+    """Parse ``/proc/PID/stat``; None when there is no such process."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            raw = f.read().decode("ascii", "replace")
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    # The command name (field 2) may contain spaces and parentheses: split after the last ')'.
+    fields = raw[raw.rfind(")") + 2 :].split()
+    try:
+        return ProcStat(
+            pid=pid,
+            state=fields[0],
+            ppid=int(fields[1]),
+            pgrp=int(fields[2]),
+            session=int(fields[3]),
+            start_ticks=int(fields[19]),
+        )
+    except (IndexError, ValueError):
+        return None
+
+
+def is_alive(pid: int, start_ticks: int | None = None) -> bool:
+    """True when PID runs (not a zombie) and, if given, started at ``start_ticks``."""
+    st = proc_stat(pid)
+    if st is None or not st.running:
+        return False
+    return start_ticks is None or st.start_ticks == start_ticks
+
+
+def group_members(pgid: int, *, started_since: int | None = None) -> list[int]:
+    """Pids of the running (non-zombie) processes in process group ``pgid``.
+
+    ``started_since``: keep only processes that started at or after these ticks, i.e. that can
+    descend from the recorded group leader.
+    """
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return []  # fast path: the kernel knows of no member at all
+    except PermissionError:
+        pass
+    members = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        st = proc_stat(int(entry))
+        if st is None or st.pgrp != pgid or not st.running:
+            continue
+        if started_since is not None and st.start_ticks < started_since:
+            continue
+        members.append(st.pid)
+    return members
+
+
+def kill_group(pgid: int, sig: int) -> None:
+    """Send ``sig`` to the process group; a group that is already gone is not an error."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, sig)
+
+
+def wait_group_gone(pgid: int, timeout: float, *, started_since: int | None = None) -> list[int]:
+    """Poll until the group has no running member or ``timeout`` passes; returns the survivors.
+
+    Blocking: for the client and for recovery at daemon start, never inside the event loop.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        left = group_members(pgid, started_since=started_since)
+        if not left or time.monotonic() >= deadline:
+            return left
+        time.sleep(0.01)
+
+
+def boot_id() -> str:
+    """This boot's random id: recorded pids mean nothing after a reboot."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def signal_number(name: str) -> int:
+    """``"SIGTERM"`` -> 15; raises ValueError naming the input otherwise."""
+    try:
+        return int(signal.Signals[name])
+    except KeyError:
+        raise ValueError(f"unknown signal name {name!r} (use a name such as SIGTERM)") from None
+
+
+def describe_status(returncode: int) -> str:
+    """Popen returncode -> ``"exit 3"`` or ``"signal SIGKILL"``."""
+    if returncode < 0:
+        try:
+            return f"signal {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"signal {-returncode}"
+    return f"exit {returncode}"

@@ -1,0 +1,483 @@
+"""Bounded waits that return as soon as their condition holds: paths by inotify, others by polling.
+
+The seed waits with ``while ...; do sleep 2; done``: it notices a file up to 2 s late and cannot be
+tested without waiting for real. Here:
+
+- **Paths** (:class:`~noderole.records.WaitForPaths`) block on an inotify descriptor that watches
+  the deepest existing ancestor directory of every missing path, for entries created or moved in
+  and for attribute changes (``chmod`` makes a file readable). When a directory on the way appears,
+  the next round watches deeper. The condition is re-checked after every (re)arming, because
+  whatever appeared between the check and the watch sent no event we could see, and once a second
+  in case an event was missed (a rename higher up, a filesystem without inotify).
+- **Sockets, TCP ports, HTTP URLs and commands** have nothing to watch, so they are polled: the
+  first retry after 5 ms, then every 10 ms (commands: every 50 ms, since each run forks a
+  process). A refused connection to loopback costs tens of microseconds, so a long wait costs about
+  1 % of a core and reacts within about 10 ms (bench/bench_waits.py measures both). A unix socket
+  whose file does not exist yet is watched by inotify until it appears, and only then polled.
+
+Every timeout is computed from ``clock.monotonic()`` and every pause goes through
+``clock.wait_readable``, so a :class:`~noderole.clock.FakeClock` runs a 120 s timeout at once. Each
+wait owns its inotify descriptor and gives it up on every way out (a background thread does the
+slow ``close``); waits share no other state, so any number may run in threads at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import functools
+import os
+import signal
+import socket
+import subprocess
+import threading
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import attrs
+
+from noderole.clock import Clock
+from noderole.errors import WaitTimeout
+from noderole.records import (
+    Wait,
+    WaitForCommand,
+    WaitForHttp,
+    WaitForPaths,
+    WaitForSocket,
+    WaitForTcp,
+)
+from noderole.root import NodeRoot
+
+if TYPE_CHECKING:
+    import ssl
+
+__all__ = [
+    "COMMAND_POLL_CAP",
+    "POLL_CAP",
+    "POLL_FIRST",
+    "SAFETY_RECHECK",
+    "flush_closes",
+    "missing",
+    "run_wait",
+]
+
+POLL_FIRST = 0.005
+"""Seconds before the first retry of a polled wait."""
+POLL_CAP = 0.015
+"""Longest pause between tries of a socket, TCP or HTTP wait (the interval doubles up to it)."""
+COMMAND_POLL_CAP = 0.100
+"""Longest pause between runs of a command wait: each run forks and execs, about 1 ms of CPU."""
+SAFETY_RECHECK = 1.0
+"""Seconds between re-checks of an inotify-driven wait when no event arrives."""
+ATTEMPT_TIMEOUT = 2.0
+"""Longest single TCP connect or HTTP request, so a server that hangs cannot eat the whole wait."""
+
+# inotify(7) constants (linux/inotify.h); IN_NONBLOCK and IN_CLOEXEC equal the O_ flags.
+_IN_ATTRIB = 0x00000004
+_IN_MOVED_TO = 0x00000080
+_IN_CREATE = 0x00000100
+_IN_DELETE_SELF = 0x00000400
+_IN_MOVE_SELF = 0x00000800
+_IN_ONLYDIR = 0x01000000
+_WATCH_MASK = _IN_CREATE | _IN_MOVED_TO | _IN_ATTRIB | _IN_DELETE_SELF | _IN_MOVE_SELF | _IN_ONLYDIR
+# IN_CLOSE_WRITE is left out on purpose: "exists and is readable" cannot change when a file is
+# closed, and in a busy directory (/run, /var/log) it would wake the wait for nothing.
+
+
+def run_wait(
+    wait: Wait,
+    *,
+    root: NodeRoot,
+    clock: Clock,
+    progress: Callable[[str], None] | None = None,
+) -> float:
+    """Block until ``wait``'s condition holds; return the seconds waited.
+
+    ``progress(text)`` is called once, when the condition does not hold at the first look, with
+    what is awaited (``waiting for /etc/rancher/k3s/k3s.yaml (up to 120s)``). Raises
+    :class:`~noderole.errors.WaitTimeout` when ``wait.timeout`` passes first; its message is
+    ``wait.message`` with ``{elapsed}`` and ``{missing}`` filled in, or names what is missing.
+    """
+    start = clock.monotonic()
+    deadline = start + wait.timeout
+    probe = _prober(wait, root)
+    cap = COMMAND_POLL_CAP if isinstance(wait, WaitForCommand) else POLL_CAP
+    interval = POLL_FIRST
+    announced = False
+    inotify: _Inotify | None = None
+    inotify_failed = False
+    try:
+        while True:
+            state = probe(deadline - clock.monotonic())
+            if not state.done and state.watch and not inotify_failed:
+                if inotify is None:
+                    inotify = _Inotify.open()
+                    inotify_failed = inotify is None
+                if inotify is not None:
+                    for path in state.watch:
+                        inotify.watch_around(path)
+                    # Whatever appeared between the look and the watch sent no event we saw.
+                    state = probe(deadline - clock.monotonic())
+            if state.done:
+                return clock.monotonic() - start
+            if not announced:
+                announced = True
+                if progress is not None:
+                    progress(f"waiting for {', '.join(state.missing)} (up to {wait.timeout:g}s)")
+            now = clock.monotonic()
+            if now >= deadline:
+                raise WaitTimeout(_timeout_message(wait, now - start, state.missing))
+            if state.watch and inotify is not None:
+                pause = SAFETY_RECHECK
+            else:
+                pause, interval = interval, min(cap, interval * 2)
+            fd = inotify.fd if inotify is not None else None
+            if clock.wait_readable(fd, min(deadline - now, pause)) and inotify is not None:
+                inotify.drain()
+    finally:
+        if inotify is not None:
+            inotify.close()
+
+
+def missing(wait: Wait, *, root: NodeRoot) -> list[str]:
+    """What ``wait`` still lacks right now (node paths or endpoints, with the reason); [] if none.
+
+    Looks once without waiting; a TCP, HTTP or command check makes one bounded attempt.
+    """
+    state = _prober(wait, root)(ATTEMPT_TIMEOUT)
+    return [] if state.done else list(state.missing)
+
+
+# --------------------------------------------------------------------------- probes
+
+
+@attrs.frozen
+class _State:
+    done: bool
+    """The condition holds."""
+    missing: tuple[str, ...] = ()
+    """What is lacking, for messages."""
+    watch: tuple[Path, ...] = ()
+    """Local paths whose appearance (or change) inotify can report; empty: poll instead."""
+
+
+_Probe = Callable[[float], _State]
+"""One look at the condition; the argument is the time left (bounds a network try or a command)."""
+
+
+def _prober(wait: Wait, root: NodeRoot) -> _Probe:
+    if isinstance(wait, WaitForPaths):
+        return functools.partial(_probe_paths, wait, [(p, root.resolve(p)) for p in wait.paths])
+    if isinstance(wait, WaitForSocket):
+        return functools.partial(_probe_socket, wait.path, root.resolve(wait.path))
+    if isinstance(wait, WaitForTcp):
+        return functools.partial(_probe_tcp, wait.host, wait.port)
+    if isinstance(wait, WaitForHttp):
+        return functools.partial(_probe_http, wait.url)
+    if isinstance(wait, WaitForCommand):
+        argv = (_executable(root, wait.argv[0]), *wait.argv[1:])
+        env = {**os.environ, **root.environment()}
+        return functools.partial(_probe_command, argv, wait.argv, env)
+    raise TypeError(f"not a wait record: {wait!r}")
+
+
+def _probe_paths(wait: WaitForPaths, paths: list[tuple[str, Path]], _left: float) -> _State:
+    lacking: list[str] = []
+    local_lacking: list[Path] = []
+    for node_path, local in paths:
+        reason = _path_lacks(local, readable=wait.readable)
+        if reason is None:
+            if wait.require == "any":
+                return _State(done=True)
+            continue
+        lacking.append(node_path if not reason else f"{node_path} ({reason})")
+        local_lacking.append(local)
+    if not lacking:
+        return _State(done=True)
+    return _State(done=False, missing=tuple(lacking), watch=tuple(local_lacking))
+
+
+def _path_lacks(local: Path, *, readable: bool) -> str | None:
+    """None when the path is there (and readable if asked); "" when absent; else the reason."""
+    if not os.path.exists(local):
+        return ""
+    if readable and not os.access(local, os.R_OK):
+        return "not readable"
+    return None
+
+
+def _probe_socket(node_path: str, local: Path, left: float) -> _State:
+    label = f"unix socket {node_path}"
+    if not os.path.lexists(local):
+        # Nothing can accept before the socket file exists: wait for it by inotify, not polling.
+        return _State(done=False, missing=(f"{label} (absent)",), watch=(local,))
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(max(0.05, min(left, ATTEMPT_TIMEOUT)))
+        try:
+            sock.connect(os.fspath(local))
+        except OSError as error:
+            return _State(done=False, missing=(f"{label} ({_reason(error)})",))
+    return _State(done=True)
+
+
+def _probe_tcp(host: str, port: int, left: float) -> _State:
+    label = f"tcp {_endpoint(host, port)}"
+    try:
+        # Resolved on every try: at boot the name may start resolving, or change, mid-wait.
+        addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError as error:
+        return _State(done=False, missing=(f"{label} ({_reason(error)})",))
+    reason = "no address"
+    for family, kind, proto, _, address in addresses:
+        # connect_ex, not create_connection: no exception per refusal, a third less CPU a try.
+        with socket.socket(family, kind, proto) as sock:
+            sock.settimeout(max(0.05, min(left, ATTEMPT_TIMEOUT)))
+            code = sock.connect_ex(address)
+        if code == 0:
+            return _State(done=True)
+        reason = "timed out" if code in (errno.EAGAIN, errno.EINPROGRESS) else os.strerror(code)
+    return _State(done=False, missing=(f"{label} ({reason.lower()})",))
+
+
+def _probe_http(url: str, left: float) -> _State:
+    import http.client
+    import urllib.parse
+
+    parts = urllib.parse.urlsplit(url)
+    timeout = max(0.05, min(left, ATTEMPT_TIMEOUT))
+    conn: http.client.HTTPConnection
+    if parts.scheme == "https":
+        conn = http.client.HTTPSConnection(
+            parts.hostname or "", parts.port, timeout=timeout, context=_insecure_tls()
+        )
+    else:
+        conn = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=timeout)
+    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    try:
+        conn.request("GET", target, headers={"User-Agent": "noderole-wait", "Connection": "close"})
+        status = conn.getresponse().status
+    except (OSError, http.client.HTTPException) as error:
+        return _State(done=False, missing=(f"{url} ({_reason(error)})",))
+    finally:
+        conn.close()
+    if 200 <= status < 300:
+        return _State(done=True)
+    return _State(done=False, missing=(f"{url} (HTTP {status})",))
+
+
+@functools.cache
+def _insecure_tls() -> ssl.SSLContext:
+    # Like a kubelet HTTPS probe: the wait asks "is it up", sends nothing secret, and local
+    # services at boot serve certificates from CAs this process does not (yet) trust.
+    import ssl
+
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    return context
+
+
+def _probe_command(
+    argv: tuple[str, ...], shown: tuple[str, ...], env: dict[str, str], left: float
+) -> _State:
+    label = f"`{' '.join(shown)}`"
+    try:
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            env=env,
+            # Own process group: a timed-out try is killed with its children, not just the shell.
+            start_new_session=True,
+        )
+    except OSError as error:
+        return _State(done=False, missing=(f"{label} (cannot run: {_reason(error)})",))
+    try:
+        _, err = proc.communicate(timeout=max(0.05, left))
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        return _State(done=False, missing=(f"{label} (still running at the deadline)",))
+    if proc.returncode == 0:
+        return _State(done=True)
+    last = next(
+        (ln for ln in reversed(err.decode(errors="replace").splitlines()) if ln.strip()), ""
+    )
+    detail = f": {last.strip()[:200]}" if last else ""
+    return _State(done=False, missing=(f"{label} (exit {proc.returncode}{detail})",))
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    try:
+        proc.communicate(timeout=1.0)
+    except subprocess.TimeoutExpired:
+        # A grandchild that left the group still holds stderr open: stop reading, reap the child.
+        if proc.stderr is not None:
+            proc.stderr.close()
+        proc.wait()
+
+
+def _executable(root: NodeRoot, node_path: str) -> str:
+    """argv[0] under the root; a tool the root does not hold (``/bin/sh``) is the machine's own."""
+    local = root.resolve(node_path)
+    return os.fspath(local) if root.is_real or local.exists() else node_path
+
+
+def _endpoint(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _reason(error: BaseException) -> str:
+    if isinstance(error, OSError) and error.strerror:
+        return error.strerror.lower()
+    return str(error) or type(error).__name__
+
+
+def _timeout_message(wait: Wait, waited: float, lacking: Iterable[str]) -> str:
+    elapsed = round(waited)
+    joined = ", ".join(lacking)
+    if wait.message is not None:
+        try:
+            return wait.message.format(elapsed=elapsed, missing=joined)
+        except (KeyError, IndexError, ValueError):
+            # A message with stray braces is shown as written rather than lost.
+            return f"{wait.message} ({elapsed}s; missing: {joined})"
+    if isinstance(wait, WaitForPaths):
+        what = "none present" if wait.require == "any" and len(wait.paths) > 1 else "still missing"
+        return f"{what} after {elapsed}s: {joined}"
+    return f"still not ready after {elapsed}s: {joined}"
+
+
+# --------------------------------------------------------------------------- inotify
+
+
+@functools.cache
+def _libc() -> ctypes.CDLL | None:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.inotify_init1.argtypes = [ctypes.c_int]
+        libc.inotify_init1.restype = ctypes.c_int
+        libc.inotify_add_watch.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
+        libc.inotify_add_watch.restype = ctypes.c_int
+    except (OSError, AttributeError):
+        return None
+    return libc
+
+
+class _Inotify:
+    """One inotify descriptor, owned by one wait."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    @classmethod
+    def open(cls) -> _Inotify | None:
+        """A new descriptor, or None when inotify is unavailable (the wait then polls)."""
+        libc = _libc()
+        if libc is None:
+            return None
+        fd = libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+        # EMFILE (fs.inotify.max_user_instances, 128 by default) or ENOSYS: fall back to polling.
+        return None if fd < 0 else cls(fd)
+
+    def watch_around(self, path: Path) -> None:
+        """Watch the directories whose events can change whether ``path`` is there."""
+        self._watch_deepest(path.parent)
+        if path.is_symlink():
+            # A dangling link becomes "there" when its target appears, maybe in another directory.
+            self._watch_deepest(Path(os.path.realpath(path)).parent)
+
+    def _watch_deepest(self, directory: Path) -> None:
+        libc = _libc()
+        assert libc is not None
+        watched: Path | None = None
+        # Until stable: a directory created between the look and the watch sent its event to
+        # nobody, so after each watch look again and go deeper if the tree grew meanwhile.
+        for _ in range(64):
+            existing = _deepest_directory(directory)
+            if existing == watched:
+                return
+            # Adding a watch twice returns the same descriptor: re-arming costs one syscall.
+            if libc.inotify_add_watch(self.fd, os.fsencode(existing), _WATCH_MASK) >= 0:
+                watched = existing
+            elif ctypes.get_errno() not in (errno.ENOENT, errno.ENOTDIR):
+                return  # EACCES, ENOSPC (watch limit): the periodic re-check still sees it.
+            # ENOENT/ENOTDIR: removed between the look and the watch; look again.
+
+    def drain(self) -> None:
+        """Discard pending events: which one woke us does not matter, the re-check decides."""
+        with contextlib.suppress(BlockingIOError):
+            while os.read(self.fd, 65536):
+                pass
+
+    def close(self) -> None:
+        """Hand the descriptor to the closer thread (see :class:`_Closer`)."""
+        _CLOSER.close(self.fd)
+
+
+class _Closer:
+    """Closes inotify descriptors off the waiting thread.
+
+    Once watches were added, ``close()`` waits for the kernel to reap them (an SRCU grace period):
+    measured here at 5-20 ms, which would double a path wait's reaction time. One daemon thread
+    closes them instead, in order, and exits after a while with nothing to do.
+    """
+
+    IDLE = 10.0
+    """Seconds the thread lingers without work before exiting."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._fds: list[int] = []
+        self._thread: threading.Thread | None = None
+
+    def close(self, fd: int) -> None:
+        with self._cond:
+            self._fds.append(fd)
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="noderole-inotify-closer", daemon=True
+                )
+                self._thread.start()
+            self._cond.notify_all()
+
+    def flush(self, timeout: float = 10.0) -> bool:
+        """Block until every handed-over descriptor is closed; False if ``timeout`` passed first."""
+        with self._cond:
+            return self._cond.wait_for(lambda: not self._fds, timeout)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                if not self._cond.wait_for(lambda: bool(self._fds), self.IDLE):
+                    self._thread = None
+                    return
+                fd = self._fds[0]
+            try:
+                os.close(fd)
+            finally:
+                with self._cond:
+                    self._fds.pop(0)
+                    self._cond.notify_all()
+
+
+_CLOSER = _Closer()
+
+
+def flush_closes(timeout: float = 10.0) -> bool:
+    """Block until the inotify descriptors of finished waits are closed; False on timeout.
+
+    They close in the background (see :class:`_Closer`); tests that count open descriptors call
+    this first.
+    """
+    return _CLOSER.flush(timeout)
+
+
+def _deepest_directory(path: Path) -> Path:
+    while not path.is_dir() and path != path.parent:
+        path = path.parent
+    return path

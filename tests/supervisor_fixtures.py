@@ -1,0 +1,144 @@
+"""Fixtures for the native supervisor's tests: a Supervisor in tmp_path that leaves nothing behind.
+
+Every process a test starts through :func:`make_spec` carries a marker in its environment
+(inherited by grandchildren); the daemon's command line names its run_dir. Teardown shuts the
+daemon down, then SIGKILLs whatever still carries the marker or names the run_dir (and any pid a
+test registered), and fails the test if shutdown had left anything running.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+
+from noderole.records import Supervision
+from noderole.supervisor import ProcessSpec, Supervisor
+from noderole.supervisor._proc import is_alive
+
+__all__ = ["Harness", "harness", "wait_for"]
+
+MARK = "NODEROLE_SUPERVISOR_TEST"
+
+
+def wait_for(condition: Callable[[], Any], what: str, timeout: float = 15.0) -> Any:
+    """Poll ``condition`` until it returns something truthy; fail naming ``what`` after ``timeout``.
+
+    A generous bound for a slow CI machine, never an assertion about how long it took.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(0.005)
+
+
+def _environ(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
+
+
+@attrs.define
+class Harness:
+    """A node root in tmp_path, a Supervisor on its run dir, and helpers to build specs."""
+
+    root: Path
+    supervisor: Supervisor
+    extra_pids: list[int] = attrs.field(factory=list)
+
+    @property
+    def run_dir(self) -> Path:
+        return self.supervisor.run_dir
+
+    @property
+    def mark(self) -> str:
+        return str(self.root)
+
+    def spec(
+        self,
+        name: str,
+        script: str,
+        *,
+        supervision: Supervision | None = None,
+        fingerprint: str = "f1",
+        **kwargs: Any,
+    ) -> ProcessSpec:
+        """A /bin/sh service running ``script`` with the test marker in its environment."""
+        env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", MARK: self.mark}
+        env.update(kwargs.pop("environment", {}))
+        return ProcessSpec(
+            name=name,
+            argv=("/bin/sh", "-c", script),
+            environment=env,
+            supervision=supervision or Supervision(respawn_delay=0.05, stop_timeout=2),
+            fingerprint=fingerprint,
+            **kwargs,
+        )
+
+    def marked(self) -> list[int]:
+        """Pids of running processes that carry this test's marker (children, grandchildren)."""
+        needle = f"{MARK}={self.mark}\0".encode()
+        return [
+            int(p)
+            for p in os.listdir("/proc")
+            if p.isdigit() and needle in _environ(int(p)) + b"\0" and is_alive(int(p))
+        ]
+
+    def daemons(self) -> list[int]:
+        """Pids of running supervisor daemons serving this run dir."""
+        needle = str(self.run_dir).encode()
+        return [
+            int(p)
+            for p in os.listdir("/proc")
+            if p.isdigit()
+            and int(p) != os.getpid()
+            and needle in _cmdline(int(p))
+            and is_alive(int(p))
+        ]
+
+    def leftovers(self) -> list[int]:
+        """Everything of this test still running."""
+        return sorted({*self.marked(), *self.daemons(), *filter(is_alive, self.extra_pids)})
+
+
+@pytest.fixture
+def harness(tmp_path: Path) -> Iterator[Harness]:
+    """A Harness; on teardown: shutdown, then SIGKILL and report anything that survived."""
+    h = Harness(root=tmp_path, supervisor=Supervisor(tmp_path / "run" / "noderole", timeout=30))
+    yield h
+    problem = ""
+    try:
+        h.supervisor.shutdown()
+    except Exception as e:  # still clean up, then report
+        problem = f"shutdown failed: {e}"
+    survivors = h.leftovers()
+    for pid in [*survivors, *h.extra_pids]:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: not h.leftovers(), "every process of the test to be gone")
+    survivors = [p for p in survivors if p not in h.extra_pids]
+    if survivors and not problem:
+        problem = f"processes survived shutdown: {survivors}"
+    if problem:
+        pytest.fail(problem)

@@ -1,0 +1,516 @@
+"""The native supervisor, with real processes, signals and sockets (tmp_path as the run dir)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import attrs
+import pytest
+
+from noderole.errors import BackendError
+from noderole.records import Supervision, WaitForPaths, WaitForTcp
+from noderole.supervisor import ProcessSpec, Supervisor, readiness_check
+from noderole.supervisor._proc import describe_status, group_members, is_alive, proc_stat
+from noderole.supervisor._protocol import encode, socket_address
+from tests.supervisor_fixtures import Harness, harness, wait_for
+
+__all__ = ["harness"]  # the fixture, imported for pytest
+
+SLEEP = "exec sleep 1000"
+
+
+def _read_pids(path: Path) -> list[int]:
+    return [int(x) for x in path.read_text().split()] if path.exists() else []
+
+
+def _lines(path: Path) -> list[str]:
+    return path.read_text().splitlines() if path.exists() else []
+
+
+class TestStart:
+    def test_start_runs_the_process_and_writes_its_pid(self, harness: Harness) -> None:
+        """start() runs the command, reports it running, and the pidfile holds the child's pid."""
+        pidfile = harness.root / "run" / "a.pid"
+        status = harness.supervisor.start(harness.spec("a", SLEEP, pidfile=str(pidfile)))
+        assert status.state == "running"
+        assert status.pid is not None
+        assert is_alive(status.pid)
+        assert pidfile.read_text() == f"{status.pid}\n"
+        assert status.pid != harness.supervisor.daemon_pid()
+
+    def test_same_fingerprint_is_already_running(self, harness: Harness) -> None:
+        """A second start with the same fingerprint starts nothing and says already_running."""
+        first = harness.supervisor.start(harness.spec("a", SLEEP))
+        again = harness.supervisor.start(harness.spec("a", SLEEP))
+        assert again.already_running
+        assert again.pid == first.pid
+        assert len(harness.marked()) == 1
+
+    def test_changed_fingerprint_replaces_the_process(self, harness: Harness) -> None:
+        """A new fingerprint stops the old process (gone) and starts the new one."""
+        first = harness.supervisor.start(harness.spec("a", SLEEP, fingerprint="v1"))
+        second = harness.supervisor.start(harness.spec("a", SLEEP, fingerprint="v2"))
+        assert not second.already_running
+        assert second.pid != first.pid
+        assert second.fingerprint == "v2"
+        assert first.pid is not None
+        assert not is_alive(first.pid)
+        assert "replaced" in second.reason
+        assert harness.marked() == [second.pid]
+
+    def test_restart_starts_a_new_process(self, harness: Harness) -> None:
+        """restart() replaces the process even with the same fingerprint."""
+        first = harness.supervisor.start(harness.spec("a", SLEEP))
+        second = harness.supervisor.restart(harness.spec("a", SLEEP))
+        assert second.state == "running"
+        assert second.pid != first.pid
+        assert harness.marked() == [second.pid]
+
+    def test_environment_cwd_and_stdin(self, harness: Harness) -> None:
+        """The child gets exactly the spec's environment, its cwd, and stdin from /dev/null."""
+        out = harness.root / "out"
+        workdir = harness.root / "work"
+        workdir.mkdir()
+        script = f"env > {out}.tmp; pwd >> {out}.tmp; readlink /proc/self/fd/0 >> {out}.tmp; "
+        script += f"mv {out}.tmp {out}; {SLEEP}"
+        spec = harness.spec("a", script, cwd=str(workdir), environment={"TOKEN": "s3=cr=t"})
+        harness.supervisor.start(spec)
+        lines = wait_for(lambda: _lines(out), "the child's report")
+        env = dict(line.split("=", 1) for line in lines[:-2] if "=" in line)
+        env.pop("PWD", None)  # sh sets it
+        env.pop("SHLVL", None)
+        assert env == dict(spec.environment)
+        assert lines[-2:] == [str(workdir), "/dev/null"]
+
+    def test_runs_as_the_given_user(self, harness: Harness) -> None:
+        """user/group: the child runs with that uid and gid."""
+        if os.geteuid() != 0:
+            pytest.skip("changing user needs root")
+        out = harness.root / "id"  # written by the supervisor: nobody cannot write in tmp_path
+        spec = harness.spec("a", f"id -u; id -g; {SLEEP}", stdout_log=str(out))
+        spec = attrs.evolve(spec, user="nobody", group="nogroup")
+        harness.supervisor.start(spec)
+        wait_for(lambda: len(_lines(out)) == 2, "id output")
+        assert _lines(out) == ["65534", "65534"]
+
+    def test_missing_executable_is_crashed_with_the_reason(self, harness: Harness) -> None:
+        """A command that cannot be executed comes back crashed, naming the path."""
+        spec = ProcessSpec(name="a", argv=("/nonexistent/bin/x",), fingerprint="f")
+        status = harness.supervisor.start(spec)
+        assert status.state == "crashed"
+        assert "/nonexistent/bin/x" in status.reason
+
+    def test_unknown_user_is_crashed_with_the_reason(self, harness: Harness) -> None:
+        """An unknown user fails the start with a reason naming the user."""
+        spec = attrs.evolve(harness.spec("a", SLEEP), user="no-such-user-x")
+        status = harness.supervisor.start(spec)
+        assert status.state == "crashed"
+        assert "no-such-user-x" in status.reason
+
+
+class TestRespawn:
+    def test_killed_child_is_respawned(self, harness: Harness) -> None:
+        """kill -9 of the child: a new pid runs, restarts=1, last exit shown, pidfile rewritten."""
+        pidfile = harness.root / "a.pid"
+        first = harness.supervisor.start(harness.spec("a", SLEEP, pidfile=str(pidfile)))
+        assert first.pid is not None
+        os.kill(first.pid, signal.SIGKILL)
+        status = wait_for(
+            lambda: next(
+                (s for s in harness.supervisor.status(["a"]) if s.restarts == 1 and s.pid), None
+            ),
+            "a respawn",
+        )
+        assert status.state == "running"
+        assert status.pid != first.pid
+        assert status.last_exit == "signal SIGKILL"
+        assert pidfile.read_text().strip() == str(status.pid)
+
+    def test_crash_loop_gives_up_after_exactly_respawn_max(self, harness: Harness) -> None:
+        """A process that always fails runs 1 + respawn_max times, then is crashed (openrc#247)."""
+        runs = harness.root / "runs"
+        sup = Supervision(respawn_delay=0.01, respawn_max=3, respawn_period=3600)
+        keeper = harness.spec("keeper", SLEEP)  # keeps the daemon alive after the crash
+        harness.supervisor.start(keeper)
+        harness.supervisor.start(harness.spec("a", f"echo x >> {runs}; exit 3", supervision=sup))
+        status = wait_for(
+            lambda: next(
+                (s for s in harness.supervisor.status(["a"]) if s.state == "crashed"), None
+            ),
+            "the crash loop to give up",
+        )
+        assert status.restarts == 3
+        assert len(_lines(runs)) == 4
+        assert status.last_exit == "exit 3"
+        assert "gave up after 3 respawns" in status.reason
+
+    def test_leftover_grandchild_is_killed_before_respawn(self, harness: Harness) -> None:
+        """When the leader dies, what it left in its group is killed: never two copies running."""
+        kids = harness.root / "kids"
+        script = f"sleep 1000 & echo $! >> {kids}; {SLEEP}"
+        first = harness.supervisor.start(harness.spec("a", script))
+        old_kid = wait_for(lambda: _read_pids(kids), "the grandchild")[0]
+        assert first.pid is not None
+        os.kill(first.pid, signal.SIGKILL)
+        wait_for(lambda: len(_read_pids(kids)) == 2, "the respawned grandchild")
+        wait_for(lambda: not is_alive(old_kid), "the old grandchild to die")
+
+    def test_stop_during_respawn_delay_starts_nothing(self, harness: Harness) -> None:
+        """A stop that arrives while a respawn is pending never starts a new child (openrc#375)."""
+        runs = harness.root / "runs"
+        harness.supervisor.start(harness.spec("keeper", SLEEP))
+        sup = Supervision(respawn_delay=0.5)
+        harness.supervisor.start(harness.spec("a", f"echo x >> {runs}; exit 1", supervision=sup))
+        wait_for(
+            lambda: harness.supervisor.status(["a"])[0].state == "backoff", "the respawn delay"
+        )
+        [stopped] = harness.supervisor.stop(["a"])
+        assert stopped.state == "stopped"
+        time.sleep(1.0)  # past the delay: a racing respawn would have run by now
+        assert len(_lines(runs)) == 1
+        assert harness.supervisor.status(["a"])[0].state == "stopped"
+
+
+class TestStop:
+    def test_stop_ends_the_process_and_removes_the_pidfile(self, harness: Harness) -> None:
+        """stop() returns once the process is gone; the pidfile is removed."""
+        pidfile = harness.root / "a.pid"
+        started = harness.supervisor.start(harness.spec("a", SLEEP, pidfile=str(pidfile)))
+        [status] = harness.supervisor.stop(["a"])
+        assert status.state == "stopped"
+        assert status.last_exit == "signal SIGTERM"
+        assert started.pid is not None
+        assert not is_alive(started.pid)
+        assert not pidfile.exists()
+
+    def test_sigterm_ignored_is_escalated_to_sigkill(self, harness: Harness) -> None:
+        """A child that ignores SIGTERM is SIGKILLed after stop_timeout and is gone."""
+        ready = harness.root / "ready"
+        sup = Supervision(respawn_delay=0.05, stop_timeout=0.2)
+        spec = harness.spec("a", f"trap '' TERM; touch {ready}; {SLEEP}", supervision=sup)
+        started = harness.supervisor.start(spec)
+        wait_for(ready.exists, "the trap to be set")
+        [status] = harness.supervisor.stop(["a"])
+        assert status.last_exit == "signal SIGKILL"
+        assert started.pid is not None
+        assert not is_alive(started.pid)
+
+    def test_grandchildren_do_not_survive_stop(self, harness: Harness) -> None:
+        """Every process of the child's group is gone when stop() returns (checked by pid)."""
+        kids = harness.root / "kids"
+        script = (
+            f"trap '' TERM; (trap '' TERM; exec sleep 1000) & echo $! >> {kids}; "
+            f"sleep 1000 & echo $! >> {kids}; wait"
+        )
+        sup = Supervision(stop_timeout=0.2)
+        started = harness.supervisor.start(harness.spec("a", script, supervision=sup))
+        pids = wait_for(lambda: len(_read_pids(kids)) == 2 and _read_pids(kids), "grandchildren")
+        harness.supervisor.stop(["a"])
+        assert started.pid is not None
+        assert [p for p in [started.pid, *pids] if is_alive(p)] == []
+        assert group_members(started.pid) == []
+
+    def test_stop_in_the_given_order(self, harness: Harness) -> None:
+        """stop() handles names in order and reports unknown names as not supervised."""
+        harness.supervisor.start(harness.spec("a", SLEEP))
+        harness.supervisor.start(harness.spec("b", SLEEP))
+        statuses = harness.supervisor.stop(["b", "nope", "a"])
+        assert [s.name for s in statuses] == ["b", "nope", "a"]
+        assert [s.state for s in statuses] == ["stopped"] * 3
+        assert statuses[1].reason == "not supervised"
+
+
+class TestDaemon:
+    def test_daemon_exits_when_nothing_is_left(self, harness: Harness) -> None:
+        """After the last service stops the daemon exits; status still answers from the state."""
+        harness.supervisor.start(harness.spec("a", SLEEP))
+        daemon = harness.supervisor.daemon_pid()
+        assert daemon is not None
+        harness.supervisor.stop(["a"])
+        wait_for(lambda: not is_alive(daemon), "the daemon to exit")
+        assert [(s.name, s.state) for s in harness.supervisor.status()] == [("a", "stopped")]
+        assert harness.leftovers() == []
+
+    def test_crashed_status_outlives_the_daemon(self, harness: Harness) -> None:
+        """A service that gave up is still reported crashed, with its last exit, after exit."""
+        sup = Supervision(respawn_delay=0.01, respawn_max=1)
+        harness.supervisor.start(harness.spec("a", "exit 7", supervision=sup))
+        wait_for(lambda: not harness.daemons(), "the daemon to exit")
+        [status] = harness.supervisor.status(["a"])
+        assert (status.state, status.last_exit, status.restarts) == ("crashed", "exit 7", 1)
+
+    def test_status_without_any_daemon(self, harness: Harness) -> None:
+        """status() works before any daemon ever ran: nothing known, named ones stopped."""
+        assert harness.supervisor.status() == []
+        [status] = harness.supervisor.status(["x"])
+        assert status.state == "stopped"
+        assert status.pid is None
+        assert harness.daemons() == []
+
+    def test_two_callers_start_one_daemon(self, harness: Harness) -> None:
+        """Two processes calling ensure_running at once end up with one daemon."""
+        code = (
+            "import sys; from pathlib import Path; from noderole.supervisor import Supervisor; "
+            "s = Supervisor(Path(sys.argv[1])); s.ensure_running(); print(s.daemon_pid())"
+        )
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-c", code, str(harness.run_dir)], stdout=subprocess.PIPE
+            )
+            for _ in range(3)
+        ]
+        harness.extra_pids.extend(p.pid for p in procs)
+        pids = {int(p.communicate(timeout=60)[0]) for p in procs}
+        assert len(pids) == 1
+        assert harness.daemons() == list(pids)
+
+    def test_sigterm_to_the_daemon_stops_everything(self, harness: Harness) -> None:
+        """SIGTERM to the supervisor stops every service, then it exits."""
+        started = harness.supervisor.start(harness.spec("a", SLEEP))
+        daemon = harness.supervisor.daemon_pid()
+        assert daemon is not None
+        assert started.pid is not None
+        os.kill(daemon, signal.SIGTERM)
+        wait_for(lambda: not is_alive(daemon), "the daemon to exit")
+        assert not is_alive(started.pid)
+        assert harness.supervisor.status(["a"])[0].state == "stopped"
+
+    def test_other_protocol_version_is_refused(self, harness: Harness) -> None:
+        """A request of another protocol version gets an error naming both versions."""
+        harness.supervisor.ensure_running()
+        address, dirfd = socket_address(str(harness.supervisor.socket_path))
+        with socket.socket(socket.AF_UNIX) as sock:
+            sock.connect(address)
+            if dirfd is not None:
+                os.close(dirfd)
+            sock.sendall(encode({"v": 99, "op": "status"}))
+            answer = json.loads(sock.makefile().read())
+        assert answer["ok"] is False
+        assert "99" in answer["error"]
+
+    def test_socket_is_private(self, harness: Harness) -> None:
+        """The control socket is mode 0600."""
+        harness.supervisor.ensure_running()
+        assert harness.supervisor.socket_path.stat().st_mode & 0o777 == 0o600
+
+    def test_deep_run_dir(self, tmp_path: Path) -> None:
+        """A run dir deeper than a unix socket path allows still works."""
+        deep = tmp_path / ("d" * 60) / ("e" * 60) / "run"
+        h = Harness(root=tmp_path, supervisor=Supervisor(deep, timeout=30))
+        try:
+            status = h.supervisor.start(h.spec("a", SLEEP))
+            assert status.state == "running"
+        finally:
+            h.supervisor.shutdown()
+        assert h.leftovers() == []
+
+    def test_unreachable_daemon_is_a_backend_error(self, tmp_path: Path) -> None:
+        """A run dir that cannot hold a socket fails with BackendError naming the run dir."""
+        blocker = tmp_path / "file"
+        blocker.write_text("")
+        supervisor = Supervisor(blocker / "run", log_path=tmp_path / "log")
+        with pytest.raises((BackendError, OSError)):
+            supervisor.ensure_running()
+
+
+class TestRecovery:
+    def test_supervisor_sigkill_then_start_runs_exactly_one(self, harness: Harness) -> None:
+        """After kill -9 of the supervisor, a new start leaves one instance and no old process."""
+        kids = harness.root / "kids"
+        spec = harness.spec("a", f"sleep 1000 & echo $! >> {kids}; {SLEEP}")
+        first = harness.supervisor.start(spec)
+        old_kid = wait_for(lambda: _read_pids(kids), "the grandchild")[0]
+        daemon = harness.supervisor.daemon_pid()
+        assert daemon is not None
+        child = first.pid
+        assert child is not None
+        os.kill(daemon, signal.SIGKILL)
+        wait_for(lambda: not is_alive(child), "PDEATHSIG to kill the child")
+        assert is_alive(old_kid)  # PDEATHSIG reaches only the direct child
+        [orphaned] = harness.supervisor.status(["a"])
+        assert orphaned.state == "stopped"
+        assert str(old_kid) in orphaned.reason
+
+        second = harness.supervisor.start(spec)
+        assert second.state == "running"
+        assert not second.already_running
+        assert not is_alive(old_kid)
+        new_kid = wait_for(lambda: len(_read_pids(kids)) == 2 and _read_pids(kids)[1], "new kid")
+        assert sorted(harness.marked()) == sorted([second.pid, new_kid])
+
+    def test_stop_without_daemon_kills_leftovers(self, harness: Harness) -> None:
+        """stop() after the supervisor was SIGKILLed still kills what it left behind."""
+        kids = harness.root / "kids"
+        harness.supervisor.start(harness.spec("a", f"sleep 1000 & echo $! >> {kids}; {SLEEP}"))
+        old_kid = wait_for(lambda: _read_pids(kids), "the grandchild")[0]
+        daemon = harness.supervisor.daemon_pid()
+        assert daemon is not None
+        os.kill(daemon, signal.SIGKILL)
+        wait_for(lambda: not is_alive(daemon), "the daemon to die")
+        [status] = harness.supervisor.stop(["a"])
+        assert status.state == "stopped"
+        assert not is_alive(old_kid)
+
+    def test_stale_pidfile_names_a_live_stranger(self, harness: Harness) -> None:
+        """A pidfile naming someone else's process is replaced, and that process is untouched."""
+        stranger = subprocess.Popen(["sleep", "1000"])
+        harness.extra_pids.append(stranger.pid)
+        pidfile = harness.root / "a.pid"
+        pidfile.write_text(f"{stranger.pid}\n")
+        status = harness.supervisor.start(harness.spec("a", SLEEP, pidfile=str(pidfile)))
+        assert pidfile.read_text() == f"{status.pid}\n"
+        harness.supervisor.stop(["a"])
+        assert is_alive(stranger.pid)
+        stranger.kill()
+        stranger.wait()
+
+
+class TestLogs:
+    def test_output_is_appended_in_order(self, harness: Harness) -> None:
+        """stdout and stderr to one file: appended after old content, in the order written."""
+        log = harness.root / "var" / "log" / "a.log"
+        log.parent.mkdir(parents=True)
+        log.write_text("old\n")
+        script = f"echo out1; echo err1 >&2; echo out2; {SLEEP}"
+        spec = harness.spec("a", script, stdout_log=str(log), stderr_log=str(log))
+        status = harness.supervisor.start(spec)
+        assert status.log == str(log)
+        wait_for(lambda: len(_lines(log)) == 4, "the output")
+        assert _lines(log) == ["old", "out1", "err1", "out2"]
+
+    def test_separate_files_and_parent_dirs_created(self, harness: Harness) -> None:
+        """stdout and stderr to two files, in directories that did not exist."""
+        out, err = harness.root / "o" / "out.log", harness.root / "e" / "err.log"
+        spec = harness.spec(
+            "a", f"echo out; echo err >&2; {SLEEP}", stdout_log=str(out), stderr_log=str(err)
+        )
+        harness.supervisor.start(spec)
+        wait_for(lambda: _lines(out) == ["out"] and _lines(err) == ["err"], "both logs")
+
+    def test_sighup_reopens_the_log(self, harness: Harness) -> None:
+        """After logrotate moves the file, SIGHUP makes new output go to a new file."""
+        log = harness.root / "a.log"
+        poke = harness.root / "poke"
+        script = (
+            f"echo first; while :; do [ -e {poke} ] && {{ rm {poke}; echo next; }}; "
+            "sleep 0.01; done"
+        )
+        harness.supervisor.start(harness.spec("a", script, stdout_log=str(log)))
+        wait_for(lambda: _lines(log) == ["first"], "the first line")
+        log.rename(log.with_suffix(".log.1"))
+        daemon = harness.supervisor.daemon_pid()
+        assert daemon is not None
+        os.kill(daemon, signal.SIGHUP)
+        wait_for(log.exists, "the reopened log")
+        poke.touch()
+        wait_for(lambda: _lines(log) == ["next"], "output in the new file")
+        assert _lines(log.with_suffix(".log.1")) == ["first"]
+
+    def test_size_rotation(self, harness: Harness) -> None:
+        """log_max_bytes: the log is rotated to LOG.1 and stays near the limit."""
+        log = harness.root / "a.log"
+        script = (
+            "i=0; while [ $i -lt 10 ]; do echo line-$i-xxxxxxxxxxxxxxxxxxxx; i=$((i+1)); "
+            f"sleep 0.01; done; {SLEEP}"
+        )
+        spec = harness.spec("a", script, stdout_log=str(log), log_max_bytes=60)
+        harness.supervisor.start(spec)
+        old = log.with_suffix(".log.1")
+        wait_for(lambda: "line-9-" in (log.read_text() if log.exists() else ""), "last line")
+        assert old.exists()
+        assert log.stat().st_size <= 60
+        assert old.stat().st_size <= 60
+
+
+class TestReadiness:
+    def test_file_readiness_becomes_ready(self, harness: Harness) -> None:
+        """State is ready once the readiness file appears (wait_ready answers then)."""
+        flag = harness.root / "flag"
+        spec = harness.spec(
+            "a",
+            f"sleep 0.05; touch {flag}; {SLEEP}",
+            readiness={"kind": "file", "path": str(flag), "timeout": 30},
+        )
+        status = harness.supervisor.start(spec, wait_ready=True)
+        assert status.state == "ready"
+        assert flag.exists()
+
+    def test_tcp_readiness(self, harness: Harness) -> None:
+        """A tcp check passes once the port accepts connections."""
+        with socket.socket() as listener:
+            listener.bind(("127.0.0.1", 0))
+            listener.listen()
+            port = listener.getsockname()[1]
+            check = readiness_check(WaitForTcp(host="127.0.0.1", port=port, timeout=30), str)
+            status = harness.supervisor.start(
+                harness.spec("a", SLEEP, readiness=check), wait_ready=True
+            )
+        assert status.state == "ready"
+
+    def test_not_ready_in_time_stays_running(self, harness: Harness) -> None:
+        """A check that never passes leaves the service running with 'not ready after Ns'."""
+        check = readiness_check(WaitForPaths(paths=[str(harness.root / "never")], timeout=0.1), str)
+        status = harness.supervisor.start(
+            harness.spec("a", SLEEP, readiness=check), wait_ready=True
+        )
+        assert status.state == "running"
+        assert status.reason == "not ready after 0.1s"
+
+    def test_command_readiness(self, harness: Harness) -> None:
+        """A command check passes once the command exits 0."""
+        flag = harness.root / "flag"
+        check = {"kind": "command", "argv": ["/bin/sh", "-c", f"test -e {flag}"], "timeout": 30}
+        status = harness.supervisor.start(
+            harness.spec("a", f"touch {flag}; {SLEEP}", readiness=check), wait_ready=True
+        )
+        assert status.state == "ready"
+
+    def test_bad_readiness_is_refused(self, harness: Harness) -> None:
+        """An unknown readiness kind is refused with an error naming it."""
+        with pytest.raises(BackendError, match="bogus"):
+            harness.supervisor.start(harness.spec("a", SLEEP, readiness={"kind": "bogus"}))
+
+
+class TestProc:
+    def test_zombie_is_not_alive(self) -> None:
+        """A zombie is never counted alive, nor as a member of its group (openrc#252)."""
+        child = subprocess.Popen(["/bin/true"], start_new_session=True)
+        try:
+            wait_for(lambda: (st := proc_stat(child.pid)) and st.state == "Z", "a zombie")
+            assert not is_alive(child.pid)
+            assert group_members(child.pid) == []
+        finally:
+            child.wait()
+
+    def test_start_time_identifies_the_process(self) -> None:
+        """is_alive with a wrong start time is False: a reused pid is not our process."""
+        st = proc_stat(os.getpid())
+        assert st is not None
+        assert is_alive(os.getpid(), st.start_ticks)
+        assert not is_alive(os.getpid(), st.start_ticks + 1)
+
+    def test_describe_status(self) -> None:
+        """Exit statuses read like 'exit 3' and 'signal SIGKILL'."""
+        assert describe_status(3) == "exit 3"
+        assert describe_status(-9) == "signal SIGKILL"
+
+
+class TestSpec:
+    def test_argv_must_be_absolute(self) -> None:
+        """A relative argv[0] is refused with the service name in the message."""
+        with pytest.raises(ValueError, match="'a'"):
+            ProcessSpec(name="a", argv=("sleep",))
+
+    def test_environment_is_not_in_the_repr_nor_the_state_file(self, harness: Harness) -> None:
+        """Secrets in the environment never reach repr() or the state file."""
+        spec = harness.spec("a", SLEEP, environment={"TOKEN": "hunter2"})
+        assert "hunter2" not in repr(spec)
+        harness.supervisor.start(spec)
+        assert "hunter2" not in harness.supervisor.state_path.read_text()
