@@ -10,10 +10,11 @@ tested without waiting for real. Here:
   whatever appeared between the check and the watch sent no event we could see, and once a second
   in case an event was missed (a rename higher up, a filesystem without inotify).
 - **Sockets, TCP ports, HTTP URLs and commands** have nothing to watch, so they are polled: the
-  first retry after 5 ms, then every 10 ms (commands: every 50 ms, since each run forks a
-  process). A refused connection to loopback costs tens of microseconds, so a long wait costs about
-  1 % of a core and reacts within about 10 ms (bench/bench_waits.py measures both). A unix socket
-  whose file does not exist yet is watched by inotify until it appears, and only then polled.
+  first retry after 5 ms, the interval doubling to 15 ms (commands: 100 ms, since each run forks
+  a process). Measured on a 2-core VM: a refused loopback connect plus the wake-up costs about
+  0.3 ms of CPU, so a TCP wait uses about 2 % of a core and reacts within 15 ms p95; a 10 ms cap
+  reacted within 10 ms but cost 3 %. A unix socket whose file does not exist yet is watched by
+  inotify until it appears, and only then polled.
 
 Every timeout is computed from ``clock.monotonic()`` and every pause goes through
 ``clock.wait_readable``, so a :class:`~noderole.clock.FakeClock` runs a 120 s timeout at once. Each
@@ -68,7 +69,7 @@ POLL_FIRST = 0.005
 POLL_CAP = 0.015
 """Longest pause between tries of a socket, TCP or HTTP wait (the interval doubles up to it)."""
 COMMAND_POLL_CAP = 0.100
-"""Longest pause between runs of a command wait: each run forks and execs, about 1 ms of CPU."""
+"""Longest pause between runs of a command wait: each run forks and execs, about 2 ms of CPU."""
 SAFETY_RECHECK = 1.0
 """Seconds between re-checks of an inotify-driven wait when no event arrives."""
 ATTEMPT_TIMEOUT = 2.0
@@ -450,6 +451,14 @@ class _Closer:
         with self._cond:
             return self._cond.wait_for(lambda: not self._fds, timeout)
 
+    def after_fork_in_child(self) -> None:
+        """A forked child has the descriptors but not the thread: close them here, now."""
+        self._cond = threading.Condition()
+        pending, self._fds, self._thread = self._fds, [], None
+        for fd in pending:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
     def _run(self) -> None:
         while True:
             with self._cond:
@@ -466,6 +475,7 @@ class _Closer:
 
 
 _CLOSER = _Closer()
+os.register_at_fork(after_in_child=_CLOSER.after_fork_in_child)
 
 
 def flush_closes(timeout: float = 10.0) -> bool:

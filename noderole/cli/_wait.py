@@ -57,10 +57,12 @@ def wait(
 
     Paths and sockets are node paths (read under --root). Paths are watched with inotify, so the
     wait ends within milliseconds of the file appearing; sockets, ports, URLs and commands are
-    retried every 10 ms (commands every 50 ms). Conditions are checked in the order of the options
+    retried every 15 ms (commands every 100 ms). Conditions are checked in the order of the options
     above, all within one --timeout.
 
-    Example: noderole wait --path /etc/rancher/k3s/k3s.yaml --tcp 127.0.0.1:6443 --timeout 120
+    \b
+    Example:
+      noderole wait --path /etc/rancher/k3s/k3s.yaml --tcp 127.0.0.1:6443 --timeout 120
     """
     from noderole.waits import run_wait
 
