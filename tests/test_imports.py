@@ -65,3 +65,12 @@ class TestPublicApi:
         assert set(noderole.__all__) == {"__version__", *noderole._WHERE}
         for name in noderole.__all__:
             assert getattr(noderole, name) is not None
+
+
+class TestRootEnvName:
+    def test_cli_repeats_the_root_variable_name_correctly(self) -> None:
+        """The CLI's copy of NODEROLE_ROOT (kept to avoid an import at --help) matches root.py."""
+        import noderole.cli
+        import noderole.root
+
+        assert noderole.cli.ROOT_ENV == noderole.root.ROOT_ENV

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -15,8 +17,8 @@ import attrs
 import pytest
 
 from noderole.errors import BackendError
-from noderole.records import Supervision, WaitForPaths, WaitForTcp
-from noderole.supervisor import ProcessSpec, Supervisor, readiness_check
+from noderole.records import Supervision, WaitForHttp, WaitForPaths, WaitForTcp
+from noderole.supervisor import ProcessSpec, Supervisor, _client, readiness_check
 from noderole.supervisor._proc import describe_status, group_members, is_alive, proc_stat
 from noderole.supervisor._protocol import encode, socket_address
 from tests.supervisor_fixtures import Harness, harness, wait_for
@@ -300,6 +302,20 @@ class TestDaemon:
         harness.supervisor.ensure_running()
         assert harness.supervisor.socket_path.stat().st_mode & 0o777 == 0o600
 
+    def test_daemon_imports_only_the_standard_library(self) -> None:
+        """The daemon loads no attrs, pluggy, click or cryptography (its RSS is the node's)."""
+        code = _client._PRELUDE + "import noderole.supervisor._daemon\nprint(' '.join(sys.modules))"
+        package_parent = str(Path(_client.__file__).resolve().parents[2])
+        out = subprocess.run(
+            [sys.executable, "-I", "-S", "-c", code, package_parent],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()
+        assert "noderole.supervisor._daemon" in out
+        heavy = {"attrs", "pluggy", "click", "cryptography", "noderole.records", "noderole.errors"}
+        assert heavy.isdisjoint(out)
+
     def test_deep_run_dir(self, tmp_path: Path) -> None:
         """A run dir deeper than a unix socket path allows still works."""
         deep = tmp_path / ("d" * 60) / ("e" * 60) / "run"
@@ -344,6 +360,19 @@ class TestRecovery:
         assert not is_alive(old_kid)
         new_kid = wait_for(lambda: len(_read_pids(kids)) == 2 and _read_pids(kids)[1], "new kid")
         assert sorted(harness.marked()) == sorted([second.pid, new_kid])
+
+    def test_child_of_another_user_dies_with_the_supervisor(self, harness: Harness) -> None:
+        """PDEATHSIG survives the switch to another user: SIGKILL of the daemon kills the child."""
+        if os.geteuid() != 0:
+            pytest.skip("changing user needs root")
+        spec = attrs.evolve(harness.spec("a", SLEEP), user="nobody")
+        status = harness.supervisor.start(spec)
+        child = status.pid
+        daemon = harness.supervisor.daemon_pid()
+        assert child is not None
+        assert daemon is not None
+        os.kill(daemon, signal.SIGKILL)
+        wait_for(lambda: not is_alive(child), "the child to die with its supervisor")
 
     def test_stop_without_daemon_kills_leftovers(self, harness: Harness) -> None:
         """stop() after the supervisor was SIGKILLed still kills what it left behind."""
@@ -429,6 +458,16 @@ class TestLogs:
         assert old.stat().st_size <= 60
 
 
+class _Ok(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(b"ok")
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
 class TestReadiness:
     def test_file_readiness_becomes_ready(self, harness: Harness) -> None:
         """State is ready once the readiness file appears (wait_ready answers then)."""
@@ -453,6 +492,21 @@ class TestReadiness:
                 harness.spec("a", SLEEP, readiness=check), wait_ready=True
             )
         assert status.state == "ready"
+
+    def test_http_readiness(self, harness: Harness) -> None:
+        """An http check passes once the URL answers 2xx."""
+        server = http.server.HTTPServer(("127.0.0.1", 0), _Ok)
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        try:
+            url = f"http://127.0.0.1:{server.server_address[1]}/healthz"
+            check = readiness_check(WaitForHttp(url=url, timeout=30), str)
+            spec = harness.spec("a", SLEEP, readiness=check)
+            assert harness.supervisor.start(spec, wait_ready=True).state == "ready"
+        finally:
+            server.shutdown()
+            server.server_close()
+            thread.join()
 
     def test_not_ready_in_time_stays_running(self, harness: Harness) -> None:
         """A check that never passes leaves the service running with 'not ready after Ns'."""

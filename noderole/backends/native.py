@@ -10,20 +10,11 @@ cannot leak into a daemon), secrets revealed only here.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
-from noderole.records import (
-    Service,
-    Wait,
-    WaitForCommand,
-    WaitForHttp,
-    WaitForPaths,
-    WaitForSocket,
-    WaitForTcp,
-)
+from noderole.records import Service
 from noderole.root import NodeRoot
 from noderole.state import RUN_DIR
-from noderole.supervisor import ProcessSpec, ServiceStatus, Supervisor
+from noderole.supervisor import ProcessSpec, ServiceStatus, Supervisor, readiness_check
 
 __all__ = ["BASE_ENVIRONMENT", "NativeBackend", "process_spec"]
 
@@ -32,27 +23,6 @@ BASE_ENVIRONMENT = {
     "LANG": "C.UTF-8",
 }
 """What every child starts with, before the service's own environment (as an init system would)."""
-
-
-def _readiness(wait: Wait | None, root: NodeRoot) -> dict[str, Any] | None:
-    if wait is None:
-        return None
-    if isinstance(wait, WaitForTcp):
-        return {"kind": "tcp", "host": wait.host, "port": wait.port, "timeout": wait.timeout}
-    if isinstance(wait, WaitForHttp):
-        return {"kind": "http", "url": wait.url, "timeout": wait.timeout}
-    if isinstance(wait, WaitForPaths):
-        return {
-            "kind": "file",
-            "path": str(root.resolve(wait.paths[0])),
-            "timeout": wait.timeout,
-        }
-    if isinstance(wait, WaitForSocket):
-        return {"kind": "file", "path": str(root.resolve(wait.path)), "timeout": wait.timeout}
-    if isinstance(wait, WaitForCommand):
-        argv = [str(root.resolve(wait.argv[0])), *wait.argv[1:]]
-        return {"kind": "command", "argv": argv, "timeout": wait.timeout}
-    raise TypeError(f"unknown readiness check {wait!r}")  # pragma: no cover
 
 
 def process_spec(service: Service, *, root: NodeRoot, fingerprint: str) -> ProcessSpec:
@@ -75,7 +45,11 @@ def process_spec(service: Service, *, root: NodeRoot, fingerprint: str) -> Proce
         stdout_log=local(service.output_log),
         stderr_log=local(service.error_log),
         supervision=service.supervision,
-        readiness=_readiness(service.readiness, root),
+        readiness=(
+            None
+            if service.readiness is None
+            else readiness_check(service.readiness, lambda p: str(root.resolve(p)))
+        ),
         fingerprint=fingerprint,
     )
 

@@ -17,9 +17,10 @@ from typing import Any
 import click
 
 from noderole.__about__ import __version__
-from noderole.cli._app import App
 from noderole.errors import ExitCode, NoderoleError
-from noderole.root import ROOT_ENV, NodeRoot
+
+# Imported where used, not here: `noderole --help` must stay as cheap as `import click`.
+ROOT_ENV = "NODEROLE_ROOT"  # noderole.root.ROOT_ENV, repeated so --help need not import it
 
 __all__ = ["COMMANDS", "LazyGroup", "cli", "main"]
 
@@ -87,6 +88,8 @@ class LazyGroup(click.Group):
         try:
             return super().invoke(ctx)
         except NoderoleError as exc:
+            from noderole.cli._app import App
+
             app = ctx.find_object(App)
             if app is not None and app.debug:
                 raise
@@ -130,6 +133,9 @@ def cli(ctx: click.Context, root: str, disabled: Sequence[str], debug: bool) -> 
     Exit codes: 0 ok, 1 a service failed, 2 usage, 3 plugin, 4 config, 5 definition, 6 plan,
     7 certificate, 8 env file, 9 locked, 10 backend, 11 still starting (status).
     """
+    from noderole.cli._app import App
+    from noderole.root import NodeRoot
+
     if isinstance(ctx.obj, App):
         # Embedding and tests pass a ready App (with plugin objects, a fake clock): keep it.
         ctx.obj.debug = ctx.obj.debug or debug

@@ -28,16 +28,17 @@ __all__ = ["Supervisor"]
 # Starts the daemon without executing noderole/__init__.py (which imports attrs and pluggy):
 # empty package modules stand in for noderole and noderole.supervisor, so only the daemon's
 # standard-library-only modules load. That is ~5 MB of RSS saved, for the life of the node.
-_BOOTSTRAP = """\
+_PRELUDE = """\
 import sys, types
 base = sys.argv[1]
 for name, sub in (("noderole", "/noderole"), ("noderole.supervisor", "/noderole/supervisor")):
     module = types.ModuleType(name)
     module.__path__ = [base + sub]
     sys.modules[name] = module
-from noderole.supervisor._daemon import main
-sys.exit(main(sys.argv[2:]))
 """
+_BOOTSTRAP = (
+    _PRELUDE + "from noderole.supervisor._daemon import main\nsys.exit(main(sys.argv[2:]))\n"
+)
 
 _START_TIMEOUT = 30.0
 """Seconds to wait for a new daemon to answer (it may first kill a predecessor's leftovers)."""

@@ -429,7 +429,12 @@ class Daemon:
         op = request.get("op")
         self.pending += 1
 
+        answered = [False]
+
         def done(response: dict[str, Any]) -> None:
+            if answered[0]:
+                return  # one answer per request, even if a bug below raises after it
+            answered[0] = True
             self.pending -= 1
             reply(response)
 
@@ -455,6 +460,11 @@ class Daemon:
                 done({"ok": False, "error": f"unknown operation {op!r}"})
         except (KeyError, TypeError, ValueError) as e:
             done({"ok": False, "error": f"bad {op} request: {type(e).__name__}: {e}"})
+        except Exception as e:
+            import traceback
+
+            _log(f"internal error in {op!r}:\n{traceback.format_exc()}")
+            done({"ok": False, "error": f"internal error in {op!r}: {type(e).__name__}: {e}"})
 
     # ---- operations
 
@@ -749,13 +759,14 @@ class Daemon:
             unit.timer.cancel()
         pgid = unit.pid
         ran_for = time.monotonic() - unit.started_mono
-        _log(f"{unit.name}: pid {pgid} exited ({unit.last_exit}) after {ran_for:.3f}s")
         if pgid is not None:
             # The group dies with its leader: a leftover grandchild would hold the port the
             # respawned process needs. (Processes meant to outlive it, like containerd shims,
             # leave the group with setsid/setpgid.)
             _proc.kill_group(pgid, signal.SIGKILL)
         self._after_exit(unit, ran_for)
+        # Logged after the respawn so that the write is not part of the respawn latency.
+        _log(f"{unit.name}: pid {pgid} exited ({unit.last_exit}) after {ran_for:.3f}s")
 
     def _after_exit(self, unit: Unit, ran_for: float) -> None:
         delay = unit.policy.on_exit(time.monotonic(), ran_for)

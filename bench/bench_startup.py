@@ -1,0 +1,57 @@
+"""``noderole --help`` wall time against bare ``python -c "import click"``, in the same run.
+
+Both are started as fresh processes, interleaved so machine noise hits both alike. Target: the
+ratio of medians <= 1.3x (start-up matters at boot).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import time
+
+from bench._common import Row, summarize
+
+__all__ = ["run"]
+
+
+def _once(argv: list[str]) -> float:
+    start = time.perf_counter()
+    subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+    return time.perf_counter() - start
+
+
+def run(quick: bool) -> list[Row]:
+    """Median and spread of both commands, in milliseconds."""
+    samples = 3 if quick else 40
+    script = shutil.which("noderole")
+    ours_argv = [script, "--help"] if script else [sys.executable, "-m", "noderole", "--help"]
+    peer_argv = [sys.executable, "-c", "import click"]
+    _once(ours_argv), _once(peer_argv)  # warm the page cache for both
+    ours, peer = [], []
+    for _ in range(samples):
+        ours.append(_once(ours_argv) * 1000)
+        peer.append(_once(peer_argv) * 1000)
+    median, spread, _ = summarize(ours)
+    peer_median, peer_spread, _ = summarize(peer)
+    return [
+        Row(
+            benchmark="noderole --help (fresh process)",
+            unit="ms",
+            median=median,
+            spread=spread,
+            samples=samples,
+            peer='python -c "import click"',
+            peer_median=peer_median,
+            peer_spread=peer_spread,
+            target="<= 1.3x",
+        )
+    ]
+
+
+if __name__ == "__main__":
+    for row in run("--quick" in sys.argv[1:]):
+        print(
+            f"{row.benchmark}: {row.median:.1f} ms vs {row.peer_median:.1f} ms ({row.ratio:.2f}x)"
+        )

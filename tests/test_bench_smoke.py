@@ -1,0 +1,37 @@
+"""The benchmark script runs end to end with tiny sizes, so it cannot rot.
+
+Nothing here asserts a timing: the figures belong to `python -m bench`, not to the test suite.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.slow
+class TestBenchSmoke:
+    def test_quick_run_prints_a_table_and_writes_json(self, tmp_path: Path) -> None:
+        """`python -m bench --quick` prints one row per figure and writes the same rows as JSON."""
+        out = tmp_path / "results.json"
+        done = subprocess.run(
+            [sys.executable, "-m", "bench", "--quick", "--json", str(out)],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert done.returncode == 0, done.stderr
+        document = json.loads(out.read_text())
+        names = [row["benchmark"] for row in document["rows"]]
+        assert any(name.startswith("noderole --help") for name in names)
+        assert any(name.startswith("plan ") for name in names)
+        for name in names:
+            assert f"| {name} |" in done.stdout
+        assert document["machine"]["cores"] >= 1
