@@ -22,18 +22,8 @@ from noderole.errors import BackendError
 from noderole.records import Secret, Service, Supervision
 from noderole.root import NodeRoot
 
-# The seed runscript: a copy in the repository if the lead adds one, else the shared original.
-SEED = next(
-    (
-        path
-        for path in (
-            Path(__file__).parent / "data" / "konnectivity-server.initd",
-            Path("/work/shared/seed/konnectivity-server.initd"),
-        )
-        if path.exists()
-    ),
-    None,
-)
+# The seed runscript, as the repository keeps it for the docs' migration page.
+SEED = Path(__file__).resolve().parent.parent / "docs" / "seed" / "konnectivity-server.initd"
 TRICKY = (
     "a  b",
     "$HOME",
@@ -153,8 +143,6 @@ class TestSeedParity:
 
     @pytest.fixture
     def both(self, tmp_path: Path) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
-        if SEED is None:
-            pytest.skip("the seed runscript is missing: copy it to tests/data/")
         rendered = render_runscript(konnectivity_service(), exec_mode=False)
         ours = read_script(write_script(tmp_path, rendered, "ours"), cwd=tmp_path)
         seed = read_script(SEED, cwd=tmp_path)

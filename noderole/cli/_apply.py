@@ -267,12 +267,10 @@ def show_status(
 
 def _targets(app: App, names: Sequence[str]) -> tuple[Plan, list[str]]:
     """The plan of the role named (or recorded) and the services to act on, in stop order."""
-    from noderole.state import read_role
-
-    recorded = read_role(app.root)
-    if len(names) == 1 and names[0] != recorded and _is_role(app, names[0]):
+    if len(names) == 1 and _is_role(app, names[0]):
         plan = build_role_plan(app, names[0])
-        return plan, list(plan.stop_order())
+        if names[0] not in plan:  # a role that is also one of its services names the service
+            return plan, list(plan.stop_order())
     plan = build_role_plan(app, _recorded_role(app, None))
     if not names:
         return plan, list(plan.stop_order())

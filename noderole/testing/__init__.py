@@ -1,0 +1,65 @@
+"""The plugin-author kit: test a noderole plugin without a node, a network or a real clock.
+
+Opt in with ``pytest_plugins = ["noderole.testing"]`` in your top-level ``conftest.py`` (or
+``pytest -p noderole.testing``); it is never loaded into a pytest run that did not ask.
+
+Fixtures: ``node_root`` (:class:`ScratchRoot`), ``fake_clock`` (:class:`~noderole.clock.FakeClock`),
+``cluster_ca`` (:class:`ClusterCA` at k3s's paths), ``recording_backend``
+(:class:`RecordingBackend`). Helpers: :func:`run_prestart`, :func:`plan_from_plugins`,
+:func:`services_from_plugins`, :func:`apply_recorded`, :func:`make_cluster_ca` and the
+``assert_*`` functions. docs/tutorial.md walks through a plugin tested with them.
+"""
+
+from noderole.testing._backend import RecordingBackend, apply_recorded
+from noderole.testing._ca import (
+    K3S_CA_CERT,
+    K3S_CA_KEY,
+    ClusterCA,
+    load_certificate,
+    make_cluster_ca,
+    serial_number,
+)
+from noderole.testing._fixtures import cluster_ca, fake_clock, node_root, recording_backend
+from noderole.testing._plan import (
+    assert_in_plan,
+    assert_not_in_plan,
+    assert_starts_before,
+    load_test_plugins,
+    plan_from_plugins,
+    services_from_plugins,
+)
+from noderole.testing._prestart import PrestartOutcome, new_fake_clock, run_prestart, wait_targets
+from noderole.testing._root import ScratchRoot, env_file_text
+
+__all__ = [
+    # fixtures
+    "node_root",
+    "fake_clock",
+    "cluster_ca",
+    "recording_backend",
+    # node root
+    "ScratchRoot",
+    "env_file_text",
+    # cluster CA
+    "K3S_CA_CERT",
+    "K3S_CA_KEY",
+    "ClusterCA",
+    "make_cluster_ca",
+    "load_certificate",
+    "serial_number",
+    # pre-start steps
+    "PrestartOutcome",
+    "run_prestart",
+    "wait_targets",
+    "new_fake_clock",
+    # plans
+    "load_test_plugins",
+    "services_from_plugins",
+    "plan_from_plugins",
+    "assert_in_plan",
+    "assert_not_in_plan",
+    "assert_starts_before",
+    # apply without processes
+    "RecordingBackend",
+    "apply_recorded",
+]

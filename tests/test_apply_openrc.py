@@ -1,0 +1,124 @@
+"""`noderole apply --backend openrc` against Debian's real OpenRC, in a private namespace.
+
+The namespace (tests/harness/openrc_ns.py) puts OpenRC at its hard-coded paths with a private
+/run, an overlay /etc and, here, a tmpfs over /var/lib and /var/log, so nothing reaches the host.
+Inside it, noderole renders the runscripts, and `rc-service` starts them: OpenRC runs
+`noderole hook NAME start-pre` and supervise-daemon supervises `noderole exec NAME`.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.harness.openrc import openrc, unshare_problem
+from tests.harness.openrc_ns import OpenRCNamespace
+
+PLUGIN = """
+import noderole
+
+@noderole.hookimpl
+def noderole_services(node):
+    return [
+        noderole.Service(
+            name="base", roles=["demo"], command=["/bin/sleep", "1000"],
+            supervision=noderole.Supervision(respawn_delay=1),
+            pre_start=[noderole.MakeDirectories(paths=["/run/base-ready"])],
+        ),
+        noderole.Service(
+            name="top", roles=["demo"], need=["base"], command=["/bin/sleep", "2000"],
+            supervision=noderole.Supervision(respawn_delay=1),
+            pre_start=[noderole.WaitForPaths(paths=["/run/base-ready"], timeout=10)],
+        ),
+    ]
+"""
+
+RUNNER = """
+import sys
+sys.path.insert(0, {plugin_dir!r})
+import demo_plugin
+from noderole.cli import cli
+from noderole.cli._app import App
+from noderole.root import NodeRoot
+cli.main(sys.argv[1:], prog_name="noderole",
+         obj=App(root=NodeRoot("/"), plugin_objects=(("demo", demo_plugin),), autoload=False))
+"""
+
+
+EVENTUALLY = "for i in $(seq 300); do {check} && exit 0; sleep 0.05; done; exit 1"
+"""Shell loop: succeed as soon as CHECK does (bounded at 15 s; no timing is asserted)."""
+
+
+@pytest.fixture
+def namespace(tmp_path: Path) -> Iterator[OpenRCNamespace]:
+    problem = unshare_problem()
+    if problem:
+        pytest.skip(problem)
+    try:
+        orc = openrc()
+    except RuntimeError as exc:
+        pytest.skip(str(exc))
+    plugin_dir = tmp_path / "plugin"
+    plugin_dir.mkdir()
+    (plugin_dir / "demo_plugin.py").write_text(PLUGIN)
+    runner = plugin_dir / "run_cli.py"
+    runner.write_text(RUNNER.format(plugin_dir=str(plugin_dir)))
+    wrapper = plugin_dir / "noderole"
+    wrapper.write_text(f'#!/bin/sh\nexec {sys.executable} {runner} "$@"\n')
+    wrapper.chmod(0o755)
+    node_root = tmp_path / "node"
+    (node_root / "etc/noderole").mkdir(parents=True)
+    (node_root / "etc/noderole/config.toml").write_text(
+        textwrap.dedent(
+            f"""\
+            [noderole]
+            net_check = false
+            noderole_path = "{wrapper}"
+            """
+        )
+    )
+    ns = OpenRCNamespace(orc.root, node_root)
+    ns.start()
+    try:
+        # Keep noderole's state and the logs off the host.
+        setup = ns.sh("mount -t tmpfs tmpfs /var/lib && mount -t tmpfs tmpfs /var/log")
+        assert setup.rc == 0, setup.stderr
+        ns.wrapper = str(wrapper)  # type: ignore[attr-defined]
+        yield ns
+    finally:
+        ns.close()
+
+
+class TestApplyThroughOpenRC:
+    def test_apply_renders_starts_and_is_idempotent(self, namespace: OpenRCNamespace) -> None:
+        """apply --backend openrc renders runscripts and starts them through rc-service."""
+        noderole = namespace.wrapper  # type: ignore[attr-defined]
+        first = namespace.sh(f"{noderole} apply demo --backend openrc --json", timeout=120)
+        assert first.rc == 0, first.stderr + first.stdout
+        report = {s["name"]: s for s in json.loads(first.stdout)["services"]}
+        assert report["base"]["status"] == "started"
+        assert report["top"]["status"] == "started"
+        assert namespace.sh("test -x /etc/init.d/base && test -x /etc/init.d/top").rc == 0
+        assert namespace.sh("rc-service top status").rc == 0
+        # supervise-daemon runs `noderole exec top`, which takes a moment to become the command
+        running = namespace.sh(EVENTUALLY.format(check="pgrep -x -f '/bin/sleep 2000'"))
+        assert running.rc == 0, namespace.sh("ps -eo pid,args").stdout
+        assert len(running.stdout.split()) == 1
+        second = namespace.sh(f"{noderole} apply demo --backend openrc --json", timeout=120)
+        again = {s["name"]: s for s in json.loads(second.stdout)["services"]}
+        assert again["top"]["status"] == "running"
+        assert namespace.sh("pgrep -x -f '/bin/sleep 2000'").stdout == running.stdout
+
+    def test_stop_goes_through_openrc(self, namespace: OpenRCNamespace) -> None:
+        """stop --backend openrc stops every service, leaving no command running."""
+        noderole = namespace.wrapper  # type: ignore[attr-defined]
+        assert namespace.sh(f"{noderole} apply demo --backend openrc", timeout=120).rc == 0
+        stopped = namespace.sh(f"{noderole} stop demo --backend openrc", timeout=120)
+        assert stopped.rc == 0, stopped.stderr
+        assert namespace.sh("pgrep -x -f '/bin/sleep [12]000'").rc == 1
+        assert namespace.sh("rc-service base status").rc != 0
