@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from noderole.__about__ import __version__
 
 if TYPE_CHECKING:
+    from noderole.context import NodeContext
     from noderole.errors import (
         BackendError,
         CertificateError,
@@ -71,6 +72,7 @@ _WHERE = {
         "noderole.records",
     ),
     "StepContext": "noderole.steps",
+    "NodeContext": "noderole.context",
     **dict.fromkeys(
         [
             "NoderoleError",
@@ -93,6 +95,7 @@ __all__ = [
     "hookimpl",
     "hookspec",
     "StepContext",
+    "NodeContext",
     "Service",
     "Supervision",
     "Secret",

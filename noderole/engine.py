@@ -372,7 +372,7 @@ class _Run:
 
             timeout = min(readiness.timeout, self.readiness_timeout)
             bounded = attrs.evolve(readiness, timeout=timeout)
-            self.progress.waiting(name, f"{name} to be ready ({readiness.describe()})")
+            self.progress.waiting(name, f"waiting for readiness: {readiness.describe()}")
             try:
                 run_wait(bounded, root=self.root, clock=self.clock)
                 self._ready[name] = None

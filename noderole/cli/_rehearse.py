@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 import click
 
 from noderole.cli._app import App
 from noderole.cli._inspect import build_role_plan, role_argument
-from noderole.errors import ExitCode, UsageError
+from noderole.errors import ExitCode, PluginError, UsageError
+from noderole.records import StandIn
 from noderole.root import NodeRoot
 
 __all__ = ["rehearse_command"]
@@ -41,12 +43,38 @@ def stage_rehearsal(app: App, scratch: Path) -> App:
     config = scratch / "etc/noderole/config.toml"
     config.parent.mkdir(parents=True, exist_ok=True)
     config.write_text(REHEARSAL_CONFIG)
-    for standin in rehearsal.plugins.standins(rehearsal.node):
-        target = rehearsal.root.resolve(standin.path)
+    for path, (content, mode) in merge_standins(rehearsal.plugins.standins(rehearsal.node)).items():
+        target = rehearsal.root.resolve(path)
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(standin.content)
-        target.chmod(standin.mode)
+        target.write_text(content)
+        target.chmod(mode)
     return rehearsal
+
+
+def merge_standins(standins: Sequence[StandIn]) -> dict[str, tuple[str, int]]:
+    """Content and mode per path. Input files (no execute bit) that several plugins supply are
+    joined in plugin-name order — two plugins each add their keys to first-boot.env — with the
+    strictest mode; two programs at one path are an error naming both plugins."""
+    by_path: dict[str, list[StandIn]] = {}
+    for standin in standins:
+        by_path.setdefault(standin.path, []).append(standin)
+    merged: dict[str, tuple[str, int]] = {}
+    for path, group in sorted(by_path.items()):
+        group.sort(key=lambda s: s.origin)
+        if len(group) > 1 and any(s.mode & 0o111 for s in group):
+            owners = " and ".join(f"plugin {s.origin!r}" for s in group)
+            raise PluginError(
+                f"{owners} both supply the stand-in program {path}; disable one with "
+                "--disable-plugin NAME"
+            )
+        content = "".join(
+            s.content if s.content.endswith("\n") else s.content + "\n" for s in group
+        )
+        mode = group[0].mode
+        for other in group[1:]:
+            mode &= other.mode
+        merged[path] = (content if len(group) > 1 else group[0].content, mode)
+    return merged
 
 
 @click.command("rehearse")

@@ -134,13 +134,23 @@ http.server.HTTPServer((host, int(port)), Metrics).serve_forever()
 
 
 @noderole.hookimpl
-def noderole_standins(node: NodeContext) -> noderole.StandIn:
-    """A stand-in exporter for rehearsals in a scratch root."""
-    return noderole.StandIn(
-        path=node.settings(TABLE)["binary"],
-        content=STANDIN,
-        description="answers /metrics on the configured address",
-    )
+def noderole_standins(node: NodeContext) -> list[noderole.StandIn]:
+    """A stand-in exporter for rehearsals, and the textfile directory a real node mounts."""
+    cfg = node.settings(TABLE)
+    return [
+        noderole.StandIn(
+            path=cfg["binary"],
+            content=STANDIN,
+            description="answers /metrics on the configured address",
+        ),
+        # An input file, not a program: writing it creates the directory the service waits for.
+        noderole.StandIn(
+            path=f"{cfg['textfile_directory']}/rehearsal.prom",
+            content="# written by noderole rehearse\n",
+            mode=0o644,
+            description="the textfile directory, as if it had been mounted",
+        ),
+    ]
 
 
 # --8<-- [end:standins]

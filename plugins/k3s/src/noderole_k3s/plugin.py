@@ -1,0 +1,398 @@
+"""The k3s plugin's hook implementations: settings, services, stand-ins and its own hookspecs.
+
+Services:
+
+- ``k3s`` (roles ``server``, ``server-join``): ``k3s server --config /etc/rancher/k3s/config.yaml``.
+  Its pre-start derives ``config.yaml`` from ``config.yaml.skel`` when absent, and writes the
+  files, configuration drop-in and manifests that other plugins contribute through
+  :mod:`noderole_k3s.hookspecs`.
+- ``k3s-cluster-init`` (role ``server``) and ``k3s-cluster-join`` (role ``server-join``): the
+  part that differs between the two roles, as milestones that both provide ``k3s-cluster``, which
+  ``k3s`` needs. Service definitions do not know the role being applied, and one ``k3s`` service
+  serves both roles, so each role brings its own milestone: it writes the role drop-in
+  (``cluster-init: true``, or the join URL and token), and a join without URL or token fails
+  there, so ``k3s`` is never started as a new cluster by mistake.
+- ``k3s-agent`` (role ``agent``): ``k3s agent`` with ``K3S_URL``, ``K3S_TOKEN`` (a
+  :class:`noderole.Secret`) and ``K3S_NODE_NAME`` from ``agent.env`` in its environment.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import noderole
+from noderole_k3s import hookspecs
+from noderole_k3s.contributions import (
+    collect_contributions,
+    parse_config_text,
+    render_yaml,
+    with_base_lists,
+)
+from noderole_k3s.standins import K3S_STANDIN
+
+if TYPE_CHECKING:
+    import pluggy
+
+    from noderole.context import NodeContext
+    from noderole.records import Step
+
+__all__ = [
+    "ROLE_DROPIN",
+    "TABLE",
+    "noderole_addhooks",
+    "noderole_services",
+    "noderole_settings",
+    "noderole_standins",
+]
+
+TABLE = "k3s"
+ROLE_DROPIN = "40-noderole-role.yaml"
+"""Drop-in the role milestones write (``cluster-init``, or ``server`` and ``token``)."""
+CONTRIBUTED_DROPIN = "50-noderole.yaml"
+"""Drop-in holding the keys other plugins contribute; rewritten on every apply."""
+
+_HEADER = (
+    "# Written by noderole (plugin k3s) on every apply; edits here are lost.\n"
+    "# Put your own settings in /etc/rancher/k3s/config.yaml.\n"
+)
+
+
+def _setting(name: str, kind: Any, default: Any, description: str) -> noderole.Setting:
+    return noderole.Setting(name=name, type=kind, default=default, description=description)
+
+
+SETTINGS = noderole.SettingsTable(
+    table=TABLE,
+    description="The k3s server and agent services.",
+    settings=[
+        _setting("binary", str, "/usr/local/bin/k3s", "The k3s executable."),
+        _setting("config", str, "/etc/rancher/k3s/config.yaml", "k3s server configuration."),
+        _setting(
+            "config_skel",
+            str,
+            "/etc/rancher/k3s/config.yaml.skel",
+            "Template copied to `config` when that file does not exist.",
+        ),
+        _setting(
+            "config_dropin_dir",
+            str,
+            "/etc/rancher/k3s/config.yaml.d",
+            "Drop-in directory k3s reads after `config` (noderole writes two files there).",
+        ),
+        _setting(
+            "manifests_dir",
+            str,
+            "/var/lib/rancher/k3s/server/manifests",
+            "k3s's auto-deploy directory, where contributed manifests are staged.",
+        ),
+        _setting(
+            "kubeconfig",
+            str,
+            "/etc/rancher/k3s/k3s.yaml",
+            "Admin kubeconfig k3s writes once its apiserver is up (the server's readiness).",
+        ),
+        _setting(
+            "first_boot_env",
+            str,
+            "/etc/spinifex-eks/first-boot.env",
+            "Environment file with the join URL and token of a `server-join` node.",
+        ),
+        _setting(
+            "join_url_key",
+            str,
+            "K3S_URL",
+            "Key of `first_boot_env` holding the URL of an existing server to join.",
+        ),
+        _setting(
+            "join_token_key",
+            str,
+            "K3S_TOKEN",
+            "Key of `first_boot_env` holding the cluster token to join with.",
+        ),
+        _setting(
+            "agent_env",
+            str,
+            "/etc/spinifex-eks/agent.env",
+            "Environment file with K3S_URL, K3S_TOKEN and optional K3S_NODE_NAME for agents.",
+        ),
+        _setting("pidfile", str, "/run/k3s.pid", "Pidfile of the k3s server."),
+        _setting("log", str, "/var/log/k3s.log", "stdout and stderr of the k3s server."),
+        _setting("agent_pidfile", str, "/run/k3s-agent.pid", "Pidfile of the k3s agent."),
+        _setting("agent_log", str, "/var/log/k3s-agent.log", "stdout and stderr of the agent."),
+        _setting("respawn_delay", float, 5.0, "Seconds before a crashed k3s is started again."),
+        _setting("respawn_max", int, 0, "Respawns allowed before giving up; 0: unlimited."),
+        _setting(
+            "ready_timeout",
+            float,
+            300.0,
+            "Seconds the server may take to write `kubeconfig` before it counts as not ready.",
+        ),
+    ],
+)
+
+
+@noderole.hookimpl
+def noderole_addhooks(pluginmanager: pluggy.PluginManager) -> None:
+    pluginmanager.add_hookspecs(hookspecs)
+
+
+@noderole.hookimpl
+def noderole_settings() -> noderole.SettingsTable:
+    return SETTINGS
+
+
+@noderole.hookimpl
+def noderole_services(node: NodeContext) -> list[noderole.Service]:
+    cfg = node.settings(TABLE)
+    return [
+        _cluster_init(cfg),
+        _cluster_join(node, cfg),
+        _server(node, cfg),
+        _agent(node, cfg),
+    ]
+
+
+@noderole.hookimpl
+def noderole_standins(node: NodeContext) -> list[noderole.StandIn]:
+    cfg = node.settings(TABLE)
+    return [
+        noderole.StandIn(
+            path=cfg["binary"],
+            content=K3S_STANDIN,
+            description=(
+                "server: writes a k3s-like CA and admin kubeconfig after 0.5 s, then stays up; "
+                "agent: stays up"
+            ),
+        ),
+        # Inputs a rehearsal needs and that k3s's own files are: a configuration skeleton, and
+        # the agent's join values (first-boot.env belongs to the launcher, not to k3s).
+        noderole.StandIn(
+            path=cfg["config_skel"],
+            content="# noderole rehearsal\nwrite-kubeconfig-mode: '0600'\n",
+            description="a minimal k3s configuration skeleton",
+            mode=0o600,
+        ),
+        noderole.StandIn(
+            path=cfg["first_boot_env"],
+            content=(
+                f"{cfg['join_url_key']}=https://127.0.0.1:6443\n"
+                f"{cfg['join_token_key']}=rehearsal-token\n"
+            ),
+            description="server-join values for a rehearsal (other plugins add their own keys)",
+            mode=0o600,
+        ),
+        noderole.StandIn(
+            path=cfg["agent_env"],
+            content="K3S_URL=https://127.0.0.1:6443\nK3S_TOKEN=rehearsal-token\n",
+            description="agent join values for a rehearsal",
+            mode=0o600,
+        ),
+    ]
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _supervision(cfg: Mapping[str, Any]) -> noderole.Supervision:
+    return noderole.Supervision(respawn_delay=cfg["respawn_delay"], respawn_max=cfg["respawn_max"])
+
+
+def _dropin(cfg: Mapping[str, Any], name: str) -> str:
+    return f"{cfg['config_dropin_dir'].rstrip('/')}/{name}"
+
+
+def _read_env(node: NodeContext, path: str) -> tuple[Mapping[str, str], str | None]:
+    """The file's values, or the reason it cannot be read (a Fail step, not a crash)."""
+    try:
+        return node.read_env(path).values, None
+    except noderole.EnvFileError as exc:
+        return {}, str(exc)
+
+
+# --------------------------------------------------------------------------- role milestones
+
+
+def _cluster_init(cfg: Mapping[str, Any]) -> noderole.Service:
+    return noderole.Service(
+        name="k3s-cluster-init",
+        description="k3s role server: this node initialises the cluster (cluster-init)",
+        roles=["server"],
+        provide=["k3s-cluster"],
+        before=["k3s"],
+        pre_start=[
+            noderole.WriteFile(
+                path=_dropin(cfg, ROLE_DROPIN),
+                content=_HEADER + "cluster-init: true\n",
+                mode=0o600,
+            )
+        ],
+    )
+
+
+def _cluster_join(node: NodeContext, cfg: Mapping[str, Any]) -> noderole.Service:
+    env_path = cfg["first_boot_env"]
+    values, unreadable = _read_env(node, env_path)
+    url_key, token_key = cfg["join_url_key"], cfg["join_token_key"]
+    url, token = values.get(url_key, "").strip(), values.get(token_key, "").strip()
+    steps: list[Step]
+    if unreadable:
+        steps = [noderole.Fail(message=unreadable)]
+    elif not url or not token:
+        missing = " and ".join(
+            key for key, value in ((url_key, url), (token_key, token)) if not value
+        )
+        steps = [
+            noderole.Fail(
+                message=(
+                    f"{missing} missing from {env_path}: a server-join node needs the URL of an "
+                    f"existing server ({url_key}=https://HOST:6443) and the cluster token "
+                    f"({token_key}=...); add them, or apply role server to start a new cluster"
+                )
+            )
+        ]
+    else:
+        # The token goes to a private drop-in, never to the command line: a WriteFile step shows
+        # only its size in `plan`.
+        text = render_yaml([{"server": url, "token": token}], header=_HEADER)
+        steps = [noderole.WriteFile(path=_dropin(cfg, ROLE_DROPIN), content=text, mode=0o600)]
+    return noderole.Service(
+        name="k3s-cluster-join",
+        description="k3s role server-join: this node joins an existing cluster",
+        roles=["server-join"],
+        provide=["k3s-cluster"],
+        before=["k3s"],
+        pre_start=steps,
+    )
+
+
+# --------------------------------------------------------------------------- server
+
+
+def _base_config(
+    node: NodeContext, cfg: Mapping[str, Any]
+) -> tuple[Mapping[str, Any], list[Step], list[str]]:
+    """config.yaml's keys, the step deriving it from the skeleton if needed, and problems."""
+    config, skel = cfg["config"], cfg["config_skel"]
+    source = config
+    steps: list[Step] = []
+    try:
+        text = node.resolve(config).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        source = skel
+        try:
+            text = node.resolve(skel).read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return (
+                {},
+                [],
+                [
+                    f"neither {config} nor {skel} exists, so k3s has no configuration: write "
+                    f"{config} (or the image's {skel}) and apply again"
+                ],
+            )
+        except (OSError, UnicodeDecodeError) as exc:
+            return {}, [], [f"cannot read {skel}: {exc}"]
+        steps.append(noderole.WriteFile(path=config, content=text, mode=0o600))
+    except (OSError, UnicodeDecodeError) as exc:
+        return {}, [], [f"cannot read {config}: {exc}"]
+    try:
+        return parse_config_text(text, source=source), steps, []
+    except ValueError as exc:
+        return {}, [], [str(exc)]
+
+
+def _server(node: NodeContext, cfg: Mapping[str, Any]) -> noderole.Service:
+    base, steps, problems = _base_config(node, cfg)
+    contributed = collect_contributions(node)
+    problems += contributed.problems
+    if problems:
+        steps = [noderole.Fail(message="; ".join(problems))]
+    else:
+        for extra in contributed.files:
+            steps.append(
+                noderole.WriteFile(
+                    path=extra.path, content=render_yaml(extra.documents), mode=extra.mode
+                )
+            )
+        merged = with_base_lists(contributed.config, base)
+        steps.append(
+            noderole.WriteFile(
+                path=_dropin(cfg, CONTRIBUTED_DROPIN),
+                content=render_yaml([merged], header=_HEADER),
+                mode=0o600,
+            )
+        )
+        manifests_dir = cfg["manifests_dir"].rstrip("/")
+        for manifest in contributed.manifests:
+            header = f"# Staged by noderole from plugin {manifest.origin}.\n"
+            steps.append(
+                noderole.WriteFile(
+                    path=f"{manifests_dir}/{manifest.name}",
+                    content=render_yaml(manifest.documents, header=header),
+                    mode=0o600,
+                )
+            )
+    return noderole.Service(
+        name="k3s",
+        description="k3s server (Kubernetes control plane)",
+        roles=["server", "server-join"],
+        need=["net", "cgroups", "k3s-cluster"],
+        after=["firewall"],
+        command=[cfg["binary"], "server", "--config", cfg["config"]],
+        pidfile=cfg["pidfile"],
+        output_log=cfg["log"],
+        error_log=cfg["log"],
+        supervision=_supervision(cfg),
+        pre_start=steps,
+        readiness=noderole.WaitForPaths(
+            paths=[cfg["kubeconfig"]],
+            timeout=cfg["ready_timeout"],
+            message=f"k3s did not write {cfg['kubeconfig']} within {{elapsed}}s",
+        ),
+    )
+
+
+# --------------------------------------------------------------------------- agent
+
+
+def _agent(node: NodeContext, cfg: Mapping[str, Any]) -> noderole.Service:
+    env_path = cfg["agent_env"]
+    values, unreadable = _read_env(node, env_path)
+    url, token = values.get("K3S_URL", "").strip(), values.get("K3S_TOKEN", "").strip()
+    name = values.get("K3S_NODE_NAME", "").strip()
+    environment: dict[str, str | noderole.Secret] = {}
+    steps: list[Step] = []
+    if unreadable:
+        steps.append(noderole.Fail(message=unreadable))
+    elif not url or not token:
+        missing = " and ".join(k for k, v in (("K3S_URL", url), ("K3S_TOKEN", token)) if not v)
+        steps.append(
+            noderole.Fail(
+                message=(
+                    f"{missing} missing from {env_path}: an agent needs the server URL "
+                    "(K3S_URL=https://HOST:6443) and the node token (K3S_TOKEN=...); add them "
+                    "and apply again"
+                )
+            )
+        )
+    else:
+        # Environment, never argv: a command line is world-readable in /proc. Secret keeps the
+        # token out of plan, status and logs.
+        environment = {"K3S_URL": url, "K3S_TOKEN": noderole.Secret(token)}
+        if name:
+            environment["K3S_NODE_NAME"] = name
+    return noderole.Service(
+        name="k3s-agent",
+        description="k3s agent (Kubernetes worker: kubelet and container runtime)",
+        roles=["agent"],
+        need=["net", "cgroups"],
+        after=["firewall"],
+        command=[cfg["binary"], "agent"],
+        environment=environment,
+        pidfile=cfg["agent_pidfile"],
+        output_log=cfg["agent_log"],
+        error_log=cfg["agent_log"],
+        supervision=_supervision(cfg),
+        pre_start=steps,
+    )

@@ -1,0 +1,347 @@
+"""The konnectivity plugin's hook implementations: the ``konnectivity-server`` service, its
+settings and stand-in, and (when the k3s plugin is loaded) its contributions to k3s.
+
+The service reproduces the OpenRC script it replaces (``konnectivity-server.initd``): the same
+dependencies, first-boot inputs, bounded wait for the k3s CA and kubeconfig, certificate, command
+line, pidfile, supervision and log, with its error messages. Bad inputs become a
+:class:`noderole.Fail` step at the point the script checked them, so only this service fails, and
+``noderole plan`` shows why.
+"""
+
+from __future__ import annotations
+
+import logging
+import posixpath
+import re
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import noderole
+from noderole_konnectivity.standins import KONNECTIVITY_STANDIN
+from noderole_konnectivity.wiring import (
+    AGENT_NAMESPACE,
+    AGENT_SERVICE_ACCOUNT,
+    AUDIENCE,
+    agent_manifest,
+    egress_selector_configuration,
+    k3s_config,
+)
+
+if TYPE_CHECKING:
+    from noderole.context import NodeContext
+    from noderole.records import Step
+    from noderole_k3s import ConfigFile, Manifest
+
+__all__ = [
+    "COUNT_KEY",
+    "HOST_KEY",
+    "SANS_KEY",
+    "SETTINGS",
+    "TABLE",
+    "noderole_k3s_config",
+    "noderole_k3s_files",
+    "noderole_k3s_manifests",
+    "noderole_services",
+    "noderole_settings",
+    "noderole_standins",
+]
+
+TABLE = "konnectivity"
+COUNT_KEY = "EKS_KONNECTIVITY_SERVER_COUNT"
+SANS_KEY = "EKS_KONNECTIVITY_SANS"
+HOST_KEY = "EKS_KONNECTIVITY_HOST"
+COMMON_NAME = "konnectivity-server"
+
+log = logging.getLogger(__name__)
+
+
+def _setting(name: str, kind: Any, default: Any, description: str) -> noderole.Setting:
+    return noderole.Setting(name=name, type=kind, default=default, description=description)
+
+
+SETTINGS = noderole.SettingsTable(
+    table=TABLE,
+    description="konnectivity-server, the apiserver egress proxy, and its k3s wiring.",
+    settings=[
+        _setting("binary", str, "/usr/local/bin/konnectivity-server", "The server executable."),
+        _setting(
+            "cert_dir",
+            str,
+            "/var/lib/spinifex-eks/konnectivity",
+            "Directory of the serving pair tls.crt + tls.key.",
+        ),
+        _setting(
+            "uds_name",
+            str,
+            "/run/konnectivity/konnectivity-server.socket",
+            "Unix socket the apiserver's egress selector dials (--uds-name).",
+        ),
+        _setting(
+            "first_boot_env",
+            str,
+            "/etc/spinifex-eks/first-boot.env",
+            f"Environment file with {COUNT_KEY}, {SANS_KEY} and {HOST_KEY}.",
+        ),
+        _setting(
+            "ca_cert",
+            str,
+            "/var/lib/rancher/k3s/server/tls/server-ca.crt",
+            "k3s server CA: signs the serving certificate (the agents' in-pod ca.crt).",
+        ),
+        _setting(
+            "ca_key", str, "/var/lib/rancher/k3s/server/tls/server-ca.key", "Key of `ca_cert`."
+        ),
+        _setting(
+            "kubeconfig",
+            str,
+            "/etc/rancher/k3s/k3s.yaml",
+            "Admin kubeconfig: the TokenReview client for agent token authentication.",
+        ),
+        _setting(
+            "wait_timeout",
+            float,
+            120.0,
+            "Seconds to wait for `ca_cert`, `ca_key` and `kubeconfig` before failing.",
+        ),
+        _setting(
+            "renew_before_days",
+            int,
+            90,
+            "Re-mint the serving certificate when fewer days than this remain.",
+        ),
+        _setting("agent_port", int, 8132, "Port agents dial (--agent-port)."),
+        _setting("admin_port", int, 8093, "Server admin port (--admin-port)."),
+        _setting("health_port", int, 8092, "Server health port; /healthz is its readiness."),
+        _setting("pidfile", str, "/run/konnectivity-server.pid", "Pidfile of the server."),
+        _setting(
+            "log", str, "/var/log/konnectivity-server.log", "stdout and stderr of the server."
+        ),
+        _setting("respawn_delay", float, 5.0, "Seconds before a crashed server is started again."),
+        _setting("respawn_max", int, 0, "Respawns allowed before giving up; 0: unlimited."),
+        _setting(
+            "ready_timeout",
+            float,
+            60.0,
+            "Seconds /healthz may take to answer after start before the server counts as not "
+            "ready.",
+        ),
+        _setting(
+            "egress_config",
+            str,
+            "/etc/rancher/k3s/egress-selector-config.yaml",
+            "Where the apiserver's EgressSelectorConfiguration is written (k3s plugin).",
+        ),
+        _setting(
+            "agent_manifest",
+            str,
+            "konnectivity-agent.yaml",
+            "File name of the agent manifest in k3s's manifests directory (k3s plugin).",
+        ),
+        _setting(
+            "agent_image",
+            str,
+            "registry.k8s.io/kas-network-proxy/proxy-agent:v0.31.0",
+            "konnectivity-agent image, pinned; keep it at the server binary's version.",
+        ),
+        _setting("agent_admin_port", int, 8133, "Agent admin port (in the agent pod)."),
+        _setting("agent_health_port", int, 8134, "Agent health port (its liveness probe)."),
+    ],
+)
+
+
+@noderole.hookimpl
+def noderole_settings() -> noderole.SettingsTable:
+    return SETTINGS
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+def _first_boot(node: NodeContext, cfg: Mapping[str, Any]) -> tuple[Mapping[str, str], str | None]:
+    try:
+        return node.read_env(cfg["first_boot_env"]).values, None
+    except noderole.EnvFileError as exc:
+        return {}, str(exc)
+
+
+def server_count(raw: str | None, *, source: str) -> tuple[int, str | None]:
+    """``EKS_KONNECTIVITY_SERVER_COUNT`` as a number: absent or empty is 1 (one control plane);
+    anything but a positive integer gives 1 and the reason it is wrong."""
+    text = (raw or "").strip()
+    if not text:
+        return 1, None
+    if re.fullmatch(r"[0-9]+", text) and int(text) > 0:
+        return int(text), None
+    return 1, (
+        f"{COUNT_KEY}={text!r} in {source} is not a positive integer: set it to the number of "
+        "apiserver replicas (each agent holds a tunnel to every one), or remove it for 1"
+    )
+
+
+def split_sans(raw: str | None) -> list[str]:
+    """The comma-separated SAN list, entries trimmed, empty entries dropped."""
+    return [entry.strip() for entry in (raw or "").split(",") if entry.strip()]
+
+
+# --------------------------------------------------------------------------- the service
+
+
+def command(cfg: Mapping[str, Any], count: int) -> list[str]:
+    """konnectivity-server's argv, flag for flag as the OpenRC script has it."""
+    cert_dir = cfg["cert_dir"].rstrip("/")
+    return [
+        cfg["binary"],
+        "--logtostderr=true",
+        f"--uds-name={cfg['uds_name']}",
+        "--delete-existing-uds-file",
+        f"--cluster-cert={cert_dir}/tls.crt",
+        f"--cluster-key={cert_dir}/tls.key",
+        f"--server-count={count}",
+        "--mode=grpc",
+        # Not a setting: with --uds-name the server refuses any other value (it would also
+        # listen on 8090).
+        "--server-port=0",
+        f"--agent-port={cfg['agent_port']}",
+        f"--admin-port={cfg['admin_port']}",
+        f"--health-port={cfg['health_port']}",
+        f"--kubeconfig={cfg['kubeconfig']}",
+        f"--authentication-audience={AUDIENCE}",
+        f"--agent-namespace={AGENT_NAMESPACE}",
+        f"--agent-service-account={AGENT_SERVICE_ACCOUNT}",
+        "--proxy-strategies=destHost,default",
+    ]
+
+
+def pre_start(cfg: Mapping[str, Any], env: Mapping[str, str], unreadable: str | None) -> list[Step]:
+    """The script's ``start_pre``, step for step, with its checks where it made them."""
+    source = cfg["first_boot_env"]
+    steps: list[Step] = [
+        noderole.MakeDirectories(paths=[posixpath.dirname(cfg["uds_name"])]),
+        # The key lives here: private to root.
+        noderole.MakeDirectories(paths=[cfg["cert_dir"]], mode=0o700),
+    ]
+    if unreadable:
+        return [*steps, noderole.Fail(message=unreadable)]
+    _, count_problem = server_count(env.get(COUNT_KEY), source=source)
+    if count_problem:
+        steps.append(noderole.Fail(message=count_problem))
+    steps.append(
+        noderole.WaitForPaths(
+            paths=[cfg["ca_cert"], cfg["ca_key"], cfg["kubeconfig"]],
+            timeout=cfg["wait_timeout"],
+            message="k3s server CA / admin kubeconfig not present after {elapsed}s",
+        )
+    )
+    sans = split_sans(env.get(SANS_KEY))
+    if not sans:
+        steps.append(
+            noderole.Fail(message=f"{SANS_KEY} empty; agents would fail server cert validation")
+        )
+        return steps
+    steps.append(
+        noderole.MintCertificate(
+            directory=cfg["cert_dir"],
+            ca_cert=cfg["ca_cert"],
+            ca_key=cfg["ca_key"],
+            common_name=COMMON_NAME,
+            sans=sans,
+            renew_before_days=cfg["renew_before_days"],
+            failure_message="failed to mint konnectivity serving cert: {reason}",
+        )
+    )
+    return steps
+
+
+def service(
+    cfg: Mapping[str, Any], env: Mapping[str, str], unreadable: str | None = None
+) -> noderole.Service:
+    """The ``konnectivity-server`` service for these settings and first-boot values."""
+    count, _ = server_count(env.get(COUNT_KEY), source=cfg["first_boot_env"])
+    return noderole.Service(
+        name="konnectivity-server",
+        description="Konnectivity server (Mulga EKS apiserver egress proxy)",
+        roles=["server", "server-join"],
+        need=["net"],
+        after=["k3s"],
+        command=command(cfg, count),
+        pidfile=cfg["pidfile"],
+        output_log=cfg["log"],
+        error_log=cfg["log"],
+        # A transient exit must self-heal, or apiserver egress (webhooks, exec, logs) stays
+        # broken until the next boot.
+        supervision=noderole.Supervision(
+            respawn_delay=cfg["respawn_delay"], respawn_max=cfg["respawn_max"]
+        ),
+        pre_start=pre_start(cfg, env, unreadable),
+        # /healthz, never /readyz: that stays 500 until the first agent connects, and agents
+        # arrive only after the cluster is up.
+        readiness=noderole.WaitForHttp(
+            url=f"http://127.0.0.1:{cfg['health_port']}/healthz", timeout=cfg["ready_timeout"]
+        ),
+    )
+
+
+@noderole.hookimpl
+def noderole_services(node: NodeContext) -> noderole.Service:
+    cfg = node.settings(TABLE)
+    env, unreadable = _first_boot(node, cfg)
+    return service(cfg, env, unreadable)
+
+
+@noderole.hookimpl
+def noderole_standins(node: NodeContext) -> list[noderole.StandIn]:
+    cfg = node.settings(TABLE)
+    return [
+        noderole.StandIn(
+            path=cfg["binary"],
+            content=KONNECTIVITY_STANDIN,
+            description="records its argv, answers /healthz on --health-port, stays up",
+        ),
+        noderole.StandIn(
+            path=cfg["first_boot_env"],
+            content=(
+                "# noderole rehearsal\n"
+                f"{SANS_KEY}=localhost,127.0.0.1\n{HOST_KEY}=127.0.0.1\n{COUNT_KEY}=1\n"
+            ),
+            description="first-boot values konnectivity reads",
+            mode=0o644,
+        ),
+    ]
+
+
+# --------------------------------------------------------------------------- k3s wiring
+# optionalhook: these hooks exist only when the k3s plugin is loaded; without it konnectivity
+# still loads. noderole_k3s is imported inside them for the same reason: only k3s calls them.
+
+
+@noderole.hookimpl(optionalhook=True)
+def noderole_k3s_config(node: NodeContext) -> dict[str, Any]:
+    return k3s_config(node.settings(TABLE)["egress_config"])
+
+
+@noderole.hookimpl(optionalhook=True)
+def noderole_k3s_files(node: NodeContext) -> ConfigFile:
+    from noderole_k3s import ConfigFile
+
+    cfg = node.settings(TABLE)
+    return ConfigFile(
+        path=cfg["egress_config"], documents=[egress_selector_configuration(cfg["uds_name"])]
+    )
+
+
+@noderole.hookimpl(optionalhook=True)
+def noderole_k3s_manifests(node: NodeContext) -> Manifest | None:
+    from noderole_k3s import Manifest
+
+    cfg = node.settings(TABLE)
+    env, _ = _first_boot(node, cfg)
+    host = env.get(HOST_KEY, "").strip()
+    if not host:
+        log.warning(
+            "%s empty in %s: the konnectivity-agent manifest is not staged, so no agent will "
+            "connect and apiserver egress to pods and kubelets will fail",
+            HOST_KEY,
+            cfg["first_boot_env"],
+        )
+        return None
+    return Manifest(name=cfg["agent_manifest"], documents=agent_manifest(cfg, host))

@@ -1,0 +1,250 @@
+"""`noderole apply server` end to end under --root, with the k3s and konnectivity stand-ins.
+
+Real processes under noderole's native supervisor: k3s's stand-in writes the CA late,
+konnectivity-server waits for it, gets a certificate that openssl verifies for every SAN, runs
+with the script's exact argv, is respawned when killed, is left alone by a second apply, is
+restarted when its SANs (hence its certificate) change, and is gone after `noderole stop`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.metadata
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from noderole.clock import FakeClock
+from noderole.config import load_config
+from noderole.context import NodeContext
+from noderole.plugins import load_plugins
+from noderole.root import NodeRoot
+from noderole_k3s import plugin as k3s_plugin
+from noderole_konnectivity import plugin as konnectivity_plugin
+
+pytestmark = pytest.mark.slow
+
+FIRST_BOOT = "etc/spinifex-eks/first-boot.env"
+CA = "var/lib/rancher/k3s/server/tls/server-ca.crt"
+CERT = "var/lib/spinifex-eks/konnectivity/tls.crt"
+SANS = ["konnectivity.example.com", "127.0.0.1", "nlb.example.com"]
+
+Noderole = Callable[..., subprocess.CompletedProcess[str]]
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def other_plugins() -> list[str]:
+    """Installed plugins other than ours: disabled, so the test sees only k3s and konnectivity."""
+    names = {ep.name for ep in importlib.metadata.entry_points(group="noderole")}
+    return sorted(names - {"k3s", "konnectivity"})
+
+
+def stage(root: Path, health_port: int) -> None:
+    """Config, stand-ins (as `noderole rehearse` writes them) and first-boot values."""
+    config = root / "etc/noderole/config.toml"
+    config.parent.mkdir(parents=True)
+    config.write_text(
+        "[noderole]\nnet_check = false\n"
+        f"[konnectivity]\nhealth_port = {health_port}\nrespawn_delay = 0.2\n"
+    )
+    plugins = load_plugins(
+        plugins=[("k3s", k3s_plugin), ("konnectivity", konnectivity_plugin)], autoload=False
+    )
+    node_root = NodeRoot(root)
+    node = NodeContext(
+        root=node_root,
+        config=load_config(node_root, plugins.settings_tables()),
+        pluginmanager=plugins.manager,
+        clock=FakeClock(),
+    )
+    for standin in plugins.standins(node):
+        target = node_root.resolve(standin.path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(standin.content)
+        target.chmod(standin.mode)
+    set_sans(root, SANS)
+
+
+def set_sans(root: Path, sans: list[str]) -> None:
+    (root / FIRST_BOOT).write_text(
+        f"EKS_KONNECTIVITY_SANS={','.join(sans)}\nEKS_KONNECTIVITY_HOST=127.0.0.1\n"
+    )
+
+
+def processes_of(root: Path) -> list[int]:
+    """Pids of live processes started for this root (NODEROLE_ROOT=root in their environment)."""
+    marker = f"NODEROLE_ROOT={root}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes().split(b"\0")
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if marker in environ and state != "Z":
+            found.append(int(entry.name))
+    return found
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Iterator[Path]:
+    """A staged root; afterwards every process started for it is killed, pass or fail."""
+    node = tmp_path / "node"
+    node.mkdir()
+    yield node
+    pids = set(processes_of(node))
+    supervisor = node / "run/noderole/supervisor.pid"
+    with contextlib.suppress(OSError, ValueError):
+        pid = int(supervisor.read_text().split()[0])
+        # Only if that pid is still a noderole process: never a stranger that reused the number.
+        if b"noderole" in Path(f"/proc/{pid}/cmdline").read_bytes():
+            pids.add(pid)
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+@pytest.fixture
+def noderole(root: Path) -> Noderole:
+    """Run the noderole CLI under the root, with only our two plugins."""
+    disabled = [arg for name in other_plugins() for arg in ("--disable-plugin", name)]
+
+    def run(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run(
+            [sys.executable, "-m", "noderole", "--root", str(root), *disabled, *args],
+            capture_output=True,
+            text=True,
+            timeout=110,
+            env={**os.environ, "NODEROLE_ROOT": str(root)},
+        )
+        if check:
+            assert result.returncode == 0, result.stdout + result.stderr
+        return result
+
+    return run
+
+
+def apply(noderole: Noderole) -> dict[str, dict[str, Any]]:
+    report = json.loads(noderole("apply", "server", "--json").stdout)
+    return {service["name"]: service for service in report["services"]}
+
+
+def status(noderole: Noderole) -> dict[str, dict[str, Any]]:
+    rows = json.loads(noderole("status", "server", "--json", check=False).stdout)
+    return {row["name"]: row for row in rows["services"]}
+
+
+def verify(root: Path, san: str) -> subprocess.CompletedProcess[str]:
+    check = "-verify_ip" if san[0].isdigit() else "-verify_hostname"
+    return subprocess.run(
+        ["openssl", "verify", "-CAfile", str(root / CA), check, san, str(root / CERT)],
+        capture_output=True,
+        text=True,
+    )
+
+
+def respawned(noderole: Noderole, old_pid: int, deadline: float) -> int:
+    """The new pid of konnectivity-server once the supervisor has brought it back."""
+    while time.monotonic() < deadline:
+        row = status(noderole)["konnectivity-server"]
+        if row["pid"] and row["pid"] != old_pid and row["state"] in ("running", "ready"):
+            return int(row["pid"])
+        time.sleep(0.1)
+    raise AssertionError(f"konnectivity-server was not respawned: {status(noderole)}")
+
+
+class TestApplyServer:
+    def test_lifecycle(self, root: Path, noderole: Noderole) -> None:
+        """Apply, respawn, idempotent re-apply, re-mint on SAN change, and stop."""
+        health_port = free_port()
+        stage(root, health_port)
+
+        # First apply: k3s writes the CA late; konnectivity waits, mints and starts.
+        first = apply(noderole)
+        assert first["k3s"]["status"] == "started"
+        server = first["konnectivity-server"]
+        assert server["status"] == "started", server
+        assert server["minted"] == ["/var/lib/spinifex-eks/konnectivity/tls.crt"]
+        kinds = [step["kind"] for step in server["steps"]]
+        assert kinds == ["directories", "directories", "wait", "certificate", "start"]
+        for san in SANS:
+            verdict = verify(root, san)
+            assert verdict.returncode == 0, verdict.stdout + verdict.stderr
+        assert verify(root, "other.example.com").returncode != 0
+        argv = json.loads((root / "run/konnectivity-server.argv").read_text())
+        assert argv[1:] == [
+            "--logtostderr=true",
+            "--uds-name=/run/konnectivity/konnectivity-server.socket",
+            "--delete-existing-uds-file",
+            "--cluster-cert=/var/lib/spinifex-eks/konnectivity/tls.crt",
+            "--cluster-key=/var/lib/spinifex-eks/konnectivity/tls.key",
+            "--server-count=1",
+            "--mode=grpc",
+            "--server-port=0",
+            "--agent-port=8132",
+            "--admin-port=8093",
+            f"--health-port={health_port}",
+            "--kubeconfig=/etc/rancher/k3s/k3s.yaml",
+            "--authentication-audience=system:konnectivity-server",
+            "--agent-namespace=kube-system",
+            "--agent-service-account=konnectivity-agent",
+            "--proxy-strategies=destHost,default",
+        ]
+        log = (root / "var/log/konnectivity-server.log").read_text()
+        assert "serving /healthz" in log
+
+        # Killed: the supervisor brings it back.
+        pid = int(server["pid"])
+        os.kill(pid, signal.SIGKILL)
+        pid = respawned(noderole, pid, time.monotonic() + 60)
+
+        # Second apply with the same inputs: nothing restarted, nothing re-minted.
+        cert_before = (root / CERT).read_bytes()
+        second = apply(noderole)
+        assert second["k3s"]["status"] == "running"
+        assert second["konnectivity-server"]["status"] == "running"
+        assert second["konnectivity-server"]["minted"] == []
+        assert second["konnectivity-server"]["pid"] == pid
+        assert (root / CERT).read_bytes() == cert_before
+
+        # New SANs: the certificate is re-minted and the server restarted to read it.
+        set_sans(root, [*SANS, "new.example.com"])
+        third = apply(noderole)
+        server = third["konnectivity-server"]
+        assert server["status"] == "restarted", server
+        assert "re-minted" in server["reason"]
+        assert server["minted"] == ["/var/lib/spinifex-eks/konnectivity/tls.crt"]
+        assert server["pid"] != pid
+        assert third["k3s"]["status"] == "running"
+        assert verify(root, "new.example.com").returncode == 0
+
+        # Stop: every service process is gone.
+        service_pids = [int(row["pid"]) for row in status(noderole).values() if row["pid"]]
+        assert len(service_pids) == 2
+        noderole("stop")
+        for gone in service_pids:
+            assert not Path(f"/proc/{gone}").exists() or _zombie(gone)
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
