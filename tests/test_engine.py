@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -24,6 +23,7 @@ from noderole.clock import SystemClock
 from noderole.errors import LockedError
 from noderole.root import NodeRoot
 from noderole.state import node_lock
+from noderole.testing import end_node_processes, node_processes
 
 SLEEPER = """#!/bin/sh
 echo "$0 up $$ $*"
@@ -36,14 +36,6 @@ echo ready > "$NODEROLE_ROOT/run/ready-flag"
 trap 'exit 0' TERM
 while :; do sleep 1; done
 """
-
-
-def _environ(pid: int) -> bytes:
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            return f.read()
-    except OSError:
-        return b""
 
 
 def _cmdline(pid: int) -> bytes:
@@ -88,21 +80,7 @@ class Node:
 
     def processes(self) -> list[int]:
         """Every live process started for this root: children (NODEROLE_ROOT) and the daemon."""
-        marker = f"NODEROLE_ROOT={self.root}\0".encode()
-        run_dir = str(self.root / "run/noderole").encode()
-        found = []
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit() or int(entry) == os.getpid():
-                continue
-            pid = int(entry)
-            if marker in _environ(pid) + b"\0" or run_dir in _cmdline(pid):
-                try:
-                    state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-                except OSError:
-                    continue
-                if state != "Z":
-                    found.append(pid)
-        return found
+        return node_processes(self.root)
 
     def pid(self, name: str) -> int:
         return int((self.root / f"run/{name}.pid").read_text())
@@ -128,15 +106,7 @@ def node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Node]:
     (tmp_path / "etc/noderole/config.toml").write_text("[noderole]\nnet_check = false\n")
     n = Node(tmp_path)
     yield n
-    with contextlib.suppress(Exception):
-        from noderole.supervisor import Supervisor
-
-        Supervisor(tmp_path / "run/noderole").shutdown()
-    survivors = n.processes()
-    for pid in survivors:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-    wait_until(lambda: not n.processes(), "every process to be gone")
+    survivors = end_node_processes(tmp_path)
     assert survivors == [], f"processes survived shutdown: {survivors}"
 
 
@@ -413,9 +383,7 @@ class TestRehearse:
         assert " * Started demo" in result.stdout
         assert "demo                       running" in result.stdout
         assert not scratch.exists()
-        leftover = Node.__new__(Node)
-        leftover.root = scratch
-        assert leftover.processes() == []
+        assert node_processes(scratch) == []
 
 
 class TestRender:

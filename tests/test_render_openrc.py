@@ -141,9 +141,23 @@ class TestSeedParity:
         "after",
     )
 
-    @pytest.fixture
-    def both(self, tmp_path: Path) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
-        rendered = render_runscript(konnectivity_service(), exec_mode=False)
+    @pytest.fixture(params=["as-described", "from-the-plugin"])
+    def both(
+        self, request: pytest.FixtureRequest, tmp_path: Path
+    ) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+        if request.param == "from-the-plugin":
+            # The shipped konnectivity plugin's own definition, not a copy of it.
+            plugin = pytest.importorskip("noderole_konnectivity.plugin")
+            from noderole.testing import services_from_plugins
+
+            (service,) = [
+                s
+                for s in services_from_plugins(("konnectivity", plugin))
+                if s.name == "konnectivity-server"
+            ]
+        else:
+            service = konnectivity_service()
+        rendered = render_runscript(service, exec_mode=False)
         ours = read_script(write_script(tmp_path, rendered, "ours"), cwd=tmp_path)
         seed = read_script(SEED, cwd=tmp_path)
         return ours, seed

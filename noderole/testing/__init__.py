@@ -7,7 +7,8 @@ Fixtures: ``node_root`` (:class:`ScratchRoot`), ``fake_clock`` (:class:`~noderol
 ``cluster_ca`` (:class:`ClusterCA` at k3s's paths), ``recording_backend``
 (:class:`RecordingBackend`). Helpers: :func:`run_prestart`, :func:`plan_from_plugins`,
 :func:`services_from_plugins`, :func:`apply_recorded`, :func:`make_cluster_ca` and the
-``assert_*`` functions. docs/tutorial.md walks through a plugin tested with them.
+``assert_*`` functions, and :func:`end_node_processes` for end-to-end tests that start real
+processes under a root. docs/tutorial.md walks through a plugin tested with them.
 """
 
 from noderole.testing._backend import RecordingBackend, apply_recorded
@@ -29,9 +30,13 @@ from noderole.testing._plan import (
     services_from_plugins,
 )
 from noderole.testing._prestart import PrestartOutcome, new_fake_clock, run_prestart, wait_targets
+from noderole.testing._processes import end_node_processes, node_processes
 from noderole.testing._root import ScratchRoot, env_file_text
 
 __all__ = [
+    # processes started under a root
+    "node_processes",
+    "end_node_processes",
     # fixtures
     "node_root",
     "fake_clock",

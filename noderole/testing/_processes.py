@@ -1,0 +1,71 @@
+"""Finding and ending every process a test started under a node root.
+
+Everything noderole starts under ``--root DIR`` is recognisable: each service's process (and its
+children, which inherit the environment) carries ``NODEROLE_ROOT=DIR``, and the native
+supervisor's command line names ``DIR/run/noderole``. An end-to-end test calls
+:func:`end_node_processes` in its teardown, so a failing test still leaves nothing running.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from pathlib import Path
+
+from noderole.testing._root import RootLike, as_node_root
+
+__all__ = ["end_node_processes", "node_processes"]
+
+
+def _read(path: str) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
+
+
+def _is_zombie(pid: int) -> bool:
+    stat = _read(f"/proc/{pid}/stat")
+    if not stat:
+        return True  # gone
+    return stat.rsplit(b")", 1)[-1].split()[:1] in ([b"Z"], [b"X"])
+
+
+def node_processes(root: RootLike) -> list[int]:
+    """Live pids (zombies excluded) started for ``root``: services, their children, the daemon."""
+    base = as_node_root(root).path
+    marker = f"NODEROLE_ROOT={base}\0".encode()
+    run_dir = str(base / "run" / "noderole").encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        pid = int(entry)
+        environ = _read(f"/proc/{pid}/environ") + b"\0"
+        if (marker in environ or run_dir in _read(f"/proc/{pid}/cmdline")) and not _is_zombie(pid):
+            found.append(pid)
+    return sorted(found)
+
+
+def end_node_processes(root: RootLike, *, timeout: float = 20.0) -> list[int]:
+    """Shut the supervisor of ``root`` down, then SIGKILL whatever is left; wait until all are gone.
+
+    Returns the pids that were still running after the supervisor's orderly shutdown — a test
+    should expect none (a survivor is a bug: an orphan the next boot would trip on).
+    """
+    from noderole.supervisor import Supervisor
+
+    base = as_node_root(root).path
+    with contextlib.suppress(Exception):  # a broken daemon must not stop the clean-up
+        Supervisor(Path(base) / "run" / "noderole", timeout=timeout).shutdown()
+    survivors = node_processes(base)
+    for pid in survivors:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + timeout
+    while node_processes(base) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return survivors

@@ -1,0 +1,158 @@
+"""The CLI's own surface: version, list, plan, graph, config, completion, errors and exit codes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner, Result
+
+import noderole
+from noderole.cli import cli
+from noderole.cli._app import App
+from noderole.errors import ExitCode
+from noderole.root import NodeRoot
+
+
+def _plugin() -> types.ModuleType:
+    module = types.ModuleType("cliplugin")
+
+    def noderole_settings() -> noderole.SettingsTable:
+        return noderole.SettingsTable(
+            table="demo",
+            settings=[
+                noderole.Setting(name="port", type=int, default=8132),
+                noderole.Setting(name="token", type=str, default="", secret=True),
+            ],
+        )
+
+    def noderole_services(node: Any) -> list[noderole.Service]:
+        cfg = node.settings("demo")
+        return [
+            noderole.Service(
+                name="web",
+                description="a web server",
+                roles=["front"],
+                need=["net"],
+                command=["/usr/bin/web", f"--port={cfg['port']}"],
+                environment={"TOKEN": noderole.Secret("hunter2")},
+                pre_start=[noderole.WaitForPaths(paths=["/etc/web.conf"], timeout=5)],
+            ),
+            noderole.Service(name="db", roles=["front", "back"], command=["/usr/bin/db"]),
+        ]
+
+    module.noderole_settings = noderole.hookimpl(noderole_settings)  # type: ignore[attr-defined]
+    module.noderole_services = noderole.hookimpl(noderole_services)  # type: ignore[attr-defined]
+    return module
+
+
+def run(tmp_path: Path, *args: str, debug: bool = False) -> Result:
+    app = App(
+        root=NodeRoot(tmp_path),
+        plugin_objects=(("demo", _plugin()),),
+        autoload=False,
+        debug=debug,
+    )
+    return CliRunner().invoke(cli, list(args), obj=app)
+
+
+class TestInspect:
+    def test_version(self) -> None:
+        """--version prints the package version."""
+        done = subprocess.run(
+            [sys.executable, "-m", "noderole", "--version"], capture_output=True, text=True
+        )
+        assert done.stdout.strip() == f"noderole, version {noderole.__version__}"
+
+    def test_list_json_names_plugins_services_and_roles(self, tmp_path: Path) -> None:
+        """list --json shows each plugin with its services and roles."""
+        data = json.loads(run(tmp_path, "list", "--json").stdout)
+        demo = next(p for p in data["plugins"] if p["plugin"] == "demo")
+        assert demo["roles"] == ["back", "front"]
+        assert [s["name"] for s in demo["services"]] == ["db", "web"]
+        builtin = next(p for p in data["plugins"] if p["plugin"] == "builtin")
+        assert {s["name"] for s in builtin["services"]} == {"net", "cgroups"}
+
+    def test_plan_text_shows_order_steps_and_hides_secrets(self, tmp_path: Path) -> None:
+        """plan shows waves, steps and the command line; a Secret value never appears."""
+        result = run(tmp_path, "plan", "front")
+        assert result.exit_code == 0, result.output
+        assert "wave 0: db, net" in result.stdout
+        assert "wave 1: web" in result.stdout
+        assert "pre-start 1: wait up to 5s for all readable: /etc/web.conf" in result.stdout
+        assert "command: /usr/bin/web --port=8132" in result.stdout
+        assert "env: TOKEN=***" in result.stdout
+        assert "hunter2" not in result.stdout
+        assert "hunter2" not in run(tmp_path, "plan", "front", "--json").stdout
+
+    def test_unknown_role_lists_known_roles_with_plan_exit_code(self, tmp_path: Path) -> None:
+        """An unknown role fails with exit 6 and lists the known roles, without a traceback."""
+        result = run(tmp_path, "plan", "nope")
+        assert result.exit_code == ExitCode.PLAN
+        assert "unknown role 'nope'" in result.stderr
+        assert "back, front" in result.stderr
+        assert "Traceback" not in result.stderr
+
+    def test_debug_shows_the_traceback(self, tmp_path: Path) -> None:
+        """--debug lets the exception through instead of the one-paragraph message."""
+        result = run(tmp_path, "plan", "nope", debug=True)
+        assert result.exception is not None
+        assert type(result.exception).__name__ == "PlanError"
+
+    def test_graph_formats(self, tmp_path: Path) -> None:
+        """graph renders text, dot and mermaid."""
+        assert run(tmp_path, "graph", "front", "--format", "dot").stdout.startswith("digraph")
+        assert run(tmp_path, "graph", "front", "--format", "mermaid").stdout.startswith("graph TD")
+        assert "web" in run(tmp_path, "graph", "front").stdout
+
+
+class TestConfig:
+    def test_config_show_json_has_sources_and_masks_secrets(self, tmp_path: Path) -> None:
+        """config show --json gives each value with its source; secrets show as ***."""
+        path = tmp_path / "etc/noderole/config.toml"
+        path.parent.mkdir(parents=True)
+        path.write_text('[demo]\nport = 9000\ntoken = "s3cret"\n')
+        result = run(tmp_path, "config", "show", "--json")
+        data = json.loads(result.stdout)
+        assert data["tables"]["demo"]["port"] == {
+            "value": 9000,
+            "source": "/etc/noderole/config.toml",
+            "type": "int",
+            "default": 8132,
+        }
+        assert data["tables"]["demo"]["token"]["value"] == "***"
+        assert data["tables"]["noderole"]["net_check"]["source"] == "default"
+        assert "s3cret" not in result.stdout
+        assert "s3cret" not in run(tmp_path, "config", "show").stdout
+
+    def test_config_error_exit_code(self, tmp_path: Path) -> None:
+        """A typo in config.toml fails with exit 4 naming file, table and key."""
+        path = tmp_path / "etc/noderole/config.toml"
+        path.parent.mkdir(parents=True)
+        path.write_text("[demo]\nprot = 1\n")
+        result = run(tmp_path, "plan", "front")
+        assert result.exit_code == ExitCode.CONFIG
+        assert "/etc/noderole/config.toml: [demo] has unknown key 'prot'" in result.stderr
+
+
+class TestCompletion:
+    @pytest.mark.parametrize("shell", ["bash", "zsh", "fish"])
+    def test_completion_script(self, shell: str) -> None:
+        """completion SHELL prints a script that hooks noderole's completion variable."""
+        result = CliRunner().invoke(cli, ["completion", shell])
+        assert result.exit_code == 0
+        assert "_NODEROLE_COMPLETE" in result.stdout
+
+    def test_role_completion_lists_roles(self, tmp_path: Path) -> None:
+        """Completing ROLE offers the roles the plugins declare."""
+        from click.shell_completion import ShellComplete
+
+        app = App(root=NodeRoot(tmp_path), plugin_objects=(("demo", _plugin()),), autoload=False)
+        completer = ShellComplete(cli, {"obj": app}, "noderole", "_NODEROLE_COMPLETE")
+        offered = [item.value for item in completer.get_completions(["plan"], "f")]
+        assert offered == ["front"]
