@@ -133,7 +133,8 @@ class PluginSet:
                     raise PluginError(
                         f"{self._describe(plugin)} hook {hook_name} returned {item!r} "
                         f"({type(item).__name__}); it must return {kind.__name__} records "
-                        "(a single one, a list, or None)"
+                        f"(a single one, a list, or None). Fix the plugin, or disable it with "
+                        f"--disable-plugin {plugin}"
                     )
                 if attrs.has(type(item)) and hasattr(item, "origin"):
                     item = attrs.evolve(item, origin=plugin)  # type: ignore[misc]

@@ -275,6 +275,16 @@ class TestSupervision:
         assert (node.root / "run/a").is_dir()
         assert node.pid("a") != old
 
+    def test_restart_of_a_service_with_dependencies(self, node: Node) -> None:
+        """restart b, which comes after a: b gets a new pid and a keeps running untouched."""
+        node.services += [sleeper("a"), sleeper("b", need=["a"], after=["a"])]
+        node.run("apply", "demo")
+        a, b = node.pid("a"), node.pid("b")
+        result = node.run("restart", "b")
+        assert result.exit_code == 0, result.output
+        assert node.pid("a") == a
+        assert node.pid("b") != b
+
 
 class TestLock:
     def test_second_apply_refuses_when_lock_is_held(self, node: Node) -> None:

@@ -7,6 +7,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+import attrs
 import click
 
 from noderole.cli._app import App
@@ -322,7 +323,13 @@ def restart_command(app: App, services: tuple[str, ...], backend: str, lock_time
     chosen = choose_backend(app, backend)
     with node_lock(app.root, timeout=lock_timeout, clock=app.clock, what="restart"):
         chosen.stop([n for n in targets if plan[n].service.command is not None])
-    subset = [e for e in plan.services if e.name in targets]
+    # A plan of just these services: what they come after outside it is running and stays so.
+    restarting = set(targets)
+    subset = [
+        attrs.evolve(e, after=tuple(d for d in e.after if d in restarting))
+        for e in plan.services
+        if e.name in restarting
+    ]
     sub_plan = Plan(role=plan.role, services=subset, waves=[[e.name for e in subset]])
     report = run_apply(app, sub_plan, chosen, quiet=False, lock_timeout=lock_timeout)
     if not report.ok:
