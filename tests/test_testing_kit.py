@@ -31,6 +31,7 @@ from noderole.records import (
     Secret,
     Service,
     SettingsTable,
+    StandIn,
     WaitForPaths,
     WaitForTcp,
     WriteFile,
@@ -52,6 +53,7 @@ from noderole.testing import (
     run_prestart,
     serial_number,
     services_from_plugins,
+    standins_from_plugins,
 )
 
 
@@ -322,6 +324,24 @@ class TestPlanFromPlugins:
             "agent", _plugin("p", noderole_services=services), node_root=scratch
         )
         assert plan["demo"].service.description == "a.example"
+
+    def test_standins_from_plugins_see_the_config_and_are_stamped(
+        self, scratch: ScratchRoot
+    ) -> None:
+        """Stand-ins come from the given plugins only, read settings, and carry their origin."""
+        table = SettingsTable(
+            table="demo",
+            settings=[noderole.Setting(name="binary", type=str, default="/usr/bin/demo")],
+        )
+
+        def standins(node: Any) -> StandIn:
+            return StandIn(path=node.settings("demo")["binary"], content="#!/bin/sh\n")
+
+        plugin = _plugin("x", noderole_settings=lambda: table, noderole_standins=standins)
+        (standin,) = standins_from_plugins(
+            ("demo-plugin", plugin), config_text='[demo]\nbinary = "/opt/demo"\n', node_root=scratch
+        )
+        assert (standin.path, standin.mode, standin.origin) == ("/opt/demo", 0o755, "demo-plugin")
 
 
 class TestAssertions:

@@ -6,9 +6,10 @@ Opt in with ``pytest_plugins = ["noderole.testing"]`` in your top-level ``confte
 Fixtures: ``node_root`` (:class:`ScratchRoot`), ``fake_clock`` (:class:`~noderole.clock.FakeClock`),
 ``cluster_ca`` (:class:`ClusterCA` at k3s's paths), ``recording_backend``
 (:class:`RecordingBackend`). Helpers: :func:`run_prestart`, :func:`plan_from_plugins`,
-:func:`services_from_plugins`, :func:`apply_recorded`, :func:`make_cluster_ca` and the
-``assert_*`` functions, and :func:`end_node_processes` for end-to-end tests that start real
-processes under a root. docs/tutorial.md walks through a plugin tested with them.
+:func:`services_from_plugins`, :func:`standins_from_plugins`, :func:`apply_recorded`,
+:func:`make_cluster_ca` and the ``assert_*`` functions, and :func:`end_node_processes` for
+end-to-end tests that start real processes under a root. docs/tutorial.md walks through a
+plugin tested with them.
 """
 
 from noderole.testing._backend import RecordingBackend, apply_recorded
@@ -28,6 +29,7 @@ from noderole.testing._plan import (
     load_test_plugins,
     plan_from_plugins,
     services_from_plugins,
+    standins_from_plugins,
 )
 from noderole.testing._prestart import PrestartOutcome, new_fake_clock, run_prestart, wait_targets
 from noderole.testing._processes import end_node_processes, node_processes
@@ -60,6 +62,7 @@ __all__ = [
     # plans
     "load_test_plugins",
     "services_from_plugins",
+    "standins_from_plugins",
     "plan_from_plugins",
     "assert_in_plan",
     "assert_not_in_plan",

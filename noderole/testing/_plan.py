@@ -5,15 +5,15 @@ from __future__ import annotations
 import contextlib
 import tempfile
 from collections import deque
-from collections.abc import Iterator
-from typing import TypeAlias
+from collections.abc import Callable, Iterator
+from typing import TypeAlias, TypeVar
 
 from noderole.clock import Clock
 from noderole.config import CONFIG_PATH, load_config
 from noderole.context import NodeContext
 from noderole.plan import Plan, build_plan
 from noderole.plugins import PluginSet, load_plugins
-from noderole.records import Service
+from noderole.records import Service, StandIn
 from noderole.root import NodeRoot
 from noderole.testing._prestart import new_fake_clock
 from noderole.testing._root import RootLike, as_node_root
@@ -26,7 +26,10 @@ __all__ = [
     "load_test_plugins",
     "plan_from_plugins",
     "services_from_plugins",
+    "standins_from_plugins",
 ]
+
+R = TypeVar("R")
 
 PluginArg: TypeAlias = "object | tuple[str, object]"
 """A plugin object (a module or an instance with hook implementations), or a ``(name, object)``
@@ -72,7 +75,28 @@ def services_from_plugins(
     without ``node_root`` an empty temporary root is used and removed afterwards.
     """
     plugin_set = load_test_plugins(*plugins, builtin=builtin)
-    return _collect(plugin_set, config_text=config_text, node_root=node_root, clock=clock)
+    return _collect(
+        plugin_set, PluginSet.services, config_text=config_text, node_root=node_root, clock=clock
+    )
+
+
+def standins_from_plugins(
+    *plugins: PluginArg,
+    config_text: str | None = None,
+    node_root: RootLike | None = None,
+    clock: Clock | None = None,
+    builtin: bool = True,
+) -> list[StandIn]:
+    """Every stand-in ``plugins`` supply for rehearsals (``noderole_standins``), origin stamped.
+
+    The hooks see the same node as :func:`services_from_plugins` gives (``config_text`` written
+    first). Put one where ``noderole rehearse`` would with
+    ``node_root.write(s.path, s.content, mode=s.mode)``.
+    """
+    plugin_set = load_test_plugins(*plugins, builtin=builtin)
+    return _collect(
+        plugin_set, PluginSet.standins, config_text=config_text, node_root=node_root, clock=clock
+    )
 
 
 def plan_from_plugins(
@@ -91,17 +115,21 @@ def plan_from_plugins(
     :class:`~noderole.errors.PluginError` for a misbehaving hook.
     """
     plugin_set = load_test_plugins(*plugins, builtin=builtin)
-    services = _collect(plugin_set, config_text=config_text, node_root=node_root, clock=clock)
+    services = _collect(
+        plugin_set, PluginSet.services, config_text=config_text, node_root=node_root, clock=clock
+    )
     return build_plan(services, role, plugins=plugin_set.names())
 
 
 def _collect(
     plugin_set: PluginSet,
+    records: Callable[[PluginSet, NodeContext], list[R]],
     *,
     config_text: str | None,
     node_root: RootLike | None,
     clock: Clock | None,
-) -> list[Service]:
+) -> list[R]:
+    """Call ``records`` (``PluginSet.services`` or ``.standins``) with a node over the root."""
     with _root(node_root) as root:
         if config_text is not None:
             local = root.resolve(CONFIG_PATH)
@@ -114,7 +142,7 @@ def _collect(
             pluginmanager=plugin_set.manager,
             clock=clock if clock is not None else new_fake_clock(),
         )
-        return plugin_set.services(node)
+        return records(plugin_set, node)
 
 
 def _transitive_after(plan: Plan, name: str) -> set[str]:

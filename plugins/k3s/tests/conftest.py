@@ -1,47 +1,10 @@
-"""Fixtures for the k3s plugin's tests: a node context over a scratch root, and a CLI runner."""
+"""The k3s plugin's tests use noderole's plugin-author kit (noderole.testing).
 
-from __future__ import annotations
-
-from collections.abc import Callable
-from pathlib import Path
-
-import pytest
-
-from noderole.clock import FakeClock
-from noderole.config import load_config
-from noderole.context import NodeContext
-from noderole.plugins import PluginSet, load_plugins
-from noderole.root import NodeRoot
-from noderole_k3s import plugin as k3s_plugin
-
-NodeFactory = Callable[..., tuple[PluginSet, NodeContext]]
-
-
-@pytest.fixture
-def put(tmp_path: Path) -> Callable[[str, str], Path]:
-    """Write text at a node path under the scratch root (parents created); returns the file."""
-
-    def write(node_path: str, text: str) -> Path:
-        local = tmp_path / node_path.lstrip("/")
-        local.parent.mkdir(parents=True, exist_ok=True)
-        local.write_text(text)
-        return local
-
-    return write
-
-
-@pytest.fixture
-def make_node(tmp_path: Path) -> NodeFactory:
-    """Build (plugins, node) over ``tmp_path`` with the k3s plugin plus the given plugins."""
-
-    def build(*extra: tuple[str, object], k3s: bool = True) -> tuple[PluginSet, NodeContext]:
-        chosen = ([("k3s", k3s_plugin)] if k3s else []) + list(extra)
-        plugins = load_plugins(plugins=chosen, autoload=False)
-        root = NodeRoot(tmp_path)
-        config = load_config(root, plugins.settings_tables())
-        node = NodeContext(
-            root=root, config=config, pluginmanager=plugins.manager, clock=FakeClock()
-        )
-        return plugins, node
-
-    return build
+Its fixtures (``node_root``, ``fake_clock``, ``cluster_ca``, ``recording_backend``) come from the
+repository's top-level ``conftest.py`` (``pytest_plugins = ["noderole.testing"]``): pytest
+honours ``pytest_plugins`` only in the rootdir's top-level conftest, and that one is loaded
+however these tests are run (``pytest`` at the top, ``pytest plugins``, or
+``cd plugins/k3s && pytest tests``: the rootdir stays the repository, whose pyproject.toml holds
+the pytest settings). Declaring it here instead would be an error whenever pytest reaches this
+directory from above (``pytest plugins``).
+"""

@@ -1,41 +1,42 @@
-"""`noderole plan` and `graph` with the installed k3s and konnectivity plugins, under --root."""
+"""`noderole plan` and `graph` with the installed k3s and konnectivity plugins, under --root.
+
+These go through the CLI and the installed entry points on purpose (the kit's plan helpers
+load plugin objects only); the scratch root is the kit's ``node_root``.
+"""
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
 from click.testing import CliRunner
 
 from noderole.cli import cli
+from noderole.testing import ScratchRoot
 
 TOKEN = "K10-cli-secret-token::server:0ddba11"
 
 
-def invoke(root: Path, *args: str) -> str:
-    result = CliRunner().invoke(cli, ["--root", str(root), *args], catch_exceptions=False)
+def invoke(root: ScratchRoot, *args: str) -> str:
+    result = CliRunner().invoke(cli, ["--root", str(root.path), *args], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     return result.output
 
 
 @pytest.fixture
-def root(tmp_path: Path) -> Path:
+def root(node_root: ScratchRoot) -> ScratchRoot:
     """A node root with a k3s config, first-boot and agent environment files."""
-    for path, text in {
-        "etc/rancher/k3s/config.yaml": "write-kubeconfig-mode: '0600'\n",
-        "etc/spinifex-eks/first-boot.env": (
-            f"EKS_KONNECTIVITY_SANS=k.example\nK3S_URL=https://s:6443\nK3S_TOKEN={TOKEN}\n"
-        ),
-        "etc/spinifex-eks/agent.env": f"K3S_URL=https://s:6443\nK3S_TOKEN={TOKEN}\n",
-    }.items():
-        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / path).write_text(text)
-    return tmp_path
+    join = {"K3S_URL": "https://s:6443", "K3S_TOKEN": TOKEN}
+    node_root.write("/etc/rancher/k3s/config.yaml", "write-kubeconfig-mode: '0600'\n")
+    node_root.write_env(
+        "/etc/spinifex-eks/first-boot.env", {"EKS_KONNECTIVITY_SANS": "k.example", **join}
+    )
+    node_root.write_env("/etc/spinifex-eks/agent.env", join)
+    return node_root
 
 
-def plan(root: Path, role: str) -> dict[str, Any]:
+def plan(root: ScratchRoot, role: str) -> dict[str, Any]:
     data: dict[str, Any] = json.loads(invoke(root, "plan", role, "--json"))
     return data
 
@@ -45,7 +46,7 @@ def wave_of(data: dict[str, Any]) -> dict[str, int]:
 
 
 class TestPlan:
-    def test_server_order(self, root: Path) -> None:
+    def test_server_order(self, root: ScratchRoot) -> None:
         """plan server: net, cgroups and cluster-init first, then k3s, then konnectivity-server."""
         waves = wave_of(plan(root, "server"))
         assert waves["net"] < waves["k3s"]
@@ -55,14 +56,14 @@ class TestPlan:
         assert "k3s-cluster-join" not in waves
         assert "k3s-agent" not in waves
 
-    def test_server_join_order(self, root: Path) -> None:
+    def test_server_join_order(self, root: ScratchRoot) -> None:
         """plan server-join: the join milestone replaces cluster-init, same order otherwise."""
         waves = wave_of(plan(root, "server-join"))
         assert waves["k3s-cluster-join"] < waves["k3s"] < waves["konnectivity-server"]
         assert waves["net"] < waves["k3s"]
         assert "k3s-cluster-init" not in waves
 
-    def test_agent(self, root: Path) -> None:
+    def test_agent(self, root: ScratchRoot) -> None:
         """plan agent: k3s-agent after net and cgroups; no server services."""
         waves = wave_of(plan(root, "agent"))
         assert waves["net"] < waves["k3s-agent"]
@@ -70,7 +71,7 @@ class TestPlan:
         assert not {"k3s", "konnectivity-server", "k3s-cluster-init"} & set(waves)
 
     @pytest.mark.parametrize("role", ["agent", "server-join"])
-    def test_token_never_printed(self, root: Path, role: str) -> None:
+    def test_token_never_printed(self, root: ScratchRoot, role: str) -> None:
         """Neither the text nor the JSON plan shows the token; the agent's shows ***."""
         text = invoke(root, "plan", role)
         as_json = invoke(root, "plan", role, "--json")
@@ -84,7 +85,7 @@ class TestPlan:
 
 
 class TestGraph:
-    def test_server_graph(self, root: Path) -> None:
+    def test_server_graph(self, root: ScratchRoot) -> None:
         """graph server draws k3s's needs and konnectivity-server's order after k3s."""
         text = invoke(root, "graph", "server")
         lines = {line.split(":")[0].split(" [")[0]: line for line in text.splitlines()}

@@ -1,10 +1,12 @@
-"""The k3s plugin's hooks in isolation: configuration, contributions, roles, agent environment."""
+"""The k3s plugin's hooks in isolation: configuration, contributions, roles, agent environment.
+
+Tested with noderole's plugin-author kit: services come from the plugin objects alone
+(``services_from_plugins``), pre-start steps run against a scratch root (``run_prestart``), and
+the agent's process is recorded, not started (``apply_recorded``).
+"""
 
 from __future__ import annotations
 
-import stat
-from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,11 +15,20 @@ import yaml
 import noderole
 from noderole.clock import FakeClock
 from noderole.context import NodeContext
-from noderole.plugins import PluginSet
 from noderole.records import Service
-from noderole.root import NodeRoot
-from noderole.steps import StepContext, run_steps
+from noderole.testing import (
+    PrestartOutcome,
+    ScratchRoot,
+    apply_recorded,
+    assert_not_in_plan,
+    assert_starts_before,
+    plan_from_plugins,
+    run_prestart,
+    services_from_plugins,
+    standins_from_plugins,
+)
 from noderole_k3s import ConfigFile, Manifest
+from noderole_k3s import plugin as k3s_plugin
 
 CONFIG = "/etc/rancher/k3s/config.yaml"
 SKEL = "/etc/rancher/k3s/config.yaml.skel"
@@ -27,9 +38,9 @@ MANIFESTS = "/var/lib/rancher/k3s/server/manifests"
 FIRST_BOOT = "/etc/spinifex-eks/first-boot.env"
 AGENT_ENV = "/etc/spinifex-eks/agent.env"
 TOKEN = "K10-very-secret-token::server:abc123"
-
-Put = Callable[[str, str], Path]
-MakeNode = Callable[..., tuple[PluginSet, NodeContext]]
+# The built-in `net` check looks at this machine's interfaces: off, so an apply does not depend
+# on the network of the machine the tests run on.
+NO_NET_CHECK = "[noderole]\nnet_check = false\n"
 
 
 class Contributor:
@@ -59,26 +70,33 @@ class Contributor:
         return self.files
 
 
-def services(plugins: PluginSet, node: NodeContext) -> dict[str, Service]:
-    return {service.name: service for service in plugins.services(node)}
+def services(node_root: ScratchRoot, *extra: tuple[str, object]) -> dict[str, Service]:
+    """The services of the k3s plugin and the ``extra`` (name, plugin) pairs, over node_root."""
+    found = services_from_plugins(("k3s", k3s_plugin), *extra, node_root=node_root)
+    return {service.name: service for service in found}
 
 
-def run(service: Service, root: Path) -> list[str]:
-    """Run the service's pre-start steps under ``root``; the node paths written."""
-    ctx = StepContext(service=service.name, root=NodeRoot(root), clock=FakeClock())
-    run_steps(service.pre_start, ctx)
-    return ctx.written
+def prestart(
+    node_root: ScratchRoot, name: str = "k3s", *extra: tuple[str, object]
+) -> PrestartOutcome:
+    """Define the services now, then run ``name``'s pre-start steps under node_root."""
+    return run_prestart(services(node_root, *extra)[name], node_root)
 
 
-def fails(service: Service, root: Path) -> str:
-    """Run the steps, expecting a failure; its message."""
-    with pytest.raises(noderole.StepError) as caught:
-        run(service, root)
-    return str(caught.value)
+def succeeded(outcome: PrestartOutcome) -> list[str]:
+    """The node paths the steps wrote, after checking they all succeeded."""
+    assert outcome.ok, outcome.reason
+    return outcome.written
 
 
-def read_yaml(root: Path, node_path: str) -> Any:
-    return yaml.safe_load((root / node_path.lstrip("/")).read_text())
+def failed(outcome: PrestartOutcome) -> str:
+    """The failure reason, after checking the steps failed."""
+    assert not outcome.ok, f"expected {outcome.service} to fail; it wrote {outcome.written}"
+    return outcome.reason
+
+
+def read_yaml(node_root: ScratchRoot, node_path: str) -> Any:
+    return yaml.safe_load(node_root.read(node_path))
 
 
 def manifest(name: str = "extra.yaml", value: str = "a") -> Manifest:
@@ -89,116 +107,97 @@ def manifest(name: str = "extra.yaml", value: str = "a") -> Manifest:
 
 
 class TestBaseConfig:
-    def test_derived_from_skel(self, tmp_path: Path, put: Put, make_node: MakeNode) -> None:
+    def test_derived_from_skel(self, node_root: ScratchRoot) -> None:
         """Without config.yaml, the skeleton's text becomes config.yaml, private to root."""
-        put(SKEL, "# image default\nwrite-kubeconfig-mode: '0600'\n")
-        plugins, node = make_node()
-        written = run(services(plugins, node)["k3s"], tmp_path)
-        local = tmp_path / CONFIG.lstrip("/")
-        assert CONFIG in written
-        assert local.read_text() == "# image default\nwrite-kubeconfig-mode: '0600'\n"
-        assert stat.S_IMODE(local.stat().st_mode) == 0o600
+        node_root.write(SKEL, "# image default\nwrite-kubeconfig-mode: '0600'\n")
+        assert CONFIG in succeeded(prestart(node_root))
+        assert node_root.read(CONFIG) == "# image default\nwrite-kubeconfig-mode: '0600'\n"
+        assert node_root.mode(CONFIG) == 0o600
 
-    def test_existing_config_kept(self, tmp_path: Path, put: Put, make_node: MakeNode) -> None:
+    def test_existing_config_kept(self, node_root: ScratchRoot) -> None:
         """An existing config.yaml is never rewritten, even when a skeleton exists."""
-        put(SKEL, "node-label: [from-skel]\n")
-        put(CONFIG, "node-label: [operator]\n")
-        plugins, node = make_node()
-        written = run(services(plugins, node)["k3s"], tmp_path)
-        assert CONFIG not in written
-        assert read_yaml(tmp_path, CONFIG) == {"node-label": ["operator"]}
+        node_root.write(SKEL, "node-label: [from-skel]\n")
+        node_root.write(CONFIG, "node-label: [operator]\n")
+        assert CONFIG not in succeeded(prestart(node_root))
+        assert read_yaml(node_root, CONFIG) == {"node-label": ["operator"]}
 
-    def test_neither_refuses(self, tmp_path: Path, make_node: MakeNode) -> None:
+    def test_neither_refuses(self, node_root: ScratchRoot) -> None:
         """With neither config.yaml nor its skeleton, k3s fails naming both, writing nothing."""
-        plugins, node = make_node()
-        message = fails(services(plugins, node)["k3s"], tmp_path)
-        assert f"neither {CONFIG} nor {SKEL} exists" in message
-        assert not (tmp_path / "etc/rancher/k3s/config.yaml.d").exists()
+        outcome = prestart(node_root)
+        assert f"neither {CONFIG} nor {SKEL} exists" in failed(outcome)
+        assert outcome.written == []
+        assert not node_root.exists("/etc/rancher/k3s/config.yaml.d")
 
     @pytest.mark.parametrize(
         ("text", "why"),
         [("key: [unclosed\n", "not valid YAML (line 2)"), ("- a\n- b\n", "must be a YAML mapping")],
     )
-    def test_bad_base_refused(
-        self, tmp_path: Path, put: Put, make_node: MakeNode, text: str, why: str
-    ) -> None:
+    def test_bad_base_refused(self, node_root: ScratchRoot, text: str, why: str) -> None:
         """A config.yaml that is not a YAML mapping fails k3s with the file named."""
-        put(CONFIG, text)
-        plugins, node = make_node()
-        message = fails(services(plugins, node)["k3s"], tmp_path)
+        node_root.write(CONFIG, text)
+        message = failed(prestart(node_root))
         assert CONFIG in message
         assert why in message
 
 
 class TestContributions:
-    def test_merged_into_dropin(self, tmp_path: Path, put: Put, make_node: MakeNode) -> None:
+    def test_merged_into_dropin(self, node_root: ScratchRoot) -> None:
         """Lists from several plugins concatenate after config.yaml's own; equal scalars agree."""
-        put(CONFIG, "kube-apiserver-arg: [audit-log-maxage=30]\ntls-san: [a]\n")
+        node_root.write(CONFIG, "kube-apiserver-arg: [audit-log-maxage=30]\ntls-san: [a]\n")
         one = Contributor({"kube-apiserver-arg": ["x=1", "audit-log-maxage=30"], "mode": "off"})
         two = Contributor({"kube-apiserver-arg": ["y=2", "x=1"], "mode": "off", "n": 3})
-        plugins, node = make_node(("one", one), ("two", two))
-        run(services(plugins, node)["k3s"], tmp_path)
-        assert read_yaml(tmp_path, DROPIN) == {
+        succeeded(prestart(node_root, "k3s", ("one", one), ("two", two)))
+        assert read_yaml(node_root, DROPIN) == {
             "kube-apiserver-arg": ["audit-log-maxage=30", "x=1", "y=2"],
             "mode": "off",
             "n": 3,
         }
-        assert read_yaml(tmp_path, CONFIG) == {
+        assert read_yaml(node_root, CONFIG) == {
             "kube-apiserver-arg": ["audit-log-maxage=30"],
             "tls-san": ["a"],
         }
 
-    def test_no_contributions_empty_dropin(
-        self, tmp_path: Path, put: Put, make_node: MakeNode
-    ) -> None:
+    def test_no_contributions_empty_dropin(self, node_root: ScratchRoot) -> None:
         """With nothing contributed the drop-in is an empty mapping, so stale keys vanish."""
-        put(CONFIG, "")
-        put(DROPIN, "egress-selector-mode: disabled\n")
-        plugins, node = make_node()
-        run(services(plugins, node)["k3s"], tmp_path)
-        assert read_yaml(tmp_path, DROPIN) == {}
+        node_root.write(CONFIG, "")
+        node_root.write(DROPIN, "egress-selector-mode: disabled\n")
+        succeeded(prestart(node_root))
+        assert read_yaml(node_root, DROPIN) == {}
 
-    def test_conflicting_scalar_names_both(
-        self, tmp_path: Path, put: Put, make_node: MakeNode
-    ) -> None:
+    def test_conflicting_scalar_names_both(self, node_root: ScratchRoot) -> None:
         """Two plugins setting one scalar differently fail k3s, naming the key and both plugins."""
-        put(CONFIG, "")
+        node_root.write(CONFIG, "")
         alpha = Contributor({"egress-selector-mode": "disabled"})
         beta = Contributor({"egress-selector-mode": "agent"})
-        plugins, node = make_node(("alpha", alpha), ("beta", beta))
-        service = services(plugins, node)["k3s"]
+        service = services(node_root, ("alpha", alpha), ("beta", beta))["k3s"]
         assert isinstance(service.pre_start[0], noderole.Fail)
-        message = fails(service, tmp_path)
+        outcome = run_prestart(service, node_root)
+        message = failed(outcome)
         assert "'egress-selector-mode'" in message
         assert "plugin 'alpha'" in message
         assert "plugin 'beta'" in message
-        assert not (tmp_path / DROPIN.lstrip("/")).exists()
+        assert outcome.written == []
+        assert not node_root.exists(DROPIN)
 
-    def test_bool_and_string_conflict(self, tmp_path: Path, put: Put, make_node: MakeNode) -> None:
+    def test_bool_and_string_conflict(self, node_root: ScratchRoot) -> None:
         """true and "true" are different values to k3s, so they conflict."""
-        put(CONFIG, "")
-        plugins, node = make_node(
-            ("alpha", Contributor({"flag": True})), ("beta", Contributor({"flag": "true"}))
-        )
-        assert "'flag'" in fails(services(plugins, node)["k3s"], tmp_path)
+        node_root.write(CONFIG, "")
+        alpha, beta = Contributor({"flag": True}), Contributor({"flag": "true"})
+        assert "'flag'" in failed(prestart(node_root, "k3s", ("alpha", alpha), ("beta", beta)))
 
-    def test_list_against_scalar_conflict(
-        self, tmp_path: Path, put: Put, make_node: MakeNode
-    ) -> None:
+    def test_list_against_scalar_conflict(self, node_root: ScratchRoot) -> None:
         """One plugin's list and another's scalar for the same key conflict."""
-        put(CONFIG, "")
-        plugins, node = make_node(
-            ("alpha", Contributor({"k": ["a"]})), ("beta", Contributor({"k": "a"}))
-        )
-        message = fails(services(plugins, node)["k3s"], tmp_path)
+        node_root.write(CONFIG, "")
+        alpha, beta = Contributor({"k": ["a"]}), Contributor({"k": "a"})
+        message = failed(prestart(node_root, "k3s", ("alpha", alpha), ("beta", beta)))
         assert "plugin 'alpha'" in message
         assert "plugin 'beta'" in message
 
-    def test_raising_hook_named(self, tmp_path: Path, put: Put, make_node: MakeNode) -> None:
+    def test_raising_hook_named(self, node_root: ScratchRoot) -> None:
         """A contributing hook that raises fails k3s (not the whole plan), naming the plugin."""
-        put(CONFIG, "")
-        plugins, node = make_node(("broken", Contributor(raises=RuntimeError("boom"))))
-        message = fails(services(plugins, node)["k3s"], tmp_path)
+        node_root.write(CONFIG, "")
+        broken = Contributor(raises=RuntimeError("boom"))
+        message = failed(prestart(node_root, "k3s", ("broken", broken)))
         assert "plugin 'broken' hook noderole_k3s_config raised RuntimeError: boom" in message
 
     @pytest.mark.parametrize(
@@ -211,76 +210,68 @@ class TestContributions:
         ],
     )
     def test_wrong_types_named(
-        self, tmp_path: Path, put: Put, make_node: MakeNode, contributor: Contributor, hook: str
+        self, node_root: ScratchRoot, contributor: Contributor, hook: str
     ) -> None:
         """A hook returning the wrong kind of value fails k3s naming the plugin."""
-        put(CONFIG, "")
-        plugins, node = make_node(("odd", contributor))
-        message = fails(services(plugins, node)["k3s"], tmp_path)
+        node_root.write(CONFIG, "")
+        message = failed(prestart(node_root, "k3s", ("odd", contributor)))
         assert "plugin 'odd'" in message
         assert hook in message
 
-    def test_manifests_staged(self, tmp_path: Path, put: Put, make_node: MakeNode) -> None:
+    def test_manifests_staged(self, node_root: ScratchRoot) -> None:
         """Contributed manifests land in the auto-deploy directory as multi-document YAML."""
-        put(CONFIG, "")
+        node_root.write(CONFIG, "")
         two_docs = Manifest(
             name="agent.yaml", documents=[{"kind": "ServiceAccount"}, {"kind": "DaemonSet"}]
         )
-        plugins, node = make_node(("m", Contributor(manifests=[two_docs, manifest()])))
-        run(services(plugins, node)["k3s"], tmp_path)
-        staged = tmp_path / MANIFESTS.lstrip("/") / "agent.yaml"
-        assert list(yaml.safe_load_all(staged.read_text())) == [
+        succeeded(prestart(node_root, "k3s", ("m", Contributor(manifests=[two_docs, manifest()]))))
+        staged = node_root.read(f"{MANIFESTS}/agent.yaml")
+        assert list(yaml.safe_load_all(staged)) == [
             {"kind": "ServiceAccount"},
             {"kind": "DaemonSet"},
         ]
-        assert staged.read_text().startswith("# Staged by noderole from plugin m.\n")
-        assert read_yaml(tmp_path, f"{MANIFESTS}/extra.yaml")["data"] == {"k": "a"}
+        assert staged.startswith("# Staged by noderole from plugin m.\n")
+        assert read_yaml(node_root, f"{MANIFESTS}/extra.yaml")["data"] == {"k": "a"}
 
-    def test_same_manifest_twice_is_fine(
-        self, tmp_path: Path, put: Put, make_node: MakeNode
-    ) -> None:
+    def test_same_manifest_twice_is_fine(self, node_root: ScratchRoot) -> None:
         """Two plugins staging an identical manifest is not a conflict."""
-        put(CONFIG, "")
-        plugins, node = make_node(
-            ("a", Contributor(manifests=manifest())), ("b", Contributor(manifests=manifest()))
+        node_root.write(CONFIG, "")
+        a, b = Contributor(manifests=manifest()), Contributor(manifests=manifest())
+        assert f"{MANIFESTS}/extra.yaml" in succeeded(
+            prestart(node_root, "k3s", ("a", a), ("b", b))
         )
-        run(services(plugins, node)["k3s"], tmp_path)
-        assert (tmp_path / MANIFESTS.lstrip("/") / "extra.yaml").is_file()
+        assert node_root.resolve(f"{MANIFESTS}/extra.yaml").is_file()
 
-    def test_different_manifest_same_name_names_both(
-        self, tmp_path: Path, put: Put, make_node: MakeNode
-    ) -> None:
+    def test_different_manifest_same_name_names_both(self, node_root: ScratchRoot) -> None:
         """Two plugins staging different content under one name fail k3s naming both."""
-        put(CONFIG, "")
-        plugins, node = make_node(
-            ("a", Contributor(manifests=manifest(value="1"))),
-            ("b", Contributor(manifests=manifest(value="2"))),
+        node_root.write(CONFIG, "")
+        a, b = (
+            Contributor(manifests=manifest(value="1")),
+            Contributor(manifests=manifest(value="2")),
         )
-        message = fails(services(plugins, node)["k3s"], tmp_path)
+        message = failed(prestart(node_root, "k3s", ("a", a), ("b", b)))
         assert "manifest extra.yaml" in message
         assert "plugin 'a'" in message
         assert "plugin 'b'" in message
 
-    def test_files_written_before_dropin(
-        self, tmp_path: Path, put: Put, make_node: MakeNode
-    ) -> None:
+    def test_files_written_before_dropin(self, node_root: ScratchRoot) -> None:
         """Contributed files are written (mode kept) before the drop-in that references them."""
-        put(CONFIG, "")
+        node_root.write(CONFIG, "")
         extra = ConfigFile(path="/etc/rancher/k3s/audit.yaml", documents={"kind": "Policy"})
-        plugins, node = make_node(("f", Contributor(files=extra)))
-        written = run(services(plugins, node)["k3s"], tmp_path)
+        written = succeeded(prestart(node_root, "k3s", ("f", Contributor(files=extra))))
         assert written.index("/etc/rancher/k3s/audit.yaml") < written.index(DROPIN)
-        local = tmp_path / "etc/rancher/k3s/audit.yaml"
-        assert yaml.safe_load(local.read_text()) == {"kind": "Policy"}
-        assert stat.S_IMODE(local.stat().st_mode) == 0o600
+        assert read_yaml(node_root, "/etc/rancher/k3s/audit.yaml") == {"kind": "Policy"}
+        assert node_root.mode("/etc/rancher/k3s/audit.yaml") == 0o600
 
-    def test_second_run_writes_nothing(self, tmp_path: Path, put: Put, make_node: MakeNode) -> None:
+    def test_second_run_writes_nothing(self, node_root: ScratchRoot) -> None:
         """Applying again with the same inputs rewrites no file."""
-        put(SKEL, "a: 1\n")
-        plugins, node = make_node(("m", Contributor(config={"b": [1]}, manifests=manifest())))
-        run(services(plugins, node)["k3s"], tmp_path)
-        plugins, node = make_node(("m", Contributor(config={"b": [1]}, manifests=manifest())))
-        assert run(services(plugins, node)["k3s"], tmp_path) == []
+        node_root.write(SKEL, "a: 1\n")
+
+        def contributor() -> tuple[str, object]:
+            return ("m", Contributor(config={"b": [1]}, manifests=manifest()))
+
+        assert succeeded(prestart(node_root, "k3s", contributor())) != []
+        assert succeeded(prestart(node_root, "k3s", contributor())) == []
 
 
 class TestRecords:
@@ -304,65 +295,56 @@ class TestRecords:
 
 
 class TestRoles:
-    def test_server_initialises(self, tmp_path: Path, make_node: MakeNode) -> None:
+    def test_server_initialises(self, node_root: ScratchRoot) -> None:
         """Role server's milestone writes cluster-init: true to the role drop-in."""
-        plugins, node = make_node()
-        init = services(plugins, node)["k3s-cluster-init"]
+        init = services(node_root)["k3s-cluster-init"]
         assert init.roles == ("server",)
         assert init.provide == ("k3s-cluster",)
-        run(init, tmp_path)
-        assert read_yaml(tmp_path, ROLE_DROPIN) == {"cluster-init": True}
+        assert succeeded(run_prestart(init, node_root)) == [ROLE_DROPIN]
+        assert read_yaml(node_root, ROLE_DROPIN) == {"cluster-init": True}
 
-    def test_join_writes_url_and_token_privately(
-        self, tmp_path: Path, put: Put, make_node: MakeNode
-    ) -> None:
+    def test_join_writes_url_and_token_privately(self, node_root: ScratchRoot) -> None:
         """Role server-join's milestone writes server and token to a mode-0600 drop-in."""
-        put(FIRST_BOOT, f"K3S_URL=https://10.0.0.1:6443\nK3S_TOKEN='{TOKEN}'\n")
-        plugins, node = make_node()
-        join = services(plugins, node)["k3s-cluster-join"]
+        node_root.write(FIRST_BOOT, f"K3S_URL=https://10.0.0.1:6443\nK3S_TOKEN='{TOKEN}'\n")
+        join = services(node_root)["k3s-cluster-join"]
         assert join.roles == ("server-join",)
-        run(join, tmp_path)
-        assert read_yaml(tmp_path, ROLE_DROPIN) == {
+        assert succeeded(run_prestart(join, node_root)) == [ROLE_DROPIN]
+        assert read_yaml(node_root, ROLE_DROPIN) == {
             "server": "https://10.0.0.1:6443",
             "token": TOKEN,
         }
-        assert stat.S_IMODE((tmp_path / ROLE_DROPIN.lstrip("/")).stat().st_mode) == 0o600
+        assert node_root.mode(ROLE_DROPIN) == 0o600
         assert TOKEN not in repr(join)
         assert all(TOKEN not in step.describe() for step in join.pre_start)
 
     @pytest.mark.parametrize(
         ("env", "missing"),
         [
-            ("", "K3S_URL and K3S_TOKEN missing"),
-            ("K3S_URL=https://a:6443\n", "K3S_TOKEN missing"),
-            ("K3S_TOKEN=t\nK3S_URL=\n", "K3S_URL missing"),
+            ({}, "K3S_URL and K3S_TOKEN missing"),
+            ({"K3S_URL": "https://a:6443"}, "K3S_TOKEN missing"),
+            ({"K3S_TOKEN": "t", "K3S_URL": ""}, "K3S_URL missing"),
         ],
     )
     def test_join_without_inputs_fails(
-        self, tmp_path: Path, put: Put, make_node: MakeNode, env: str, missing: str
+        self, node_root: ScratchRoot, env: dict[str, str], missing: str
     ) -> None:
         """A join without URL or token fails with the missing keys and file named."""
-        put(FIRST_BOOT, env)
-        plugins, node = make_node()
-        message = fails(services(plugins, node)["k3s-cluster-join"], tmp_path)
-        assert message.startswith(f"{missing} from {FIRST_BOOT}")
-        assert not (tmp_path / ROLE_DROPIN.lstrip("/")).exists()
+        node_root.write_env(FIRST_BOOT, env)
+        outcome = prestart(node_root, "k3s-cluster-join")
+        assert failed(outcome).startswith(f"{missing} from {FIRST_BOOT}")
+        assert outcome.written == []
+        assert not node_root.exists(ROLE_DROPIN)
 
-    def test_join_keys_are_settings(self, tmp_path: Path, put: Put, make_node: MakeNode) -> None:
+    def test_join_keys_are_settings(self, node_root: ScratchRoot) -> None:
         """The first-boot keys for URL and token come from settings."""
-        put(
-            "/etc/noderole/config.toml",
-            '[k3s]\njoin_url_key = "EKS_URL"\njoin_token_key = "EKS_TOKEN"\n',
-        )
-        put(FIRST_BOOT, "EKS_URL=https://b:6443\nEKS_TOKEN=tok\n")
-        plugins, node = make_node()
-        run(services(plugins, node)["k3s-cluster-join"], tmp_path)
-        assert read_yaml(tmp_path, ROLE_DROPIN) == {"server": "https://b:6443", "token": "tok"}
+        node_root.write_config('[k3s]\njoin_url_key = "EKS_URL"\njoin_token_key = "EKS_TOKEN"\n')
+        node_root.write_env(FIRST_BOOT, {"EKS_URL": "https://b:6443", "EKS_TOKEN": "tok"})
+        succeeded(prestart(node_root, "k3s-cluster-join"))
+        assert read_yaml(node_root, ROLE_DROPIN) == {"server": "https://b:6443", "token": "tok"}
 
-    def test_server_service(self, make_node: MakeNode) -> None:
+    def test_server_service(self, node_root: ScratchRoot) -> None:
         """The k3s service: command, dependencies, pidfile, log and supervision as specified."""
-        plugins, node = make_node()
-        k3s = services(plugins, node)["k3s"]
+        k3s = services(node_root)["k3s"]
         assert k3s.command == (
             "/usr/local/bin/k3s",
             "server",
@@ -378,14 +360,39 @@ class TestRoles:
         assert k3s.supervision.respawn_max == 0
 
 
+class TestPlans:
+    def test_server(self) -> None:
+        """Role server: net, cgroups and the cluster-init milestone start before k3s."""
+        plan = plan_from_plugins("server", ("k3s", k3s_plugin))
+        assert_starts_before(plan, "net", "k3s")
+        assert_starts_before(plan, "cgroups", "k3s")
+        assert_starts_before(plan, "k3s-cluster-init", "k3s")
+        assert_not_in_plan(plan, "k3s-cluster-join", "k3s-agent")
+
+    def test_server_join(self) -> None:
+        """Role server-join: the join milestone stands in for cluster-init, before k3s."""
+        plan = plan_from_plugins("server-join", ("k3s", k3s_plugin))
+        assert_starts_before(plan, "k3s-cluster-join", "k3s")
+        assert_starts_before(plan, "net", "k3s")
+        assert_not_in_plan(plan, "k3s-cluster-init", "k3s-agent")
+
+    def test_agent(self) -> None:
+        """Role agent: k3s-agent after net and cgroups, and no server service."""
+        plan = plan_from_plugins("agent", ("k3s", k3s_plugin))
+        assert_starts_before(plan, "net", "k3s-agent")
+        assert_starts_before(plan, "cgroups", "k3s-agent")
+        assert_not_in_plan(plan, "k3s", "k3s-cluster-init", "k3s-cluster-join")
+
+
 class TestAgent:
-    def test_environment_with_secret_token(self, put: Put, make_node: MakeNode) -> None:
+    def test_environment_with_secret_token(self, node_root: ScratchRoot) -> None:
         """URL, token (as a Secret) and node name go to the environment, never to argv."""
-        put(AGENT_ENV, f"K3S_URL=https://s:6443\nK3S_TOKEN={TOKEN}\nK3S_NODE_NAME=w1\n")
-        plugins, node = make_node()
-        agent = services(plugins, node)["k3s-agent"]
+        node_root.write_env(
+            AGENT_ENV, {"K3S_URL": "https://s:6443", "K3S_TOKEN": TOKEN, "K3S_NODE_NAME": "w1"}
+        )
+        agent = services(node_root)["k3s-agent"]
         assert agent.command == ("/usr/local/bin/k3s", "agent")
-        env: Mapping[str, Any] = agent.environment
+        env: dict[str, Any] = dict(agent.environment)
         assert env["K3S_URL"] == "https://s:6443"
         assert isinstance(env["K3S_TOKEN"], noderole.Secret)
         assert env["K3S_TOKEN"].reveal() == TOKEN
@@ -395,49 +402,55 @@ class TestAgent:
         assert agent.pidfile == "/run/k3s-agent.pid"
         assert agent.output_log == agent.error_log == "/var/log/k3s-agent.log"
 
-    def test_node_name_optional(self, put: Put, make_node: MakeNode) -> None:
+    def test_started_with_the_token_in_its_environment_only(
+        self, node_root: ScratchRoot, fake_clock: FakeClock
+    ) -> None:
+        """Applied (recorded, not started): the child's environment has the token, argv not."""
+        node_root.write_env(AGENT_ENV, {"K3S_URL": "https://s:6443", "K3S_TOKEN": TOKEN})
+        plan = plan_from_plugins(
+            "agent", ("k3s", k3s_plugin), config_text=NO_NET_CHECK, node_root=node_root
+        )
+        report, backend = apply_recorded(plan, node_root, clock=fake_clock)
+        assert report.ok, report.failed
+        assert backend.names() == ["k3s-agent"]
+        assert backend.node_argv("k3s-agent") == ["/usr/local/bin/k3s", "agent"]
+        environment = backend.environment("k3s-agent")
+        assert environment["K3S_TOKEN"] == TOKEN
+        assert environment["K3S_URL"] == "https://s:6443"
+        assert not any(TOKEN in arg for arg in backend.argv("k3s-agent"))
+
+    def test_node_name_optional(self, node_root: ScratchRoot) -> None:
         """Without K3S_NODE_NAME the environment holds only URL and token."""
-        put(AGENT_ENV, "K3S_URL=https://s:6443\nK3S_TOKEN=t\n")
-        plugins, node = make_node()
-        assert set(services(plugins, node)["k3s-agent"].environment) == {"K3S_URL", "K3S_TOKEN"}
+        node_root.write_env(AGENT_ENV, {"K3S_URL": "https://s:6443", "K3S_TOKEN": "t"})
+        assert set(services(node_root)["k3s-agent"].environment) == {"K3S_URL", "K3S_TOKEN"}
 
     @pytest.mark.parametrize(
         ("env", "missing"),
-        [(None, "K3S_URL and K3S_TOKEN"), ("K3S_URL=https://s:6443\n", "K3S_TOKEN")],
+        [(None, "K3S_URL and K3S_TOKEN"), ({"K3S_URL": "https://s:6443"}, "K3S_TOKEN")],
     )
     def test_missing_inputs_fail(
-        self, tmp_path: Path, put: Put, make_node: MakeNode, env: str | None, missing: str
+        self, node_root: ScratchRoot, env: dict[str, str] | None, missing: str
     ) -> None:
         """Missing URL or token (or a missing agent.env) fails the agent naming keys and file."""
         if env is not None:
-            put(AGENT_ENV, env)
-        plugins, node = make_node()
-        message = fails(services(plugins, node)["k3s-agent"], tmp_path)
+            node_root.write_env(AGENT_ENV, env)
+        message = failed(prestart(node_root, "k3s-agent"))
         assert message.startswith(f"{missing} missing from {AGENT_ENV}")
 
-    def test_binary_env_file_fails_agent_only(
-        self, tmp_path: Path, put: Put, make_node: MakeNode
-    ) -> None:
+    def test_binary_env_file_fails_agent_only(self, node_root: ScratchRoot) -> None:
         """An unreadable agent.env fails the agent's steps instead of the whole definition."""
-        (tmp_path / "etc/spinifex-eks").mkdir(parents=True)
-        (tmp_path / AGENT_ENV.lstrip("/")).write_bytes(b"K3S_URL=a\0b\n")
-        plugins, node = make_node()
-        message = fails(services(plugins, node)["k3s-agent"], tmp_path)
-        assert "NUL byte" in message
+        node_root.write(AGENT_ENV, "K3S_URL=a\0b\n")
+        assert "NUL byte" in failed(prestart(node_root, "k3s-agent"))
 
 
 class TestRehearsalInputs:
-    def test_inputs_make_a_startable_definition(self, tmp_path: Path, make_node: MakeNode) -> None:
+    def test_inputs_make_a_startable_definition(self, node_root: ScratchRoot) -> None:
         """The rehearsal's skeleton and agent.env stand-ins give k3s and k3s-agent no Fail step."""
-        plugins, node = make_node()
-        standins = {s.path: s for s in plugins.standins(node)}
+        standins = {s.path: s for s in standins_from_plugins(("k3s", k3s_plugin))}
         assert standins["/usr/local/bin/k3s"].mode == 0o755
         for path in (SKEL, AGENT_ENV):
             assert standins[path].mode == 0o600
-            local = tmp_path / path.lstrip("/")
-            local.parent.mkdir(parents=True, exist_ok=True)
-            local.write_text(standins[path].content)
-        plugins, node = make_node()
-        by_name = services(plugins, node)
+            node_root.write(path, standins[path].content, mode=standins[path].mode)
+        by_name = services(node_root)
         for name in ("k3s", "k3s-agent"):
             assert not any(isinstance(s, noderole.Fail) for s in by_name[name].pre_start)

@@ -13,41 +13,42 @@ from pathlib import Path
 import pytest
 
 from noderole.clock import SystemClock
-from noderole.context import NodeContext
-from noderole.plugins import PluginSet
 from noderole.records import WaitForPaths
-from noderole.root import NodeRoot
+from noderole.testing import (
+    K3S_CA_CERT,
+    K3S_CA_KEY,
+    ScratchRoot,
+    end_node_processes,
+    load_certificate,
+    serial_number,
+    standins_from_plugins,
+)
 from noderole.waits import run_wait
+from noderole_k3s import plugin as k3s_plugin
 
-CA = "/var/lib/rancher/k3s/server/tls/server-ca.crt"
-CA_KEY = "/var/lib/rancher/k3s/server/tls/server-ca.key"
 KUBECONFIG = "/etc/rancher/k3s/k3s.yaml"
 
 Start = Callable[..., subprocess.Popen[bytes]]
-MakeNode = Callable[..., tuple[PluginSet, NodeContext]]
 
 
 @pytest.fixture
-def standin(tmp_path: Path, make_node: MakeNode) -> Path:
+def standin(node_root: ScratchRoot) -> Path:
     """The stand-in written where a rehearsal would put it (mode 0755)."""
-    plugins, node = make_node()
-    (record,) = [s for s in plugins.standins(node) if s.path == "/usr/local/bin/k3s"]
-    local = tmp_path / record.path.lstrip("/")
-    local.parent.mkdir(parents=True)
-    local.write_text(record.content)
-    local.chmod(0o755)
-    return local
+    (record,) = [
+        s for s in standins_from_plugins(("k3s", k3s_plugin)) if s.path == "/usr/local/bin/k3s"
+    ]
+    return node_root.write(record.path, record.content, mode=record.mode)
 
 
 @pytest.fixture
-def start(tmp_path: Path, standin: Path) -> Iterator[Start]:
-    """Start the stand-in under the root; every process is killed at the end, pass or fail."""
+def start(node_root: ScratchRoot, standin: Path) -> Iterator[Start]:
+    """Start the stand-in under the root; every process is ended at the end, pass or fail."""
     started: list[subprocess.Popen[bytes]] = []
 
     def run(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
         environment = {
             **os.environ,
-            "NODEROLE_ROOT": str(tmp_path),
+            "NODEROLE_ROOT": str(node_root.path),
             "NODEROLE_K3S_STANDIN_DELAY": "0",
             **(env or {}),
         }
@@ -68,10 +69,12 @@ def start(tmp_path: Path, standin: Path) -> Iterator[Start]:
         for stream in (proc.stdout, proc.stderr):
             if stream is not None:
                 stream.close()
+    # Anything a stand-in left behind under this root (it carries NODEROLE_ROOT) is a bug.
+    assert end_node_processes(node_root) == []
 
 
-def wait_for(root: Path, *paths: str) -> None:
-    run_wait(WaitForPaths(paths=list(paths), timeout=30), root=NodeRoot(root), clock=SystemClock())
+def wait_for(node_root: ScratchRoot, *paths: str) -> None:
+    run_wait(WaitForPaths(paths=list(paths), timeout=30), root=node_root.root, clock=SystemClock())
 
 
 def openssl(*args: str) -> str:
@@ -79,47 +82,47 @@ def openssl(*args: str) -> str:
 
 
 class TestServerStandIn:
-    def test_writes_k3s_like_ca(self, tmp_path: Path, start: Start) -> None:
+    def test_writes_k3s_like_ca(self, node_root: ScratchRoot, start: Start) -> None:
         """CA: serial 0, CN k3s-server-ca@<time>, P-256 key stored as EC PRIVATE KEY, a CA."""
         start("server", "--config", "/etc/rancher/k3s/config.yaml")
-        wait_for(tmp_path, CA, CA_KEY, KUBECONFIG)
-        cert = str(tmp_path / CA.lstrip("/"))
-        key = tmp_path / CA_KEY.lstrip("/")
+        wait_for(node_root, K3S_CA_CERT, K3S_CA_KEY, KUBECONFIG)
+        cert = str(node_root.resolve(K3S_CA_CERT))
+        key = str(node_root.resolve(K3S_CA_KEY))
         assert openssl("x509", "-in", cert, "-noout", "-serial").strip() == "serial=00"
+        assert serial_number(load_certificate(cert)) == 0
         subject = openssl("x509", "-in", cert, "-noout", "-subject", "-nameopt", "RFC2253")
         assert subject.strip().startswith("subject=CN=k3s-server-ca@")
         assert "CA:TRUE" in openssl("x509", "-in", cert, "-noout", "-ext", "basicConstraints")
-        assert key.read_text().startswith("-----BEGIN EC PRIVATE KEY-----")
-        assert "prime256v1" in openssl("ec", "-in", str(key), "-noout", "-text")
-        assert oct(key.stat().st_mode & 0o777) == "0o600"
-        kubeconfig = (tmp_path / KUBECONFIG.lstrip("/")).read_text()
-        assert "server: https://127.0.0.1:6443" in kubeconfig
+        assert node_root.read(K3S_CA_KEY).startswith("-----BEGIN EC PRIVATE KEY-----")
+        assert "prime256v1" in openssl("ec", "-in", key, "-noout", "-text")
+        assert node_root.mode(K3S_CA_KEY) == 0o600
+        assert "server: https://127.0.0.1:6443" in node_root.read(KUBECONFIG)
 
     def test_keeps_ca_across_restarts_and_stops_on_sigterm(
-        self, tmp_path: Path, start: Start
+        self, node_root: ScratchRoot, start: Start
     ) -> None:
         """A restarted stand-in keeps the CA (as k3s does); SIGTERM ends it with status 0."""
         first = start("server")
-        wait_for(tmp_path, KUBECONFIG)
-        before = (tmp_path / CA.lstrip("/")).read_bytes()
+        wait_for(node_root, KUBECONFIG)
+        before = node_root.read(K3S_CA_CERT)
         first.send_signal(signal.SIGTERM)
         assert first.wait(timeout=30) == 0
-        (tmp_path / KUBECONFIG.lstrip("/")).unlink()
+        node_root.resolve(KUBECONFIG).unlink()
         second = start("server")
-        wait_for(tmp_path, KUBECONFIG)
-        assert (tmp_path / CA.lstrip("/")).read_bytes() == before
+        wait_for(node_root, KUBECONFIG)
+        assert node_root.read(K3S_CA_CERT) == before
         assert second.poll() is None
 
-    def test_agent_records_env_names_only(self, tmp_path: Path, start: Start) -> None:
+    def test_agent_records_env_names_only(self, node_root: ScratchRoot, start: Start) -> None:
         """The agent stand-in records argv and K3S_* names, never the token's value."""
         start("agent", env={"K3S_URL": "https://s:6443", "K3S_TOKEN": "sekrit-value"})
-        wait_for(tmp_path, "/run/k3s-agent.json")
-        text = (tmp_path / "run/k3s-agent.json").read_text()
+        wait_for(node_root, "/run/k3s-agent.json")
+        text = node_root.read("/run/k3s-agent.json")
         record = json.loads(text)
         assert record["argv"][1:] == ["agent"]
         assert {"K3S_TOKEN", "K3S_URL"} <= set(record["env"])
         assert "sekrit-value" not in text
-        assert not (tmp_path / CA.lstrip("/")).exists()
+        assert not node_root.exists(K3S_CA_CERT)
 
     def test_rejects_unknown_mode(self, start: Start) -> None:
         """Anything but server or agent exits 2 with a usage line."""

@@ -8,7 +8,6 @@ restarted when its SANs (hence its certificate) change, and is gone after `noder
 
 from __future__ import annotations
 
-import contextlib
 import importlib.metadata
 import json
 import os
@@ -18,24 +17,24 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from noderole.clock import FakeClock
-from noderole.config import load_config
-from noderole.context import NodeContext
-from noderole.plugins import load_plugins
-from noderole.root import NodeRoot
+from noderole.testing import (
+    K3S_CA_CERT,
+    ScratchRoot,
+    end_node_processes,
+    node_processes,
+    standins_from_plugins,
+)
 from noderole_k3s import plugin as k3s_plugin
 from noderole_konnectivity import plugin as konnectivity_plugin
 
 pytestmark = pytest.mark.slow
 
-FIRST_BOOT = "etc/spinifex-eks/first-boot.env"
-CA = "var/lib/rancher/k3s/server/tls/server-ca.crt"
-CERT = "var/lib/spinifex-eks/konnectivity/tls.crt"
+FIRST_BOOT = "/etc/spinifex-eks/first-boot.env"
+CERT = "/var/lib/spinifex-eks/konnectivity/tls.crt"
 SANS = ["konnectivity.example.com", "127.0.0.1", "nlb.example.com"]
 
 Noderole = Callable[..., subprocess.CompletedProcess[str]]
@@ -54,85 +53,44 @@ def other_plugins() -> list[str]:
     return sorted(names - {"k3s", "konnectivity"})
 
 
-def stage(root: Path, health_port: int) -> None:
+def stage(root: ScratchRoot, health_port: int) -> None:
     """Config, stand-ins (as `noderole rehearse` writes them) and first-boot values."""
-    config = root / "etc/noderole/config.toml"
-    config.parent.mkdir(parents=True)
-    config.write_text(
+    config = (
         "[noderole]\nnet_check = false\n"
         f"[konnectivity]\nhealth_port = {health_port}\nrespawn_delay = 0.2\n"
     )
-    plugins = load_plugins(
-        plugins=[("k3s", k3s_plugin), ("konnectivity", konnectivity_plugin)], autoload=False
-    )
-    node_root = NodeRoot(root)
-    node = NodeContext(
-        root=node_root,
-        config=load_config(node_root, plugins.settings_tables()),
-        pluginmanager=plugins.manager,
-        clock=FakeClock(),
-    )
-    for standin in plugins.standins(node):
-        target = node_root.resolve(standin.path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(standin.content)
-        target.chmod(standin.mode)
+    plugins = [("k3s", k3s_plugin), ("konnectivity", konnectivity_plugin)]
+    for standin in standins_from_plugins(*plugins, config_text=config, node_root=root):
+        root.write(standin.path, standin.content, mode=standin.mode)
     set_sans(root, SANS)
 
 
-def set_sans(root: Path, sans: list[str]) -> None:
-    (root / FIRST_BOOT).write_text(
-        f"EKS_KONNECTIVITY_SANS={','.join(sans)}\nEKS_KONNECTIVITY_HOST=127.0.0.1\n"
+def set_sans(root: ScratchRoot, sans: list[str]) -> None:
+    root.write_env(
+        FIRST_BOOT, {"EKS_KONNECTIVITY_SANS": ",".join(sans), "EKS_KONNECTIVITY_HOST": "127.0.0.1"}
     )
 
 
-def processes_of(root: Path) -> list[int]:
-    """Pids of live processes started for this root (NODEROLE_ROOT=root in their environment)."""
-    marker = f"NODEROLE_ROOT={root}".encode()
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            environ = (entry / "environ").read_bytes().split(b"\0")
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if marker in environ and state != "Z":
-            found.append(int(entry.name))
-    return found
+@pytest.fixture
+def root(node_root: ScratchRoot) -> Iterator[ScratchRoot]:
+    """A node root; afterwards every process started for it is ended, pass or fail, and none
+    may have outlived the supervisor's orderly shutdown."""
+    yield node_root
+    assert end_node_processes(node_root) == []
 
 
 @pytest.fixture
-def root(tmp_path: Path) -> Iterator[Path]:
-    """A staged root; afterwards every process started for it is killed, pass or fail."""
-    node = tmp_path / "node"
-    node.mkdir()
-    yield node
-    pids = set(processes_of(node))
-    supervisor = node / "run/noderole/supervisor.pid"
-    with contextlib.suppress(OSError, ValueError):
-        pid = int(supervisor.read_text().split()[0])
-        # Only if that pid is still a noderole process: never a stranger that reused the number.
-        if b"noderole" in Path(f"/proc/{pid}/cmdline").read_bytes():
-            pids.add(pid)
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-
-
-@pytest.fixture
-def noderole(root: Path) -> Noderole:
+def noderole(root: ScratchRoot) -> Noderole:
     """Run the noderole CLI under the root, with only our two plugins."""
     disabled = [arg for name in other_plugins() for arg in ("--disable-plugin", name)]
 
     def run(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         result = subprocess.run(
-            [sys.executable, "-m", "noderole", "--root", str(root), *disabled, *args],
+            [sys.executable, "-m", "noderole", "--root", str(root.path), *disabled, *args],
             capture_output=True,
             text=True,
             timeout=110,
-            env={**os.environ, "NODEROLE_ROOT": str(root)},
+            env={**os.environ, "NODEROLE_ROOT": str(root.path)},
         )
         if check:
             assert result.returncode == 0, result.stdout + result.stderr
@@ -151,10 +109,11 @@ def status(noderole: Noderole) -> dict[str, dict[str, Any]]:
     return {row["name"]: row for row in rows["services"]}
 
 
-def verify(root: Path, san: str) -> subprocess.CompletedProcess[str]:
+def verify(root: ScratchRoot, san: str) -> subprocess.CompletedProcess[str]:
     check = "-verify_ip" if san[0].isdigit() else "-verify_hostname"
+    ca, cert = str(root.resolve(K3S_CA_CERT)), str(root.resolve(CERT))
     return subprocess.run(
-        ["openssl", "verify", "-CAfile", str(root / CA), check, san, str(root / CERT)],
+        ["openssl", "verify", "-CAfile", ca, check, san, cert],
         capture_output=True,
         text=True,
     )
@@ -171,7 +130,7 @@ def respawned(noderole: Noderole, old_pid: int, deadline: float) -> int:
 
 
 class TestApplyServer:
-    def test_lifecycle(self, root: Path, noderole: Noderole) -> None:
+    def test_lifecycle(self, root: ScratchRoot, noderole: Noderole) -> None:
         """Apply, respawn, idempotent re-apply, re-mint on SAN change, and stop."""
         health_port = free_port()
         stage(root, health_port)
@@ -188,7 +147,7 @@ class TestApplyServer:
             verdict = verify(root, san)
             assert verdict.returncode == 0, verdict.stdout + verdict.stderr
         assert verify(root, "other.example.com").returncode != 0
-        argv = json.loads((root / "run/konnectivity-server.argv").read_text())
+        argv = json.loads(root.read("/run/konnectivity-server.argv"))
         assert argv[1:] == [
             "--logtostderr=true",
             "--uds-name=/run/konnectivity/konnectivity-server.socket",
@@ -207,7 +166,7 @@ class TestApplyServer:
             "--agent-service-account=konnectivity-agent",
             "--proxy-strategies=destHost,default",
         ]
-        log = (root / "var/log/konnectivity-server.log").read_text()
+        log = root.read("/var/log/konnectivity-server.log")
         assert "serving /healthz" in log
 
         # Killed: the supervisor brings it back.
@@ -216,13 +175,13 @@ class TestApplyServer:
         pid = respawned(noderole, pid, time.monotonic() + 60)
 
         # Second apply with the same inputs: nothing restarted, nothing re-minted.
-        cert_before = (root / CERT).read_bytes()
+        cert_before = root.read(CERT)
         second = apply(noderole)
         assert second["k3s"]["status"] == "running"
         assert second["konnectivity-server"]["status"] == "running"
         assert second["konnectivity-server"]["minted"] == []
         assert second["konnectivity-server"]["pid"] == pid
-        assert (root / CERT).read_bytes() == cert_before
+        assert root.read(CERT) == cert_before
 
         # New SANs: the certificate is re-minted and the server restarted to read it.
         set_sans(root, [*SANS, "new.example.com"])
@@ -238,13 +197,6 @@ class TestApplyServer:
         # Stop: every service process is gone.
         service_pids = [int(row["pid"]) for row in status(noderole).values() if row["pid"]]
         assert len(service_pids) == 2
+        assert set(service_pids) <= set(node_processes(root))
         noderole("stop")
-        for gone in service_pids:
-            assert not Path(f"/proc/{gone}").exists() or _zombie(gone)
-
-
-def _zombie(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-    except OSError:
-        return True
+        assert not set(service_pids) & set(node_processes(root))

@@ -2,37 +2,46 @@
 
 Covers the behaviours the OpenRC script's own prestart test checked: the default and honoured
 server count, empty SANs, the CA wait timing out, a failed mint leaving nothing behind, and the
-SANs reaching the certificate exactly.
+SANs reaching the certificate exactly. Tested with noderole's plugin-author kit: the service
+comes from the plugin object alone, its steps run against a scratch root on a fake clock
+(``run_prestart``), and the k3s CA is the kit's serial-0 ``cluster_ca``.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import subprocess
-import time
-from collections.abc import Callable
-from pathlib import Path
 
 import pytest
 from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 import noderole
 from noderole.clock import FakeClock
-from noderole.context import NodeContext
-from noderole.plugins import PluginSet
 from noderole.records import Service
-from noderole.root import NodeRoot
-from noderole.steps import StepContext, StepResult, run_steps
+from noderole.testing import (
+    K3S_CA_CERT,
+    K3S_CA_KEY,
+    ClusterCA,
+    PrestartOutcome,
+    ScratchRoot,
+    apply_recorded,
+    load_certificate,
+    plan_from_plugins,
+    run_prestart,
+    services_from_plugins,
+)
+from noderole_konnectivity import plugin as konnectivity_plugin
 
 FIRST_BOOT = "/etc/spinifex-eks/first-boot.env"
-CERT_DIR = "var/lib/spinifex-eks/konnectivity"
+KUBECONFIG = "/etc/rancher/k3s/k3s.yaml"
+CERT_DIR = "/var/lib/spinifex-eks/konnectivity"
 SANS = "konnectivity.example.com,nlb-1.elb.example.com,10.0.0.7,fd00::7"
 CA_WAIT = "k3s server CA / admin kubeconfig not present after 120s"
-
-Put = Callable[[str, str], Path]
-MakeNode = Callable[..., tuple[PluginSet, NodeContext]]
-Install = Callable[..., None]
+MINT_FAILED = "failed to mint konnectivity serving cert: "
+NO_NET_CHECK = "[noderole]\nnet_check = false\n"
 
 # The command line of konnectivity-server.initd, flag for flag.
 SEED_COMMAND = [
@@ -56,24 +65,24 @@ SEED_COMMAND = [
 ]
 
 
-def konnectivity(make_node: MakeNode) -> Service:
-    """The service as the konnectivity plugin alone defines it."""
-    plugins, node = make_node(k3s=False)
-    (service,) = [s for s in plugins.services(node) if s.name == "konnectivity-server"]
+def konnectivity(node_root: ScratchRoot) -> Service:
+    """The service as the konnectivity plugin alone defines it over node_root."""
+    found = services_from_plugins(("konnectivity", konnectivity_plugin), node_root=node_root)
+    (service,) = [s for s in found if s.name == "konnectivity-server"]
     return service
 
 
-def run(service: Service, root: Path, clock: FakeClock | None = None) -> list[StepResult]:
-    # Wall time is now: the CA is made now, so a fake "now" years away would fall outside it.
-    clock = clock or FakeClock(wall=time.time())
-    ctx = StepContext(service=service.name, root=NodeRoot(root), clock=clock)
-    return run_steps(service.pre_start, ctx)
+def prestart(node_root: ScratchRoot, clock: FakeClock | None = None) -> PrestartOutcome:
+    """Define the service now, then run its pre-start steps under node_root."""
+    return run_prestart(konnectivity(node_root), node_root, clock=clock)
 
 
-def failure(service: Service, root: Path) -> str:
-    with pytest.raises(noderole.StepError) as caught:
-        run(service, root)
-    return str(caught.value)
+def sans(node_root: ScratchRoot, value: str) -> None:
+    node_root.write_env(FIRST_BOOT, {"EKS_KONNECTIVITY_SANS": value})
+
+
+def cert_dir_entries(node_root: ScratchRoot) -> list[str]:
+    return sorted(p.name for p in node_root.resolve(CERT_DIR).iterdir())
 
 
 def count_flag(service: Service) -> str:
@@ -83,63 +92,66 @@ def count_flag(service: Service) -> str:
 
 
 class TestServerCount:
-    def test_default_is_one(self, put: Put, make_node: MakeNode) -> None:
+    def test_default_is_one(self, node_root: ScratchRoot) -> None:
         """Without EKS_KONNECTIVITY_SERVER_COUNT (or without the file) the count is 1."""
-        assert count_flag(konnectivity(make_node)) == "--server-count=1"
-        put(FIRST_BOOT, f"EKS_KONNECTIVITY_SANS={SANS}\nEKS_KONNECTIVITY_SERVER_COUNT=\n")
-        assert count_flag(konnectivity(make_node)) == "--server-count=1"
+        assert count_flag(konnectivity(node_root)) == "--server-count=1"
+        node_root.write_env(
+            FIRST_BOOT, {"EKS_KONNECTIVITY_SANS": SANS, "EKS_KONNECTIVITY_SERVER_COUNT": ""}
+        )
+        assert count_flag(konnectivity(node_root)) == "--server-count=1"
 
-    def test_count_honoured(self, put: Put, make_node: MakeNode) -> None:
+    def test_count_honoured(self, node_root: ScratchRoot) -> None:
         """The count in first-boot.env reaches the command line."""
-        put(FIRST_BOOT, "EKS_KONNECTIVITY_SERVER_COUNT=3\n")
-        assert count_flag(konnectivity(make_node)) == "--server-count=3"
+        node_root.write_env(FIRST_BOOT, {"EKS_KONNECTIVITY_SERVER_COUNT": "3"})
+        assert count_flag(konnectivity(node_root)) == "--server-count=3"
 
     @pytest.mark.parametrize("raw", ["0", "-1", "two", "1.5", "3 # replicas=3", "0x3"])
     def test_bad_count_fails_before_waiting(
-        self, tmp_path: Path, put: Put, make_node: MakeNode, raw: str
+        self, node_root: ScratchRoot, fake_clock: FakeClock, raw: str
     ) -> None:
         """Anything but a positive integer fails at once, naming the key, value and file."""
-        put(FIRST_BOOT, f"EKS_KONNECTIVITY_SERVER_COUNT='{raw}'\nEKS_KONNECTIVITY_SANS={SANS}\n")
-        service = konnectivity(make_node)
-        clock = FakeClock()
-        with pytest.raises(noderole.StepError) as caught:
-            run(service, tmp_path, clock)
-        assert str(caught.value).startswith(
+        node_root.write_env(
+            FIRST_BOOT, {"EKS_KONNECTIVITY_SERVER_COUNT": raw, "EKS_KONNECTIVITY_SANS": SANS}
+        )
+        outcome = prestart(node_root, fake_clock)
+        assert outcome.reason.startswith(
             f"EKS_KONNECTIVITY_SERVER_COUNT={raw!r} in {FIRST_BOOT} is not a positive integer"
         )
-        assert clock.monotonic() == FakeClock().monotonic()  # no wait was entered
+        assert isinstance(outcome.failed_step, noderole.Fail)
+        assert outcome.waited == []  # no wait was entered
+        assert outcome.seconds == 0
 
 
 class TestSans:
     def test_empty_sans_fail_without_mint(
-        self, tmp_path: Path, put: Put, make_node: MakeNode, install_k3s_files: Install
+        self, node_root: ScratchRoot, k3s_server: ClusterCA
     ) -> None:
         """Empty SANs fail with the script's message after the wait, and nothing is minted."""
-        put(FIRST_BOOT, "EKS_KONNECTIVITY_SANS= , \n")
-        install_k3s_files()
-        service = konnectivity(make_node)
+        sans(node_root, " , ")
+        service = konnectivity(node_root)
         assert not any(isinstance(s, noderole.MintCertificate) for s in service.pre_start)
-        assert failure(service, tmp_path) == (
+        outcome = run_prestart(service, node_root)
+        assert outcome.reason == (
             "EKS_KONNECTIVITY_SANS empty; agents would fail server cert validation"
         )
-        assert list((tmp_path / CERT_DIR).iterdir()) == []
+        assert outcome.waited == [K3S_CA_CERT, K3S_CA_KEY, KUBECONFIG]
+        assert outcome.minted == []
+        assert outcome.written == []
+        assert cert_dir_entries(node_root) == []
 
     def test_sans_reach_certificate_exactly(
-        self,
-        tmp_path: Path,
-        put: Put,
-        make_node: MakeNode,
-        install_k3s_files: Install,
-        k3s_ca: tuple[Path, Path],
+        self, node_root: ScratchRoot, k3s_server: ClusterCA
     ) -> None:
         """The leaf carries CN konnectivity-server and exactly the listed SANs; openssl verifies
         it against the k3s CA for every one of them."""
-        put(FIRST_BOOT, f"EKS_KONNECTIVITY_SANS={SANS}\n")
-        install_k3s_files()
-        results = run(konnectivity(make_node), tmp_path)
-        assert results[-1].detail.startswith("minted")
-        cert_file = tmp_path / CERT_DIR / "tls.crt"
-        leaf = x509.load_pem_x509_certificate(cert_file.read_bytes())
+        sans(node_root, SANS)
+        outcome = prestart(node_root)
+        assert outcome.ok, outcome.reason
+        (minted,) = outcome.minted
+        assert outcome.written == [f"{CERT_DIR}/tls.crt", f"{CERT_DIR}/tls.key"]
+        assert minted.cert_path == node_root.resolve(f"{CERT_DIR}/tls.crt")
+        leaf = load_certificate(minted.cert_path)
+        assert k3s_server.signed(leaf)
         assert leaf.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value == (
             "konnectivity-server"
         )
@@ -155,110 +167,120 @@ class TestSans:
         for san in SANS.split(","):
             check = "-verify_ip" if ":" in san or san[0].isdigit() else "-verify_hostname"
             verdict = subprocess.run(
-                ["openssl", "verify", "-CAfile", str(k3s_ca[0]), check, san,
-                 str(cert_file)],
+                ["openssl", "verify", "-CAfile", str(k3s_server.cert_file), check, san,
+                 str(minted.cert_path)],
                 capture_output=True, text=True,
             )  # fmt: skip
             assert verdict.returncode == 0, verdict.stdout + verdict.stderr
 
-    def test_second_run_reuses(
-        self, tmp_path: Path, put: Put, make_node: MakeNode, install_k3s_files: Install
-    ) -> None:
+    def test_second_run_reuses(self, node_root: ScratchRoot, k3s_server: ClusterCA) -> None:
         """A second run reuses the pair; a changed SAN list re-mints it."""
-        put(FIRST_BOOT, f"EKS_KONNECTIVITY_SANS={SANS}\n")
-        install_k3s_files()
-        run(konnectivity(make_node), tmp_path)
-        assert run(konnectivity(make_node), tmp_path)[-1].detail.startswith("reused")
-        put(FIRST_BOOT, "EKS_KONNECTIVITY_SANS=other.example\n")
-        again = run(konnectivity(make_node), tmp_path)[-1].detail
-        assert again.startswith("minted: SANs changed")
+        sans(node_root, SANS)
+        assert len(prestart(node_root).minted) == 1
+        again = prestart(node_root)
+        assert [c.action for c in again.certificates] == ["reused"]
+        assert again.written == []
+        sans(node_root, "other.example")
+        (reminted,) = prestart(node_root).minted
+        assert reminted.reason.startswith("SANs changed")
 
 
 class TestWaitAndMint:
-    def test_missing_ca_times_out(self, tmp_path: Path, put: Put, make_node: MakeNode) -> None:
+    def test_missing_ca_times_out(self, node_root: ScratchRoot, fake_clock: FakeClock) -> None:
         """Without the CA the 120 s wait ends with the script's message (on a fake clock)."""
-        put(FIRST_BOOT, f"EKS_KONNECTIVITY_SANS={SANS}\n")
-        clock = FakeClock()
-        with pytest.raises(noderole.StepError) as caught:
-            run(konnectivity(make_node), tmp_path, clock)
-        assert str(caught.value) == CA_WAIT
-        assert clock.monotonic() - FakeClock().monotonic() == pytest.approx(120, abs=1)
+        sans(node_root, SANS)
+        outcome = prestart(node_root, fake_clock)
+        assert outcome.reason == CA_WAIT
+        assert isinstance(outcome.failed_step, noderole.WaitForPaths)
+        assert outcome.waited == [K3S_CA_CERT, K3S_CA_KEY, KUBECONFIG]
+        assert outcome.seconds == pytest.approx(120, abs=1)
+        assert outcome.minted == []
 
     def test_missing_kubeconfig_times_out(
-        self, tmp_path: Path, put: Put, make_node: MakeNode, install_k3s_files: Install
+        self, node_root: ScratchRoot, cluster_ca: ClusterCA
     ) -> None:
         """CA and key alone are not enough: the admin kubeconfig is waited for too."""
-        put(FIRST_BOOT, f"EKS_KONNECTIVITY_SANS={SANS}\n")
-        install_k3s_files(kubeconfig=False)
-        assert failure(konnectivity(make_node), tmp_path) == CA_WAIT
+        sans(node_root, SANS)
+        assert prestart(node_root).reason == CA_WAIT
 
-    def test_wait_timeout_setting(self, tmp_path: Path, put: Put, make_node: MakeNode) -> None:
+    def test_wait_timeout_setting(self, node_root: ScratchRoot, fake_clock: FakeClock) -> None:
         """[konnectivity] wait_timeout bounds the wait, and the message says so."""
-        put("/etc/noderole/config.toml", "[konnectivity]\nwait_timeout = 7\n")
-        put(FIRST_BOOT, f"EKS_KONNECTIVITY_SANS={SANS}\n")
-        message = failure(konnectivity(make_node), tmp_path)
-        assert message == "k3s server CA / admin kubeconfig not present after 7s"
+        node_root.write_config("[konnectivity]\nwait_timeout = 7\n")
+        sans(node_root, SANS)
+        outcome = prestart(node_root, fake_clock)
+        assert outcome.reason == "k3s server CA / admin kubeconfig not present after 7s"
+        assert outcome.seconds == pytest.approx(7, abs=1)
 
-    @pytest.mark.parametrize("sans", ["good.example,bad_name!", "https://x.example/"])
+    @pytest.mark.parametrize("bad_sans", ["good.example,bad_name!", "https://x.example/"])
     def test_mint_failure_leaves_nothing(
-        self,
-        tmp_path: Path,
-        put: Put,
-        make_node: MakeNode,
-        install_k3s_files: Install,
-        sans: str,
+        self, node_root: ScratchRoot, k3s_server: ClusterCA, bad_sans: str
     ) -> None:
         """A failed mint fails with the script's prefix and the reason; no file is left over."""
-        put(FIRST_BOOT, f"EKS_KONNECTIVITY_SANS={sans}\n")
-        install_k3s_files()
-        message = failure(konnectivity(make_node), tmp_path)
-        assert message.startswith("failed to mint konnectivity serving cert: ")
-        assert len(message) > len("failed to mint konnectivity serving cert: ")
-        assert list((tmp_path / CERT_DIR).iterdir()) == []
+        sans(node_root, bad_sans)
+        outcome = prestart(node_root)
+        assert outcome.reason.startswith(MINT_FAILED)
+        assert len(outcome.reason) > len(MINT_FAILED)
+        assert isinstance(outcome.failed_step, noderole.MintCertificate)
+        assert outcome.minted == []
+        assert outcome.written == []
+        assert cert_dir_entries(node_root) == []
 
-    def test_mismatched_ca_key_fails(
-        self, tmp_path: Path, put: Put, make_node: MakeNode, install_k3s_files: Install
-    ) -> None:
+    def test_mismatched_ca_key_fails(self, node_root: ScratchRoot, k3s_server: ClusterCA) -> None:
         """A CA key that does not match the CA fails the mint and writes nothing."""
-        put(FIRST_BOOT, f"EKS_KONNECTIVITY_SANS={SANS}\n")
-        install_k3s_files()
-        other = subprocess.run(
-            ["openssl", "ecparam", "-name", "prime256v1", "-genkey", "-noout"],
-            check=True, capture_output=True,
-        ).stdout  # fmt: skip
-        (tmp_path / "var/lib/rancher/k3s/server/tls/server-ca.key").write_bytes(other)
-        assert failure(konnectivity(make_node), tmp_path).startswith(
-            "failed to mint konnectivity serving cert: "
+        sans(node_root, SANS)
+        other = ec.generate_private_key(ec.SECP256R1()).private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.TraditionalOpenSSL,
+            serialization.NoEncryption(),
         )
-        assert list((tmp_path / CERT_DIR).iterdir()) == []
+        node_root.write(K3S_CA_KEY, other.decode(), mode=0o600)
+        outcome = prestart(node_root)
+        assert outcome.reason.startswith(MINT_FAILED)
+        assert outcome.written == []
+        assert cert_dir_entries(node_root) == []
 
-    def test_directories_created(
-        self, tmp_path: Path, put: Put, make_node: MakeNode, install_k3s_files: Install
-    ) -> None:
+    def test_directories_created(self, node_root: ScratchRoot, k3s_server: ClusterCA) -> None:
         """The UDS directory and a root-only certificate directory are created first."""
-        put(FIRST_BOOT, f"EKS_KONNECTIVITY_SANS={SANS}\n")
-        install_k3s_files()
-        run(konnectivity(make_node), tmp_path)
-        assert (tmp_path / "run/konnectivity").is_dir()
-        assert (tmp_path / CERT_DIR).stat().st_mode & 0o777 == 0o700
+        sans(node_root, SANS)
+        assert prestart(node_root).ok
+        assert node_root.resolve("/run/konnectivity").is_dir()
+        assert node_root.mode(CERT_DIR) == 0o700
 
-    def test_unreadable_env_file_fails_service_only(
-        self, tmp_path: Path, make_node: MakeNode
-    ) -> None:
+    def test_unreadable_env_file_fails_service_only(self, node_root: ScratchRoot) -> None:
         """A binary first-boot.env fails this service's steps, not the definition."""
-        (tmp_path / "etc/spinifex-eks").mkdir(parents=True)
-        (tmp_path / FIRST_BOOT.lstrip("/")).write_bytes(b"EKS_KONNECTIVITY_SANS=\xff\xfe\n")
-        assert "not UTF-8" in failure(konnectivity(make_node), tmp_path)
+        local = node_root.resolve(FIRST_BOOT)
+        local.parent.mkdir(parents=True)
+        local.write_bytes(b"EKS_KONNECTIVITY_SANS=\xff\xfe\n")
+        outcome = prestart(node_root)
+        assert "not UTF-8" in outcome.reason
+        assert outcome.waited == []
 
 
 class TestDefinition:
-    def test_command_is_the_scripts(self, make_node: MakeNode) -> None:
+    def test_command_is_the_scripts(self, node_root: ScratchRoot) -> None:
         """The argv is the OpenRC script's command line, one element per flag."""
-        assert list(konnectivity(make_node).command or ()) == SEED_COMMAND
+        assert list(konnectivity(node_root).command or ()) == SEED_COMMAND
 
-    def test_service_fields(self, make_node: MakeNode) -> None:
+    def test_started_with_the_scripts_argv(
+        self, node_root: ScratchRoot, k3s_server: ClusterCA, fake_clock: FakeClock
+    ) -> None:
+        """Applied (recorded, not started), the server is handed exactly the script's argv."""
+        sans(node_root, SANS)
+        plan = plan_from_plugins(
+            "server",
+            ("konnectivity", konnectivity_plugin),
+            config_text=NO_NET_CHECK,
+            node_root=node_root,
+        )
+        report, backend = apply_recorded(plan, node_root, clock=fake_clock)
+        assert report.ok, report.failed
+        assert backend.names() == ["konnectivity-server"]
+        assert backend.node_argv("konnectivity-server") == SEED_COMMAND
+        assert node_root.exists(f"{CERT_DIR}/tls.crt")
+
+    def test_service_fields(self, node_root: ScratchRoot) -> None:
         """Roles, dependencies, pidfile, log, supervision and /healthz readiness as the script."""
-        service = konnectivity(make_node)
+        service = konnectivity(node_root)
         assert service.roles == ("server", "server-join")
         assert service.need == ("net",)
         assert service.after == ("k3s",)
@@ -271,20 +293,19 @@ class TestDefinition:
         assert isinstance(service.readiness, noderole.WaitForHttp)
         assert service.readiness.url == "http://127.0.0.1:8092/healthz"
 
-    def test_step_order(self, put: Put, make_node: MakeNode) -> None:
+    def test_step_order(self, node_root: ScratchRoot) -> None:
         """Steps run in the script's order: directories, wait, certificate."""
-        put(FIRST_BOOT, f"EKS_KONNECTIVITY_SANS={SANS}\n")
-        kinds = [type(step).__name__ for step in konnectivity(make_node).pre_start]
+        sans(node_root, SANS)
+        kinds = [type(step).__name__ for step in konnectivity(node_root).pre_start]
         assert kinds == ["MakeDirectories", "MakeDirectories", "WaitForPaths", "MintCertificate"]
 
-    def test_settings_change_paths_and_ports(self, put: Put, make_node: MakeNode) -> None:
+    def test_settings_change_paths_and_ports(self, node_root: ScratchRoot) -> None:
         """Paths, ports and respawn settings come from [konnectivity]."""
-        put(
-            "/etc/noderole/config.toml",
+        node_root.write_config(
             "[konnectivity]\ncert_dir = '/srv/konn'\nhealth_port = 18092\nagent_port = 9132\n"
-            "respawn_delay = 1.5\nuds_name = '/run/k/s.sock'\n",
+            "respawn_delay = 1.5\nuds_name = '/run/k/s.sock'\n"
         )
-        service = konnectivity(make_node)
+        service = konnectivity(node_root)
         command = list(service.command or ())
         assert "--cluster-cert=/srv/konn/tls.crt" in command
         assert "--health-port=18092" in command
