@@ -114,6 +114,14 @@ def _check_positive(inst: Any, attribute: attrs.Attribute[Any], value: float | N
         raise _fail(_label(inst), attribute.name, f"must be a number > 0, got {value!r}")
 
 
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _label(inst: Any) -> str:
     name = getattr(inst, "name", None)
     kind = type(inst).__name__
@@ -524,6 +532,13 @@ class Service:
             raise _fail(_label(self), "command", "is empty; use None for a service with no process")
         if not all(isinstance(arg, str) for arg in value):
             raise _fail(_label(self), "command", f"must be a list of strings, got {value!r}")
+        for arg in value:
+            if "\0" in arg or not _encodable(arg):
+                raise _fail(
+                    _label(self),
+                    "command",
+                    f"has {arg!r}, which cannot be passed to a program (NUL or not UTF-8 text)",
+                )
         if not value[0].startswith("/"):
             raise _fail(
                 _label(self), "command", f"must start with an absolute path, got {value[0]!r}"

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ import pytest
 from noderole.records import Supervision
 from noderole.supervisor import ProcessSpec, Supervisor
 from noderole.supervisor._proc import is_alive
+from noderole.testing import eventually, process_cmdline, process_environ
 
 __all__ = ["Harness", "harness", "wait_for"]
 
@@ -29,34 +29,12 @@ MARK = "NODEROLE_SUPERVISOR_TEST"
 
 
 def wait_for(condition: Callable[[], Any], what: str, timeout: float = 15.0) -> Any:
-    """Poll ``condition`` until it returns something truthy; fail naming ``what`` after ``timeout``.
-
-    A generous bound for a slow CI machine, never an assertion about how long it took.
-    """
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        time.sleep(0.005)
+    """Poll ``condition`` until truthy (noderole.testing.eventually, under its old name here)."""
+    return eventually(condition, what, timeout=timeout)
 
 
-def _environ(pid: int) -> bytes:
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            return f.read()
-    except OSError:
-        return b""
-
-
-def _cmdline(pid: int) -> bytes:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read()
-    except OSError:
-        return b""
+_environ = process_environ
+_cmdline = process_cmdline
 
 
 @attrs.define

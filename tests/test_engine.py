@@ -6,7 +6,6 @@ import json
 import os
 import signal
 import threading
-import time
 import types
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -23,7 +22,7 @@ from noderole.clock import SystemClock
 from noderole.errors import LockedError
 from noderole.root import NodeRoot
 from noderole.state import node_lock
-from noderole.testing import end_node_processes, node_processes
+from noderole.testing import end_node_processes, eventually, node_processes, process_cmdline
 
 SLEEPER = """#!/bin/sh
 echo "$0 up $$ $*"
@@ -38,12 +37,7 @@ while :; do sleep 1; done
 """
 
 
-def _cmdline(pid: int) -> bytes:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read()
-    except OSError:
-        return b""
+_cmdline = process_cmdline
 
 
 class Node:
@@ -87,15 +81,8 @@ class Node:
 
 
 def wait_until(condition: Callable[[], Any], what: str, timeout: float = 20.0) -> Any:
-    """Poll until true; a generous bound, never an assertion on duration."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        time.sleep(0.01)
+    """Poll until true (noderole.testing.eventually); never an assertion on duration."""
+    return eventually(condition, what, timeout=timeout)
 
 
 @pytest.fixture

@@ -41,6 +41,7 @@ from noderole.errors import EnvFileError, ExitCode
 from noderole.root import NodeRoot
 from noderole.supervisor import Supervisor
 from noderole.supervisor._proc import is_alive
+from noderole.testing import process_environ
 from tests.test_engine import Node, node, sleeper, wait_until
 
 __all__ = ["node"]  # the fixture, imported for pytest
@@ -744,12 +745,7 @@ class TestSecretsNeverWritten:
         assert leaked_files == []
 
 
-def _environ(pid: int) -> bytes:
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            return f.read()
-    except OSError:
-        return b""
+_environ = process_environ
 
 
 def _running_pid(scene: SecretScene) -> int | None:

@@ -36,6 +36,8 @@ class TestService:
             ({"name": "has space"}, "name", "non-empty"),
             ({"name": "x", "command": ["bin/x"]}, "command", "absolute path"),
             ({"name": "x", "command": []}, "command", "empty"),
+            ({"name": "x", "command": ["/bin/x", "a\0b"]}, "command", "NUL"),
+            ({"name": "x", "command": ["/bin/x", "\ud800"]}, "command", "not UTF-8"),
             ({"name": "x", "pidfile": "run/x.pid"}, "pidfile", "absolute path"),
             ({"name": "x", "need": ["bad name"]}, "need", "not a service name"),
             ({"name": "x", "environment": {"1X": "v"}}, "environment", "not a variable name"),

@@ -213,7 +213,13 @@ class TestArguments:
         assert fields["arg"] == list(TRICKY)
 
     @settings(max_examples=40, deadline=None)
-    @given(args=st.lists(st.text(st.characters(exclude_characters="\0")), max_size=4))
+    # NUL cannot be in an argv; lone surrogates are not text (Service refuses them).
+    @given(
+        args=st.lists(
+            st.text(st.characters(exclude_characters="\0", exclude_categories=["Cs"])),
+            max_size=4,
+        )
+    )
     def test_any_argument_round_trips(
         self, tmp_path_factory: pytest.TempPathFactory, args: list[str]
     ) -> None:

@@ -32,13 +32,22 @@ from noderole.testing._plan import (
     standins_from_plugins,
 )
 from noderole.testing._prestart import PrestartOutcome, new_fake_clock, run_prestart, wait_targets
-from noderole.testing._processes import end_node_processes, node_processes
+from noderole.testing._processes import (
+    end_node_processes,
+    eventually,
+    node_processes,
+    process_cmdline,
+    process_environ,
+)
 from noderole.testing._root import ScratchRoot, env_file_text
 
 __all__ = [
     # processes started under a root
     "node_processes",
     "end_node_processes",
+    "process_environ",
+    "process_cmdline",
+    "eventually",
     # fixtures
     "node_root",
     "fake_clock",

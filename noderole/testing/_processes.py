@@ -12,11 +12,21 @@ import contextlib
 import os
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from noderole.testing._root import RootLike, as_node_root
 
-__all__ = ["end_node_processes", "node_processes"]
+__all__ = [
+    "end_node_processes",
+    "eventually",
+    "node_processes",
+    "process_cmdline",
+    "process_environ",
+]
+
+T = TypeVar("T")
 
 
 def _read(path: str) -> bytes:
@@ -25,6 +35,34 @@ def _read(path: str) -> bytes:
             return f.read()
     except OSError:
         return b""
+
+
+def process_environ(pid: int) -> bytes:
+    """``/proc/PID/environ`` (NUL-separated), or b"" when the process is gone or unreadable."""
+    return _read(f"/proc/{pid}/environ")
+
+
+def process_cmdline(pid: int) -> bytes:
+    """``/proc/PID/cmdline`` (NUL-separated), or b"" when the process is gone or unreadable."""
+    return _read(f"/proc/{pid}/cmdline")
+
+
+def eventually(condition: Callable[[], T], what: str, *, timeout: float = 20.0) -> T:
+    """Poll ``condition`` until it returns something truthy, and return that.
+
+    Fails the test naming ``what`` after ``timeout`` seconds: a generous bound for a slow CI
+    machine, never an assertion about how long something took.
+    """
+    import pytest
+
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(0.005)
 
 
 def _is_zombie(pid: int) -> bool:
@@ -44,8 +82,8 @@ def node_processes(root: RootLike) -> list[int]:
         if not entry.isdigit() or int(entry) == os.getpid():
             continue
         pid = int(entry)
-        environ = _read(f"/proc/{pid}/environ") + b"\0"
-        if (marker in environ or run_dir in _read(f"/proc/{pid}/cmdline")) and not _is_zombie(pid):
+        environ = process_environ(pid) + b"\0"
+        if (marker in environ or run_dir in process_cmdline(pid)) and not _is_zombie(pid):
             found.append(pid)
     return sorted(found)
 
