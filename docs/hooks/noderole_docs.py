@@ -3,8 +3,8 @@
 A page asks for generated content with a marker comment on a line of its own:
 
 - ``<!-- noderole:hooks -->``: every hookspec of :mod:`noderole.hookspecs`, from its docstring.
-- ``<!-- noderole:settings -->``: every settings table the installed plugins declare (the tutorial's
-  example plugins under docs/examples are left out: they are not shipped).
+- ``<!-- noderole:settings [TABLE] -->``: every settings table the installed plugins declare, or
+  just TABLE (the tutorial's example plugins under docs/examples are left out: not shipped).
 - ``<!-- noderole:exit-codes -->``: :class:`noderole.errors.ExitCode`, from its source.
 - ``<!-- noderole:errors -->``: the exception classes and the exit code each one carries.
 - ``<!-- noderole:include PATH[:SECTION] LANG -->``: the file at PATH (from the repository root)
@@ -135,13 +135,17 @@ def _example_entry_points() -> list[str]:
     return names
 
 
-def render_settings() -> str:
-    """Every installed plugin's settings table: keys, types, defaults, descriptions."""
+def render_settings(only: str | None = None) -> str:
+    """Every installed plugin's settings table (or only the table named ``only``): keys, types,
+    defaults, descriptions. A plugin's own page uses ``<!-- noderole:settings TABLE -->``."""
     from noderole.plugins import load_plugins
 
     plugins = load_plugins(disabled=_example_entry_points(), autoload=True)
     parts: list[str] = []
-    for table in plugins.settings_tables():
+    tables = [t for t in plugins.settings_tables() if only is None or t.table == only]
+    if only is not None and not tables:
+        raise ValueError(f"noderole:settings {only}: no installed plugin declares [{only}]")
+    for table in tables:
         info = plugins.info(table.origin)
         where = (
             "noderole itself (the built-in plugin)"
