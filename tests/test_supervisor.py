@@ -336,6 +336,20 @@ class TestDaemon:
             supervisor.ensure_running()
 
 
+@pytest.fixture(params=["setpriv", "preexec"])
+def spawn_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Both ways the daemon sets the parent-death signal: util-linux setpriv, or preexec_fn."""
+    if request.param == "preexec":
+        monkeypatch.setenv("NODEROLE_SUPERVISOR_NO_SETPRIV", "1")
+    else:
+        from noderole.supervisor._child import setpriv_prefix
+
+        if not setpriv_prefix():
+            pytest.skip("this machine's setpriv cannot set the parent-death signal")
+    return str(request.param)
+
+
+@pytest.mark.usefixtures("spawn_path")
 class TestRecovery:
     def test_supervisor_sigkill_then_start_runs_exactly_one(self, harness: Harness) -> None:
         """After kill -9 of the supervisor, a new start leaves one instance and no old process."""

@@ -124,7 +124,7 @@ class Supervisor:
                     pass_fds=(w,),
                     start_new_session=True,
                     cwd="/",
-                    env={"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")},
+                    env=_daemon_environment(),
                 )
             os.close(w)
             w = -1
@@ -290,6 +290,14 @@ class Supervisor:
                 record["pid"] = None
             out.append(ServiceStatus.from_wire(record))
         return out
+
+
+def _daemon_environment() -> dict[str, str]:
+    """The daemon's own environment: PATH, and the switch that turns setpriv off (for tests)."""
+    env = {"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")}
+    if os.environ.get("NODEROLE_SUPERVISOR_NO_SETPRIV"):
+        env["NODEROLE_SUPERVISOR_NO_SETPRIV"] = "1"
+    return env
 
 
 def _flock(fd: int, timeout: float, what: str) -> None:

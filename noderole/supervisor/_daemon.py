@@ -679,6 +679,8 @@ class Daemon:
         for fd in write_fds:
             os.close(fd)
         del pipes  # they live on in the loop until their writers are gone
+        if first:
+            _child.settle(popen.pid)
         unit.popen = popen
         unit.pid = popen.pid
         st = _proc.proc_stat(popen.pid)
