@@ -422,6 +422,24 @@ class TestRender:
         )
         assert done.returncode == 0, done.stderr
 
+    def test_render_removes_what_left_the_role(self, node: Node) -> None:
+        """A service dropped from the role loses its unit and its enablement at the next render."""
+        node.services += [sleeper("a"), sleeper("b")]
+        node.run("render", "demo", "--backend", "systemd")
+        unit = node.root / "etc/systemd/system/b.service"
+        wants = node.root / "etc/systemd/system/multi-user.target.wants/b.service"
+        assert unit.exists()
+        assert wants.is_symlink()
+        user_file = node.root / "etc/systemd/system/mine.service"
+        user_file.write_text("[Service]\nExecStart=/bin/true\n")
+        del node.services[1]
+        result = node.run("render", "demo", "--backend", "systemd")
+        assert "removed   /etc/systemd/system/b.service" in result.stdout
+        assert not unit.exists()
+        assert not wants.is_symlink()
+        assert (node.root / "etc/systemd/system/a.service").exists()
+        assert user_file.exists()  # only what noderole wrote is ever removed
+
 
 class TestRehearseInputs:
     def test_input_files_from_several_plugins_are_joined(self) -> None:

@@ -5,7 +5,13 @@ One :class:`~noderole.records.Service` definition becomes a runscript (:mod:`.op
 docs/backends.md holds the mapping tables and the reasons behind them.
 """
 
-from noderole.backends._rendered import Rendered, RenderedFile, RenderedLink, write_rendered
+from noderole.backends._rendered import (
+    Rendered,
+    RenderedFile,
+    RenderedLink,
+    sync_rendered,
+    write_rendered,
+)
 from noderole.backends.openrc import render_openrc, render_runscript
 from noderole.backends.systemd import render_systemd, render_unit
 
@@ -17,5 +23,6 @@ __all__ = [
     "render_runscript",
     "render_systemd",
     "render_unit",
+    "sync_rendered",
     "write_rendered",
 ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 from collections.abc import Iterable
@@ -13,7 +14,7 @@ from noderole.atomic import write_atomic
 from noderole.errors import BackendError
 from noderole.root import NodeRoot
 
-__all__ = ["Rendered", "RenderedFile", "RenderedLink", "write_rendered"]
+__all__ = ["Rendered", "RenderedFile", "RenderedLink", "sync_rendered", "write_rendered"]
 
 
 def _node_path(inst: object, attribute: attrs.Attribute[str], value: str) -> None:
@@ -112,3 +113,44 @@ def _write_link(local: Path, target: str) -> bool:
     finally:
         os.close(fd)
     return True
+
+
+def sync_rendered(
+    files: Iterable[Rendered], *, root: NodeRoot, manifest: str
+) -> tuple[list[Path], list[str]]:
+    """Write ``files`` like :func:`write_rendered`, then remove what the previous run of the same
+    manifest wrote and this one did not (a service that left the role must not start at the next
+    boot). Returns (changed local paths, removed node paths).
+
+    The manifest (a node path, JSON list of node paths) records what noderole wrote, so only
+    noderole's own files are ever removed. It is written after the files, so a crash in between
+    leaves the old manifest, and the next run removes what it still should.
+    """
+    from noderole.atomic import write_atomic
+
+    items = list(files)
+    changed = write_rendered(items, root=root)
+    local_manifest = root.resolve(manifest)
+    try:
+        previous = json.loads(local_manifest.read_text())
+    except (FileNotFoundError, ValueError):
+        previous = []
+    current = sorted(item.path for item in items)
+    removed: list[str] = []
+    for path in sorted(set(previous) - set(current)) if isinstance(previous, list) else []:
+        if not isinstance(path, str) or not path.startswith("/"):
+            continue
+        local = root.resolve(path)
+        try:
+            local.unlink()
+        except FileNotFoundError:
+            continue
+        except OSError as error:
+            raise BackendError(
+                f"cannot remove {path}, rendered earlier for a service no longer in the role: "
+                f"{error.strerror or error}"
+            ) from error
+        removed.append(path)
+    local_manifest.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(local_manifest, (json.dumps(current, indent=1) + "\n").encode(), mode=0o644)
+    return changed, removed
