@@ -4,7 +4,7 @@ Respawn latency: a child writes its pid into a fifo as it starts (``echo $$ > FI
 the benchmark SIGKILLs it and times until the next pid arrives, i.e. until a new child runs. All
 three respawn with no delay (supervise-daemon refuses ``--respawn-delay 0``: the option is left
 out). Memory: the supervisors' VmRSS summed (children excluded) with 2 and 20 services: one
-noderole daemon, one supervise-daemon per service, one supervisord.
+noderole daemon and its watchdog, one supervise-daemon per service, one supervisord.
 
 supervise-daemon needs ``/run/openrc``: its part runs in a private mount namespace (``unshare -m``)
 with a tmpfs on /run, in a child of this script (``--openrc-inside``) that prints JSON.
@@ -107,6 +107,13 @@ def _kill(pids: list[int]) -> None:
 # --------------------------------------------------------------------------- noderole
 
 
+def _watchdogs(daemon: int) -> list[int]:
+    """The daemon's watchdog process(es), among its children."""
+    from noderole.testing._processes import WATCHDOG_MARK, process_cmdline
+
+    return [p for p in _children(daemon) if WATCHDOG_MARK in process_cmdline(p)]
+
+
 @contextlib.contextmanager
 def _noderole(directory: Path, services: int, script: str) -> Iterator[int]:
     """A noderole supervisor running ``services`` services; yields the daemon's pid."""
@@ -143,7 +150,8 @@ def _noderole_figures(kills: int, sizes: list[int]) -> tuple[list[float], dict[i
         rss = {}
         for n in sizes:
             with _noderole(Path(tmp) / f"rss{n}", n, "exec sleep 1000") as pid:
-                rss[n] = _rss_mb([pid])
+                # The daemon and its watchdog: both are the supervisor's cost.
+                rss[n] = _rss_mb([pid, *_watchdogs(pid)])
     return latency, rss
 
 

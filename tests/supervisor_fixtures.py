@@ -22,10 +22,12 @@ from noderole.records import Supervision
 from noderole.supervisor import ProcessSpec, Supervisor
 from noderole.supervisor._proc import is_alive
 from noderole.testing import eventually, process_cmdline, process_environ
+from noderole.testing._processes import WATCHDOG_MARK
 
 __all__ = ["Harness", "harness", "wait_for"]
 
 MARK = "NODEROLE_SUPERVISOR_TEST"
+_WATCHDOG = WATCHDOG_MARK
 
 
 def wait_for(condition: Callable[[], Any], what: str, timeout: float = 15.0) -> Any:
@@ -83,8 +85,7 @@ class Harness:
             if p.isdigit() and needle in _environ(int(p)) + b"\0" and is_alive(int(p))
         ]
 
-    def daemons(self) -> list[int]:
-        """Pids of running supervisor daemons serving this run dir."""
+    def _naming_run_dir(self) -> list[int]:
         needle = str(self.run_dir).encode()
         return [
             int(p)
@@ -95,9 +96,17 @@ class Harness:
             and is_alive(int(p))
         ]
 
+    def daemons(self) -> list[int]:
+        """Pids of running supervisor daemons serving this run dir."""
+        return [p for p in self._naming_run_dir() if _WATCHDOG not in _cmdline(p)]
+
+    def watchdogs(self) -> list[int]:
+        """Pids of running watchdogs of this run dir's daemons."""
+        return [p for p in self._naming_run_dir() if _WATCHDOG in _cmdline(p)]
+
     def leftovers(self) -> list[int]:
         """Everything of this test still running."""
-        return sorted({*self.marked(), *self.daemons(), *filter(is_alive, self.extra_pids)})
+        return sorted({*self.marked(), *self._naming_run_dir(), *filter(is_alive, self.extra_pids)})
 
 
 @pytest.fixture
@@ -110,6 +119,8 @@ def harness(tmp_path: Path) -> Iterator[Harness]:
         h.supervisor.shutdown()
     except Exception as e:  # still clean up, then report
         problem = f"shutdown failed: {e}"
+    # A watchdog whose daemon was SIGKILLed by the test ends what is left, then exits itself.
+    wait_for(lambda: h.daemons() or not h.watchdogs(), "the watchdog of a killed daemon to finish")
     survivors = h.leftovers()
     for pid in [*survivors, *h.extra_pids]:
         with contextlib.suppress(ProcessLookupError):

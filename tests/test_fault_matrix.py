@@ -41,7 +41,7 @@ from noderole.errors import EnvFileError, ExitCode
 from noderole.root import NodeRoot
 from noderole.supervisor import Supervisor
 from noderole.supervisor._proc import is_alive
-from noderole.testing import process_environ
+from noderole.testing import process_environ, supervisor_processes
 from tests.test_engine import Node, node, sleeper, wait_until
 
 __all__ = ["node"]  # the fixture, imported for pytest
@@ -208,8 +208,10 @@ class TestSupervisorFaults:
         new_kid = wait_until(lambda: len(_pids(kids)) == 2 and _pids(kids)[1], "a new grandchild")
         assert not is_alive(old_leader)
         assert not is_alive(old_kid)
-        new_daemon = supervisor.daemon_pid()
-        assert sorted(node.processes()) == sorted([new_daemon, row["pid"], new_kid])
+        daemons, watchdogs = supervisor_processes(node.root)
+        assert daemons == [supervisor.daemon_pid()]
+        assert len(watchdogs) == 1
+        assert sorted(node.processes()) == sorted([*daemons, *watchdogs, row["pid"], new_kid])
 
     def test_crash_loop_past_respawn_max_is_reported_crashed(self, node: Node) -> None:
         """A service that always exits runs 1 + respawn_max times; status says crashed, exit 1."""
@@ -354,8 +356,9 @@ class TestConcurrentApplies:
         assert [waited[n]["pid"] for n in "ab"] == [held[n]["pid"] for n in "ab"]
         assert _instances(node, "a") == [held["a"]["pid"]]
         assert _instances(node, "b") == [held["b"]["pid"]]
-        daemons = [p for p in node.processes() if str(node.root / RUN_DIR) in " ".join(_argv(p))]
+        daemons, watchdogs = supervisor_processes(node.root)
         assert len(daemons) == 1
+        assert len(watchdogs) == 1
 
 
 # ---------------------------------------------------------------------------- plugins

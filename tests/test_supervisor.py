@@ -18,7 +18,7 @@ import pytest
 
 from noderole.errors import BackendError
 from noderole.records import Supervision, WaitForHttp, WaitForPaths, WaitForTcp
-from noderole.supervisor import ProcessSpec, Supervisor, _client, readiness_check
+from noderole.supervisor import ProcessSpec, Supervisor, _client, _protocol, readiness_check
 from noderole.supervisor._proc import describe_status, group_members, is_alive, proc_stat
 from noderole.supervisor._protocol import encode, socket_address
 from tests.supervisor_fixtures import Harness, harness, wait_for
@@ -303,8 +303,11 @@ class TestDaemon:
         assert harness.supervisor.socket_path.stat().st_mode & 0o777 == 0o600
 
     def test_daemon_imports_only_the_standard_library(self) -> None:
-        """The daemon loads no attrs, pluggy, click or cryptography (its RSS is the node's)."""
-        code = _client._PRELUDE + "import noderole.supervisor._daemon\nprint(' '.join(sys.modules))"
+        """The daemon and its watchdog load no attrs, pluggy, click or cryptography."""
+        code = _protocol.PRELUDE + (
+            "import noderole.supervisor._daemon, noderole.supervisor._watchdog\n"
+            "print(' '.join(sys.modules))"
+        )
         package_parent = str(Path(_client.__file__).resolve().parents[2])
         out = subprocess.run(
             [sys.executable, "-I", "-S", "-c", code, package_parent],
@@ -313,6 +316,7 @@ class TestDaemon:
             check=True,
         ).stdout.split()
         assert "noderole.supervisor._daemon" in out
+        assert "noderole.supervisor._watchdog" in out
         heavy = {"attrs", "pluggy", "click", "cryptography", "noderole.records", "noderole.errors"}
         assert heavy.isdisjoint(out)
 
@@ -336,47 +340,45 @@ class TestDaemon:
             supervisor.ensure_running()
 
 
-@pytest.fixture(params=["setpriv", "preexec"])
-def spawn_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Both ways the daemon sets the parent-death signal: util-linux setpriv, or preexec_fn."""
-    if request.param == "preexec":
-        monkeypatch.setenv("NODEROLE_SUPERVISOR_NO_SETPRIV", "1")
-    else:
-        from noderole.supervisor._child import setpriv_prefix
-
-        if not setpriv_prefix():
-            pytest.skip("this machine's setpriv cannot set the parent-death signal")
-    return str(request.param)
-
-
-@pytest.mark.usefixtures("spawn_path")
 class TestRecovery:
     def test_supervisor_sigkill_then_start_runs_exactly_one(self, harness: Harness) -> None:
-        """After kill -9 of the supervisor, a new start leaves one instance and no old process."""
+        """After kill -9 of the supervisor its watchdog ends child and grandchildren; a new start
+        then leaves exactly one instance."""
         kids = harness.root / "kids"
         spec = harness.spec("a", f"sleep 1000 & echo $! >> {kids}; {SLEEP}")
         first = harness.supervisor.start(spec)
         old_kid = wait_for(lambda: _read_pids(kids), "the grandchild")[0]
         daemon = harness.supervisor.daemon_pid()
         assert daemon is not None
+        assert len(harness.watchdogs()) == 1
         child = first.pid
         assert child is not None
         os.kill(daemon, signal.SIGKILL)
-        wait_for(lambda: not is_alive(child), "PDEATHSIG to kill the child")
-        assert is_alive(old_kid)  # PDEATHSIG reaches only the direct child
+        wait_for(lambda: not is_alive(child), "the watchdog to kill the child")
+        wait_for(lambda: not is_alive(old_kid), "the watchdog to kill the grandchild too")
+        wait_for(lambda: not harness.watchdogs(), "the watchdog to exit")
         [orphaned] = harness.supervisor.status(["a"])
         assert orphaned.state == "stopped"
-        assert str(old_kid) in orphaned.reason
+        assert orphaned.pid is None
 
         second = harness.supervisor.start(spec)
         assert second.state == "running"
         assert not second.already_running
-        assert not is_alive(old_kid)
         new_kid = wait_for(lambda: len(_read_pids(kids)) == 2 and _read_pids(kids)[1], "new kid")
         assert sorted(harness.marked()) == sorted([second.pid, new_kid])
 
+    def test_killed_watchdog_is_replaced(self, harness: Harness) -> None:
+        """A watchdog killed by someone is started again by the daemon."""
+        harness.supervisor.start(harness.spec("a", SLEEP))
+        [watchdog] = wait_for(harness.watchdogs, "the watchdog")
+        os.kill(watchdog, signal.SIGKILL)
+        [replacement] = wait_for(
+            lambda: [w for w in harness.watchdogs() if w != watchdog], "a new watchdog"
+        )
+        assert replacement != watchdog
+
     def test_child_of_another_user_dies_with_the_supervisor(self, harness: Harness) -> None:
-        """PDEATHSIG survives the switch to another user: SIGKILL of the daemon kills the child."""
+        """A child running as another user also dies when the daemon is SIGKILLed."""
         if os.geteuid() != 0:
             pytest.skip("changing user needs root")
         spec = attrs.evolve(harness.spec("a", SLEEP), user="nobody")

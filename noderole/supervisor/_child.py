@@ -2,21 +2,14 @@
 
 The child gets exactly the spec's environment, its user/group (with the user's supplementary
 groups, as ``initgroups`` would), its working directory, stdin from /dev/null, a session and
-process group of its own (so a stop reaches its grandchildren), and ``PR_SET_PDEATHSIG=SIGKILL``
-(so it dies with a SIGKILLed supervisor instead of running on unsupervised).
+process group of its own (so a stop reaches its grandchildren). It is started with subprocess's
+``vfork`` path (~0.3 ms): no Python code runs in the child. Should the supervisor be SIGKILLed,
+its watchdog (:mod:`._watchdog`) ends the children's process groups.
 
 Output never goes straight to the log file: the child writes into a pipe the daemon drains. That
 is what lets SIGHUP reopen a rotated log (and size rotation happen) under a child that keeps
 running. When ``stdout_log == stderr_log`` both streams share one pipe, so their lines stay in
 order.
-
-How the parent-death signal is set matters for respawn latency. Setting it from Python
-(``preexec_fn``) forces a full ``fork`` of the ~10 MB daemon and runs Python code in the child:
-~2.9 ms per start, measured. util-linux's ``setpriv --pdeathsig KILL -- ARGV`` sets it and execs
-the command, and lets subprocess use ``vfork``: ~0.3 ms. So the daemon uses ``setpriv`` when it
-has it and falls back to ``preexec_fn``. With ``setpriv`` a child whose supervisor died in the
-instant before the signal was set is not caught by it; the next daemon's leftover sweep (state
-file + process start times) still ends it.
 
 Standard library only (the daemon imports it).
 """
@@ -24,21 +17,13 @@ Standard library only (the daemon imports it).
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import functools
 import grp
 import os
 import pwd
-import shutil
-import signal
 import subprocess
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
-__all__ = ["LogSink", "SpawnError", "settle", "setpriv_prefix", "spawn"]
-
-_PR_SET_PDEATHSIG = 1
-_libc = ctypes.CDLL(None, use_errno=True)
+__all__ = ["LogSink", "SpawnError", "spawn"]
 
 
 class SpawnError(Exception):
@@ -140,62 +125,6 @@ def _identity(user: str | None, group: str | None) -> dict[str, object]:
     return kwargs
 
 
-def _pdeathsig(parent: int) -> Callable[[], None]:
-    def preexec() -> None:
-        # Runs in the child after fork and after setuid (which would clear the setting), before
-        # exec. If the supervisor died before this line, the signal will never come: exit now.
-        _libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
-        if os.getppid() != parent:
-            os._exit(127)
-
-    return preexec
-
-
-_SETPRIV_CANDIDATES = ("/usr/bin/setpriv", "/bin/setpriv", "/usr/sbin/setpriv", "/sbin/setpriv")
-
-
-@functools.cache
-def setpriv_prefix() -> tuple[str, ...]:
-    """``(setpriv, --pdeathsig, KILL, --)`` where setpriv can set the signal here, else ()."""
-    if os.environ.get("NODEROLE_SUPERVISOR_NO_SETPRIV"):
-        return ()
-    path = next((p for p in _SETPRIV_CANDIDATES if os.access(p, os.X_OK)), None)
-    path = path or shutil.which("setpriv")
-    if path is None:
-        return ()
-    prefix = (path, "--pdeathsig", "KILL", "--")
-    try:
-        done = subprocess.run(
-            [*prefix, "/bin/sh", "-c", "exit 0"],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            timeout=10,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return ()
-    return prefix if done.returncode == 0 else ()
-
-
-def settle(pid: int, *, timeout: float = 0.1) -> None:
-    """Wait (bounded) until ``pid`` has gone from setpriv to its own program.
-
-    For a requested start, so that whoever asked sees the command's process (its environment,
-    its command line) when the answer comes; respawns do not wait.
-    """
-    prefix = setpriv_prefix()
-    if not prefix:
-        return
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if os.readlink(f"/proc/{pid}/exe") != prefix[0]:
-                return
-        except OSError:
-            return  # gone, or exec in progress and then gone: the exit handler deals with it
-        time.sleep(0.0005)
-
-
 def spawn(
     *,
     argv: Sequence[str],
@@ -206,23 +135,11 @@ def spawn(
     stdout: int,
     stderr: int,
 ) -> subprocess.Popen[bytes]:
-    """Fork and exec the process; raise SpawnError naming what could not be used.
-
-    Must be called from the main thread: PR_SET_PDEATHSIG fires when the parent *thread* exits.
-    """
+    """Fork and exec the process; raise SpawnError naming what could not be used."""
     identity = _identity(user, group)
-    prefix = setpriv_prefix()
-    extra: dict[str, object] = {}
-    if prefix:
-        # setpriv would report a missing program only as exit 127 of the child: say it here.
-        if not os.access(argv[0], os.X_OK):
-            what = "no such file" if not os.path.exists(argv[0]) else "Permission denied"
-            raise SpawnError(f"cannot execute {argv[0]}: {what}")
-    else:
-        extra["preexec_fn"] = _pdeathsig(os.getpid())
     try:
         return subprocess.Popen(  # type: ignore[call-overload, no-any-return]
-            [*prefix, *argv],
+            list(argv),
             env=dict(environment),
             cwd=cwd,
             stdin=subprocess.DEVNULL,
@@ -230,7 +147,6 @@ def spawn(
             stderr=stderr,
             start_new_session=True,
             close_fds=True,
-            **extra,
             **identity,
         )
     except FileNotFoundError as e:

@@ -25,20 +25,8 @@ from noderole.supervisor._spec import ProcessSpec, ServiceStatus
 
 __all__ = ["Supervisor"]
 
-# Starts the daemon without executing noderole/__init__.py (which imports attrs and pluggy):
-# empty package modules stand in for noderole and noderole.supervisor, so only the daemon's
-# standard-library-only modules load. That is ~5 MB of RSS saved, for the life of the node.
-_PRELUDE = """\
-import sys, types
-base = sys.argv[1]
-for name, sub in (("noderole", "/noderole"), ("noderole.supervisor", "/noderole/supervisor")):
-    module = types.ModuleType(name)
-    module.__path__ = [base + sub]
-    sys.modules[name] = module
-"""
-_BOOTSTRAP = (
-    _PRELUDE + "from noderole.supervisor._daemon import main\nsys.exit(main(sys.argv[2:]))\n"
-)
+# Starts the daemon without executing noderole/__init__.py (attrs, pluggy): see bootstrap().
+_BOOTSTRAP = _protocol.bootstrap("_daemon")
 
 _START_TIMEOUT = 30.0
 """Seconds to wait for a new daemon to answer (it may first kill a predecessor's leftovers)."""
@@ -293,11 +281,8 @@ class Supervisor:
 
 
 def _daemon_environment() -> dict[str, str]:
-    """The daemon's own environment: PATH, and the switch that turns setpriv off (for tests)."""
-    env = {"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")}
-    if os.environ.get("NODEROLE_SUPERVISOR_NO_SETPRIV"):
-        env["NODEROLE_SUPERVISOR_NO_SETPRIV"] = "1"
-    return env
+    """The daemon's own environment: only PATH (it passes each child its spec's environment)."""
+    return {"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")}
 
 
 def _flock(fd: int, timeout: float, what: str) -> None:

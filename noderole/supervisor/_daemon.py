@@ -6,8 +6,8 @@ output, a self-pipe for signals (SIGHUP reopens logs; SIGTERM/SIGINT stop everyt
 and a heap of timers (respawn delays, stop timeouts, readiness ticks).
 
 Single-threaded on purpose: a stop that arrives while a respawn is pending simply cancels the
-timer; there is no second thread to race it (openrc#375, openrc#400). Children are forked from
-this (main) thread, which matters for ``PR_SET_PDEATHSIG``.
+timer; there is no second thread to race it (openrc#375, openrc#400). A watchdog process
+(:mod:`._watchdog`) ends the services if this daemon is ever SIGKILLed.
 
 Only the standard library and the sibling ``_`` modules are imported: the client starts this
 module without importing the ``noderole`` package (which pulls in attrs and pluggy), which keeps
@@ -118,7 +118,7 @@ class Loop:
 
 
 def _guarded(callback: Callable[[], None]) -> None:
-    """Run a callback; a bug in one must not kill the daemon (and, by PDEATHSIG, the children)."""
+    """Run a callback; a bug in one must not kill the daemon (and, through the watchdog, all)."""
     try:
         callback()
     except Exception:
@@ -239,6 +239,9 @@ class Daemon:
         self.ever_supervised = False
         self.listener: socket.socket | None = None
         self.self_ticks = (_proc.proc_stat(os.getpid()) or _proc.ProcStat(0, "R", 0, 0, 0, 0))[5]
+        self.watchdog: subprocess.Popen[bytes] | None = None
+        """The process that ends the services if this daemon is SIGKILLed."""
+        self.watchdog_fd = -1
 
     # ---- start-up and shut-down
 
@@ -259,6 +262,45 @@ class Daemon:
                 self._remove_pidfile(record.get("pidfile"), record.get("pid"))
             record["pid"] = record["pgid"] = record["start_ticks"] = record["started_at"] = None
             self.past[name] = record
+
+    def start_watchdog(self) -> None:
+        """Start the process that ends the services if this daemon is SIGKILLed (_watchdog)."""
+        package_parent = os.path.dirname(
+            os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        )
+        self.watchdog = subprocess.Popen(
+            [
+                sys.executable,
+                "-I",
+                "-S",
+                "-c",
+                _protocol.bootstrap("_watchdog"),
+                package_parent,
+                self.run_dir,
+                str(os.getpid()),
+                str(self.self_ticks),
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=2,  # the daemon's own log
+            start_new_session=True,
+            close_fds=True,
+            cwd="/",
+            env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+        )
+        self.watchdog_fd = os.pidfd_open(self.watchdog.pid)
+        self.loop.add_reader(self.watchdog_fd, self.on_watchdog_exit)
+
+    def on_watchdog_exit(self) -> None:
+        """The watchdog died (someone killed it): reap it and start another."""
+        if self.watchdog is None or self.watchdog.poll() is None:
+            return
+        self.loop.remove_reader(self.watchdog_fd)
+        os.close(self.watchdog_fd)
+        _log(f"watchdog {self.watchdog.pid} exited ({self.watchdog.returncode}); starting another")
+        self.watchdog = None
+        if not self.exiting:
+            self.start_watchdog()
 
     def listen(self) -> None:
         with contextlib.suppress(FileNotFoundError):
@@ -336,9 +378,23 @@ class Daemon:
             self.listener.close()
         self.persist()
         self.flush()
+        self.stop_watchdog()
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.pid_path)
         _log("nothing left to supervise: exiting")
+
+    def stop_watchdog(self) -> None:
+        """A clean exit has stopped every service itself: end the watchdog before going, so no
+        noderole process stays behind."""
+        watchdog, self.watchdog = self.watchdog, None
+        if watchdog is None:
+            return
+        self.loop.remove_reader(self.watchdog_fd)
+        os.close(self.watchdog_fd)
+        with contextlib.suppress(ProcessLookupError):
+            watchdog.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            watchdog.wait(timeout=KILL_GRACE)
 
     @staticmethod
     def _retry() -> dict[str, Any]:
@@ -679,8 +735,6 @@ class Daemon:
         for fd in write_fds:
             os.close(fd)
         del pipes  # they live on in the loop until their writers are gone
-        if first:
-            _child.settle(popen.pid)
         unit.popen = popen
         unit.pid = popen.pid
         st = _proc.proc_stat(popen.pid)
@@ -925,6 +979,7 @@ def main(argv: list[str]) -> int:
         daemon.listen()
         daemon.persist()
         daemon.flush()
+        daemon.start_watchdog()
     except Exception as e:
         ready(f"start-up failed: {type(e).__name__}: {e}")
         raise

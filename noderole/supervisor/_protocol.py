@@ -17,15 +17,39 @@ from typing import Any
 __all__ = [
     "LOCK_NAME",
     "MAX_MESSAGE",
+    "PRELUDE",
     "PID_NAME",
     "PROTOCOL_VERSION",
     "SOCKET_NAME",
     "STARTER_LOCK_NAME",
     "STATE_NAME",
+    "bootstrap",
     "decode",
     "encode",
     "socket_address",
 ]
+
+
+PRELUDE = (
+    "import sys, types\n"
+    "base = sys.argv[1]\n"
+    'for name, sub in (("noderole", "/noderole"),\n'
+    '                  ("noderole.supervisor", "/noderole/supervisor")):\n'
+    "    module = types.ModuleType(name)\n"
+    "    module.__path__ = [base + sub]\n"
+    "    sys.modules[name] = module\n"
+)
+"""Source that makes ``noderole.supervisor.*`` importable without executing noderole/__init__.py
+(attrs, pluggy): empty package modules stand in for ``noderole`` and ``noderole.supervisor``
+(``sys.argv[1]`` is the directory that holds the package). ~5 MB of RSS saved per process."""
+
+
+def bootstrap(module: str) -> str:
+    """``python -I -S -c`` source running ``noderole.supervisor.MODULE.main(sys.argv[2:])``."""
+    return (
+        PRELUDE + f"from noderole.supervisor.{module} import main\nsys.exit(main(sys.argv[2:]))\n"
+    )
+
 
 PROTOCOL_VERSION = 1
 """Bumped on any incompatible change; a daemon refuses requests of another version."""

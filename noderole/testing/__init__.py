@@ -38,6 +38,7 @@ from noderole.testing._processes import (
     node_processes,
     process_cmdline,
     process_environ,
+    supervisor_processes,
 )
 from noderole.testing._root import ScratchRoot, env_file_text
 
@@ -48,6 +49,7 @@ __all__ = [
     "process_environ",
     "process_cmdline",
     "eventually",
+    "supervisor_processes",
     # fixtures
     "node_root",
     "fake_clock",

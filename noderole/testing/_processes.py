@@ -19,14 +19,19 @@ from typing import TypeVar
 from noderole.testing._root import RootLike, as_node_root
 
 __all__ = [
+    "WATCHDOG_MARK",
     "end_node_processes",
     "eventually",
     "node_processes",
     "process_cmdline",
     "process_environ",
+    "supervisor_processes",
 ]
 
 T = TypeVar("T")
+
+WATCHDOG_MARK = b"from noderole.supervisor._watchdog import main"
+"""What only the supervisor's watchdog has in its command line."""
 
 
 def _read(path: str) -> bytes:
@@ -86,6 +91,18 @@ def node_processes(root: RootLike) -> list[int]:
         if (marker in environ or run_dir in process_cmdline(pid)) and not _is_zombie(pid):
             found.append(pid)
     return sorted(found)
+
+
+def supervisor_processes(root: RootLike) -> tuple[list[int], list[int]]:
+    """(daemons, watchdogs) of ``root``'s native supervisor: normally one of each."""
+    run_dir = str(as_node_root(root).path / "run" / "noderole").encode()
+    daemons: list[int] = []
+    watchdogs: list[int] = []
+    for pid in node_processes(root):
+        cmdline = process_cmdline(pid)
+        if run_dir in cmdline:
+            (watchdogs if WATCHDOG_MARK in cmdline else daemons).append(pid)
+    return daemons, watchdogs
 
 
 def end_node_processes(root: RootLike, *, timeout: float = 20.0) -> list[int]:
