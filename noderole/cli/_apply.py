@@ -22,6 +22,21 @@ __all__ = ["apply_command", "restart_command", "status_command", "stop_command"]
 
 BACKENDS = ("auto", "native", "openrc", "systemd")
 
+backend_option = click.option(
+    "--backend",
+    type=click.Choice(BACKENDS),
+    default="auto",
+    show_default=True,
+    help="Who supervises the services (auto: detect the init system; native under --root).",
+)
+lock_timeout_option = click.option(
+    "--lock-timeout",
+    type=click.FloatRange(min=0),
+    default=300.0,
+    show_default=True,
+    help="Seconds to wait for another apply, stop or restart to finish before refusing.",
+)
+
 
 def choose_backend(app: App, requested: str) -> Backend:
     """The backend for ``requested`` (``auto``: the config's choice, then detection)."""
@@ -98,21 +113,9 @@ def run_apply(
 @click.command("apply")
 @role_argument
 @click.option("--json", "as_json", is_flag=True, help="Print the final report as JSON.")
-@click.option(
-    "--backend",
-    type=click.Choice(BACKENDS),
-    default="auto",
-    show_default=True,
-    help="Who supervises the services (auto: detect the init system; native under --root).",
-)
+@backend_option
 @click.option("--dry-run", is_flag=True, help="Show what would start, restart or be minted.")
-@click.option(
-    "--lock-timeout",
-    type=click.FloatRange(min=0),
-    default=300.0,
-    show_default=True,
-    help="Seconds to wait for another apply or stop to finish before refusing.",
-)
+@lock_timeout_option
 @click.pass_obj
 def apply_command(
     app: App, role: str, as_json: bool, backend: str, dry_run: bool, lock_timeout: float
@@ -214,7 +217,7 @@ def _uptime(seconds: float | None) -> str:
     show_default=True,
     help="With --wait: give up after this many seconds (exit 11).",
 )
-@click.option("--backend", type=click.Choice(BACKENDS), default="auto", show_default=True)
+@backend_option
 @click.pass_obj
 def status_command(
     app: App, role: str | None, as_json: bool, wait: bool, timeout: float, backend: str
@@ -290,8 +293,8 @@ def _is_role(app: App, name: str) -> bool:
 
 @click.command("stop")
 @click.argument("names", nargs=-1, metavar="[ROLE | SERVICE...]")
-@click.option("--backend", type=click.Choice(BACKENDS), default="auto", show_default=True)
-@click.option("--lock-timeout", type=click.FloatRange(min=0), default=300.0, show_default=True)
+@backend_option
+@lock_timeout_option
 @click.pass_obj
 def stop_command(app: App, names: tuple[str, ...], backend: str, lock_timeout: float) -> None:
     """Stop a role (default: the applied one) or some services, in reverse dependency order.
@@ -311,8 +314,8 @@ def stop_command(app: App, names: tuple[str, ...], backend: str, lock_timeout: f
 
 @click.command("restart")
 @click.argument("services", nargs=-1, required=True)
-@click.option("--backend", type=click.Choice(BACKENDS), default="auto", show_default=True)
-@click.option("--lock-timeout", type=click.FloatRange(min=0), default=300.0, show_default=True)
+@backend_option
+@lock_timeout_option
 @click.pass_obj
 def restart_command(app: App, services: tuple[str, ...], backend: str, lock_timeout: float) -> None:
     """Stop SERVICES, then run their pre-start steps and start them again."""
