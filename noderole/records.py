@@ -388,6 +388,9 @@ class Call:
     """What the function does, for ``plan`` and progress output."""
     key: str = ""
     """Anything that identifies the work for equality (two Calls compare by description and key)."""
+    timeout: float = attrs.field(default=300.0, validator=_check_positive)
+    """Seconds (real time) the function may take before the step fails as hung: a plugin bug
+    must fail its service, not hang the boot."""
 
     def describe(self) -> str:
         return self.description

@@ -9,10 +9,10 @@ text is the reason shown next to it.
 
 from __future__ import annotations
 
-import os
+import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import attrs
 
@@ -152,7 +152,7 @@ def run_step(step: Step, ctx: StepContext) -> StepResult:
         elif isinstance(step, Fail):
             raise StepError(step.message)
         elif isinstance(step, Call):
-            step.function(ctx)
+            _call(step, ctx)
             detail = "done"
         else:  # pragma: no cover - records.Service validates step types
             raise StepError(f"unknown step {step!r}")
@@ -165,6 +165,29 @@ def run_step(step: Step, ctx: StepContext) -> StepResult:
     return StepResult(
         step=step, seconds=ctx.clock.monotonic() - start, detail=detail, certificate=certificate
     )
+
+
+def _call(step: Call, ctx: StepContext) -> None:
+    """Run a plugin's function in a thread bounded by ``step.timeout``; re-raise what it raised."""
+    outcome: dict[str, BaseException] = {}
+
+    def target() -> None:
+        try:
+            step.function(ctx)
+        except BaseException as exc:  # handed to the caller's thread below
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=target, name=f"{ctx.service}: {step.description}", daemon=True)
+    thread.start()
+    thread.join(step.timeout)
+    if thread.is_alive():
+        raise StepError(
+            f"{step.description}: did not finish within {step.timeout:g}s (a hung plugin step; "
+            "the plugin that defines this service must fix it)"
+        )
+    error = outcome.get("error")
+    if error is not None:
+        raise error
 
 
 def _make_directories(step: MakeDirectories, ctx: StepContext) -> str:
@@ -206,11 +229,3 @@ def _certificate(step: MintCertificate, ctx: StepContext) -> CertOutcome:
     if outcome.action == "minted":
         ctx.written.extend([step.cert_path] + ([] if outcome.key_kept else [step.key_path]))
     return outcome
-
-
-def environment_for(root: NodeRoot, extra: dict[str, str] | None = None) -> dict[str, Any]:
-    """A child environment that sees the same root (``NODEROLE_ROOT``) plus ``extra``."""
-    env = dict(os.environ)
-    env.update(root.environment())
-    env.update(extra or {})
-    return env

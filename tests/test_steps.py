@@ -1,0 +1,92 @@
+"""Running pre-start steps: order, what each did, and every way a step fails."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from noderole.clock import FakeClock
+from noderole.errors import StepError
+from noderole.records import Call, Fail, MakeDirectories, Step, WaitForPaths, WriteFile
+from noderole.root import NodeRoot
+from noderole.steps import StepContext, run_steps
+
+
+def _ctx(tmp_path: Path) -> StepContext:
+    return StepContext(service="demo", root=NodeRoot(tmp_path), clock=FakeClock())
+
+
+class TestRunSteps:
+    def test_steps_run_in_order_under_the_root(self, tmp_path: Path) -> None:
+        """Directories and files land under the root; details say what happened."""
+        steps: list[Step] = [
+            MakeDirectories(paths=["/run/demo"]),
+            WriteFile(path="/etc/demo.conf", content="x=1\n", mode=0o600),
+        ]
+        results = run_steps(steps, _ctx(tmp_path))
+        assert [r.kind for r in results] == ["directories", "file"]
+        assert results[0].detail == "created /run/demo"
+        assert (tmp_path / "etc/demo.conf").read_text() == "x=1\n"
+        assert (tmp_path / "etc/demo.conf").stat().st_mode & 0o777 == 0o600
+        again = run_steps(steps, _ctx(tmp_path))
+        assert [r.detail for r in again] == ["already present", "unchanged"]
+
+    def test_fail_stops_and_keeps_earlier_results(self, tmp_path: Path) -> None:
+        """A Fail step fails with its message; earlier results are kept, later steps never run."""
+        later = tmp_path / "never"
+        steps: list[Step] = [
+            MakeDirectories(paths=["/run/demo"]),
+            Fail(message="EKS_KONNECTIVITY_SANS empty"),
+            MakeDirectories(paths=["/never"]),
+        ]
+        with pytest.raises(StepError, match="EKS_KONNECTIVITY_SANS empty") as excinfo:
+            run_steps(steps, _ctx(tmp_path))
+        assert [r.kind for r in excinfo.value.results] == ["directories"]  # type: ignore[attr-defined]
+        assert not later.exists()
+
+    def test_wait_timeout_uses_the_records_message(self, tmp_path: Path) -> None:
+        """A wait that times out fails with its own message, on the fake clock (no real sleep)."""
+        wait = WaitForPaths(
+            paths=["/etc/ca.crt"], timeout=120, message="CA not present after {elapsed}s"
+        )
+        with pytest.raises(StepError, match="CA not present after 120s"):
+            run_steps([wait], _ctx(tmp_path))
+
+
+class TestCall:
+    def test_call_gets_the_context(self, tmp_path: Path) -> None:
+        """A plugin function receives the step context (service name, root)."""
+        seen: list[str] = []
+
+        def record(ctx: StepContext) -> None:
+            seen.append(f"{ctx.service}:{ctx.resolve('/x')}")
+
+        run_steps([Call(function=record, description="record")], _ctx(tmp_path))
+        assert seen == [f"demo:{tmp_path / 'x'}"]
+
+    def test_call_raising_step_error_fails_with_its_reason(self, tmp_path: Path) -> None:
+        """A StepError raised by the function is the service's reason."""
+
+        def refuse(ctx: StepContext) -> None:
+            raise StepError("neither config.yaml nor config.yaml.skel exists")
+
+        with pytest.raises(StepError, match=r"neither config\.yaml"):
+            run_steps([Call(function=refuse, description="derive config")], _ctx(tmp_path))
+
+    def test_hung_call_fails_after_its_timeout(self, tmp_path: Path) -> None:
+        """A function that never returns fails the step after its timeout, naming the step."""
+        release = threading.Event()
+
+        def hang(ctx: StepContext) -> None:
+            release.wait(30)
+
+        try:
+            with pytest.raises(StepError, match=r"stage manifests: did not finish within 0.05s"):
+                run_steps(
+                    [Call(function=hang, description="stage manifests", timeout=0.05)],
+                    _ctx(tmp_path),
+                )
+        finally:
+            release.set()
