@@ -468,7 +468,15 @@ class TestLogs:
         spec = harness.spec("a", script, stdout_log=str(log), log_max_bytes=60)
         harness.supervisor.start(spec)
         old = log.with_suffix(".log.1")
-        wait_for(lambda: "line-9-" in (log.read_text() if log.exists() else ""), "last line")
+
+        def current() -> str:
+            # Rotation replaces the file under us: between two looks it may briefly be absent.
+            try:
+                return log.read_text()
+            except FileNotFoundError:
+                return ""
+
+        wait_for(lambda: "line-9-" in current(), "last line")
         assert old.exists()
         assert log.stat().st_size <= 60
         assert old.stat().st_size <= 60
