@@ -43,6 +43,7 @@ if TYPE_CHECKING:
         WaitForPaths,
         WaitForSocket,
         WaitForTcp,
+        Warn,
         WriteFile,
     )
     from noderole.steps import StepContext
@@ -65,6 +66,7 @@ _WHERE = {
             "WaitForTcp",
             "WaitForHttp",
             "WaitForCommand",
+            "Warn",
             "Setting",
             "SettingsTable",
             "StandIn",
@@ -109,6 +111,7 @@ __all__ = [
     "WaitForTcp",
     "WaitForHttp",
     "WaitForCommand",
+    "Warn",
     "Setting",
     "SettingsTable",
     "StandIn",

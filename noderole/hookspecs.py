@@ -88,7 +88,9 @@ def noderole_services(node: NodeContext) -> Service | Iterable[Service] | None:
     ``noderole hook`` and ``noderole exec`` under OpenRC or systemd), so a hook may read inputs
     that exist on the node, such as a first-boot environment file, through ``node``. Return
     records; do not start anything here. Report a bad input as a :class:`noderole.Fail` step in
-    ``pre_start`` so only your service fails, at the right moment.
+    ``pre_start`` so only your service fails, at the right moment, and a degraded one as a
+    :class:`noderole.Warn` step (shown by ``plan``, printed by ``apply``, never fatal); do not
+    print or log from the hook, which runs for every ``plan`` of every role.
 
     Example::
 

@@ -44,6 +44,7 @@ __all__ = [
     "WaitForPaths",
     "WaitForSocket",
     "WaitForTcp",
+    "Warn",
     "WriteFile",
 ]
 
@@ -375,6 +376,20 @@ class Fail:
 
 
 @attrs.frozen(kw_only=True)
+class Warn:
+    """A step that reports a problem without failing: shown by ``plan``, printed by ``apply``
+    (`` * NAME: warning: ...``) and kept in its report. For inputs that degrade the node but must
+    not stop the service (no konnectivity agent host: the server runs, no agent will connect).
+    """
+
+    message: str = attrs.field(validator=attrs.validators.min_len(1))
+    """What is wrong and what it means."""
+
+    def describe(self) -> str:
+        return f"warning: {self.message}"
+
+
+@attrs.frozen(kw_only=True)
 class Call:
     """Run a plugin's own function as a step: ``function(ctx)``; raise ``StepError`` to fail.
 
@@ -396,9 +411,9 @@ class Call:
         return self.description
 
 
-Step: TypeAlias = MakeDirectories | WriteFile | MintCertificate | Fail | Call | Wait
+Step: TypeAlias = MakeDirectories | WriteFile | MintCertificate | Fail | Warn | Call | Wait
 """Any pre-start step."""
-STEP_TYPES = (MakeDirectories, WriteFile, MintCertificate, Fail, Call, *WAIT_TYPES)
+STEP_TYPES = (MakeDirectories, WriteFile, MintCertificate, Fail, Warn, Call, *WAIT_TYPES)
 
 
 def _check_steps(inst: Any, attribute: attrs.Attribute[Any], value: tuple[Any, ...]) -> None:

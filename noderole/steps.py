@@ -25,6 +25,7 @@ from noderole.records import (
     MakeDirectories,
     MintCertificate,
     Step,
+    Warn,
     WriteFile,
 )
 from noderole.root import NodeRoot
@@ -98,7 +99,7 @@ class StepResult:
 
     @property
     def kind(self) -> str:
-        """``wait``, ``certificate``, ``directories``, ``file``, ``call`` or ``fail``."""
+        """``wait``, ``certificate``, ``directories``, ``file``, ``call``, ``fail``, ``warning``."""
         if isinstance(self.step, WAIT_TYPES):
             return "wait"
         return {
@@ -107,6 +108,7 @@ class StepResult:
             WriteFile: "file",
             Call: "call",
             Fail: "fail",
+            Warn: "warning",
         }[type(self.step)]
 
 
@@ -151,6 +153,9 @@ def run_step(step: Step, ctx: StepContext) -> StepResult:
             detail = f"{certificate.action}: {certificate.reason}"
         elif isinstance(step, Fail):
             raise StepError(step.message)
+        elif isinstance(step, Warn):
+            ctx.progress(step.describe())
+            detail = step.message
         elif isinstance(step, Call):
             _call(step, ctx)
             detail = "done"

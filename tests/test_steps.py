@@ -9,7 +9,7 @@ import pytest
 
 from noderole.clock import FakeClock
 from noderole.errors import StepError
-from noderole.records import Call, Fail, MakeDirectories, Step, WaitForPaths, WriteFile
+from noderole.records import Call, Fail, MakeDirectories, Step, WaitForPaths, Warn, WriteFile
 from noderole.root import NodeRoot
 from noderole.steps import StepContext, run_steps
 
@@ -53,6 +53,23 @@ class TestRunSteps:
         )
         with pytest.raises(StepError, match="CA not present after 120s"):
             run_steps([wait], _ctx(tmp_path))
+
+
+class TestWarn:
+    def test_warning_is_reported_and_does_not_fail(self, tmp_path: Path) -> None:
+        """A Warn step reports through progress, is kept in the results, and the steps go on."""
+        seen: list[str] = []
+        ctx = StepContext(
+            service="demo", root=NodeRoot(tmp_path), clock=FakeClock(), progress=seen.append
+        )
+        steps: list[Step] = [Warn(message="no agent host"), MakeDirectories(paths=["/run/x"])]
+        results = run_steps(steps, ctx)
+        assert seen == ["warning: no agent host"]
+        assert [(r.kind, r.detail) for r in results] == [
+            ("warning", "no agent host"),
+            ("directories", "created /run/x"),
+        ]
+        assert (tmp_path / "run/x").is_dir()
 
 
 class TestCall:

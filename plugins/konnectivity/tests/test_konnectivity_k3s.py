@@ -6,12 +6,12 @@ alone, and k3s's pre-start steps run against a scratch root (``run_prestart``).
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 import pytest
 import yaml
 
+import noderole
 from noderole.clock import FakeClock
 from noderole.records import Service
 from noderole.testing import (
@@ -134,19 +134,34 @@ class TestK3sWiring:
         token_arg = f"--service-account-token-path=/var/run/secrets/tokens/{token['path']}"
         assert token_arg in container["args"]
 
-    def test_empty_host_skips_manifest_with_warning(
-        self, node_root: ScratchRoot, caplog: pytest.LogCaptureFixture
-    ) -> None:
-        """Without EKS_KONNECTIVITY_HOST no agent manifest is staged, and a warning says so."""
+    def test_empty_host_skips_manifest_with_warning(self, node_root: ScratchRoot) -> None:
+        """Without EKS_KONNECTIVITY_HOST no agent manifest is staged, and konnectivity-server's
+        steps warn about it (only where that service is planned: not in `plan agent`)."""
         node_root.write_env(
             FIRST_BOOT, {"EKS_KONNECTIVITY_SANS": "k.example", "EKS_KONNECTIVITY_HOST": ""}
         )
-        with caplog.at_level(logging.WARNING, logger="noderole_konnectivity.plugin"):
-            service = both_services(node_root)["k3s"]
-        assert "EKS_KONNECTIVITY_HOST empty" in caplog.text
-        apply_k3s_steps(service, node_root)
+        services = both_services(node_root)
+        warnings = [
+            step
+            for step in services["konnectivity-server"].pre_start
+            if isinstance(step, noderole.Warn)
+        ]
+        assert [w.message for w in warnings] == [
+            "EKS_KONNECTIVITY_HOST empty in /etc/spinifex-eks/first-boot.env: the "
+            "konnectivity-agent manifest is not staged, so no agent will connect and apiserver "
+            "egress to pods and kubelets will fail"
+        ]
+        apply_k3s_steps(services["k3s"], node_root)
         assert not node_root.exists(AGENT)
         assert node_root.exists(EGRESS)
+
+    def test_host_given_means_no_warning(self, node_root: ScratchRoot) -> None:
+        """With a host, konnectivity-server has no warning step."""
+        node_root.write_env(
+            FIRST_BOOT, {"EKS_KONNECTIVITY_SANS": "k.example", "EKS_KONNECTIVITY_HOST": "nlb"}
+        )
+        steps = both_services(node_root)["konnectivity-server"].pre_start
+        assert not any(isinstance(step, noderole.Warn) for step in steps)
 
 
 class TestPlans:

@@ -295,9 +295,23 @@ class TestDefinition:
 
     def test_step_order(self, node_root: ScratchRoot) -> None:
         """Steps run in the script's order: directories, wait, certificate."""
-        sans(node_root, SANS)
+        node_root.write_env(
+            FIRST_BOOT, {"EKS_KONNECTIVITY_SANS": SANS, "EKS_KONNECTIVITY_HOST": "nlb.example"}
+        )
         kinds = [type(step).__name__ for step in konnectivity(node_root).pre_start]
         assert kinds == ["MakeDirectories", "MakeDirectories", "WaitForPaths", "MintCertificate"]
+
+    def test_missing_agent_host_warns_without_failing(self, node_root: ScratchRoot) -> None:
+        """No EKS_KONNECTIVITY_HOST: a warning before the wait; the server still starts."""
+        sans(node_root, SANS)
+        kinds = [type(step).__name__ for step in konnectivity(node_root).pre_start]
+        assert kinds == [
+            "MakeDirectories",
+            "MakeDirectories",
+            "Warn",
+            "WaitForPaths",
+            "MintCertificate",
+        ]
 
     def test_settings_change_paths_and_ports(self, node_root: ScratchRoot) -> None:
         """Paths, ports and respawn settings come from [konnectivity]."""

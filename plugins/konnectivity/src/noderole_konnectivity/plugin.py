@@ -10,7 +10,6 @@ line, pidfile, supervision and log, with its error messages. Bad inputs become a
 
 from __future__ import annotations
 
-import logging
 import posixpath
 import re
 from collections.abc import Mapping
@@ -51,8 +50,6 @@ COUNT_KEY = "EKS_KONNECTIVITY_SERVER_COUNT"
 SANS_KEY = "EKS_KONNECTIVITY_SANS"
 HOST_KEY = "EKS_KONNECTIVITY_HOST"
 COMMON_NAME = "konnectivity-server"
-
-log = logging.getLogger(__name__)
 
 
 def _setting(name: str, kind: Any, default: Any, description: str) -> noderole.Setting:
@@ -212,6 +209,14 @@ def command(cfg: Mapping[str, Any], count: int) -> list[str]:
     ]
 
 
+def empty_host_message(source: str) -> str:
+    """The warning for a first-boot file without EKS_KONNECTIVITY_HOST (as the prior art warns)."""
+    return (
+        f"{HOST_KEY} empty in {source}: the konnectivity-agent manifest is not staged, so no "
+        "agent will connect and apiserver egress to pods and kubelets will fail"
+    )
+
+
 def pre_start(cfg: Mapping[str, Any], env: Mapping[str, str], unreadable: str | None) -> list[Step]:
     """The script's ``start_pre``, step for step, with its checks where it made them."""
     source = cfg["first_boot_env"]
@@ -225,6 +230,8 @@ def pre_start(cfg: Mapping[str, Any], env: Mapping[str, str], unreadable: str | 
     _, count_problem = server_count(env.get(COUNT_KEY), source=source)
     if count_problem:
         steps.append(noderole.Fail(message=count_problem))
+    if not env.get(HOST_KEY, "").strip():
+        steps.append(noderole.Warn(message=empty_host_message(source)))
     steps.append(
         noderole.WaitForPaths(
             paths=[cfg["ca_cert"], cfg["ca_key"], cfg["kubeconfig"]],
@@ -337,11 +344,5 @@ def noderole_k3s_manifests(node: NodeContext) -> Manifest | None:
     env, _ = _first_boot(node, cfg)
     host = env.get(HOST_KEY, "").strip()
     if not host:
-        log.warning(
-            "%s empty in %s: the konnectivity-agent manifest is not staged, so no agent will "
-            "connect and apiserver egress to pods and kubelets will fail",
-            HOST_KEY,
-            cfg["first_boot_env"],
-        )
-        return None
+        return None  # konnectivity-server's own Warn step says so, where it matters
     return Manifest(name=cfg["agent_manifest"], documents=agent_manifest(cfg, host))
