@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import signal
 import socket
@@ -379,8 +380,12 @@ def _stage(root: Path, port: int) -> None:
     from noderole.root import NodeRoot
 
     stage_rehearsal(App(root=NodeRoot("/"), disabled_plugins=DISABLED), root)
-    with (root / "etc/noderole/config.toml").open("a") as config:
-        config.write(f"\n[konnectivity]\nhealth_port = {port}\n")
+    # The rehearsal picked a free health port of its own; both sides here share this one.
+    config = root / "etc/noderole/config.toml"
+    text, found = re.subn(r"(?m)^health_port = \d+$", f"health_port = {port}", config.read_text())
+    if not found:
+        text += f"\n[konnectivity]\nhealth_port = {port}\n"
+    config.write_text(text)
     # The inputs, made by the k3s stand-in itself (as k3s would have on an earlier boot).
     env = {**os.environ, "NODEROLE_ROOT": str(root), "NODEROLE_K3S_STANDIN_DELAY": "0"}
     k3s = subprocess.Popen(

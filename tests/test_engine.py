@@ -461,3 +461,18 @@ class TestRehearseInputs:
         b = attrs.evolve(noderole.StandIn(path="/usr/bin/x", content="#!/bin/sh\n"), origin="b")
         with pytest.raises(PluginError, match="plugin 'a' and plugin 'b' both supply"):
             merge_standins([a, b])
+
+    def test_noderole_config_comes_first_in_a_joined_config(self) -> None:
+        """The rehearsal's own config.toml part comes before plugins' tables."""
+        from noderole.cli._rehearse import merge_standins
+
+        core = attrs.evolve(
+            noderole.StandIn(path="/etc/noderole/config.toml", content="[noderole]\n", mode=0o644),
+            origin="builtin",
+        )
+        plugin = attrs.evolve(
+            noderole.StandIn(path="/etc/noderole/config.toml", content="[a]\n", mode=0o644),
+            origin="a",
+        )
+        merged = merge_standins([plugin, core])
+        assert merged["/etc/noderole/config.toml"] == ("[noderole]\n[a]\n", 0o644)

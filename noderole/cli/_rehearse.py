@@ -13,10 +13,12 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+import attrs
 import click
 
 from noderole.cli._app import App
 from noderole.cli._inspect import build_role_plan, role_argument
+from noderole.config import CONFIG_PATH
 from noderole.errors import ExitCode, PluginError, UsageError
 from noderole.records import StandIn
 from noderole.root import NodeRoot
@@ -31,36 +33,52 @@ net_check = false
 
 
 def stage_rehearsal(app: App, scratch: Path) -> App:
-    """Write the config and every stand-in under ``scratch``; return an App rooted there."""
-    rehearsal = App(
-        root=NodeRoot(scratch),
-        debug=app.debug,
-        disabled_plugins=app.disabled_plugins,
-        clock=app.clock,
-        plugin_objects=app.plugin_objects,
-        autoload=app.autoload,
-    )
-    config = scratch / "etc/noderole/config.toml"
+    """Write the config and every stand-in under ``scratch``; return an App rooted there.
+
+    Plugins may add their own table to the rehearsal's config.toml with a stand-in at that path
+    (the konnectivity plugin picks a free health port, so a rehearsal never collides with a
+    real server or another rehearsal): input files are joined, the core's part first.
+    """
+
+    def rooted() -> App:
+        return App(
+            root=NodeRoot(scratch),
+            debug=app.debug,
+            disabled_plugins=app.disabled_plugins,
+            clock=app.clock,
+            plugin_objects=app.plugin_objects,
+            autoload=app.autoload,
+        )
+
+    config = scratch / CONFIG_PATH.lstrip("/")
     config.parent.mkdir(parents=True, exist_ok=True)
     config.write_text(REHEARSAL_CONFIG)
-    for path, (content, mode) in merge_standins(rehearsal.plugins.standins(rehearsal.node)).items():
-        target = rehearsal.root.resolve(path)
+    staging = rooted()
+    core = attrs.evolve(
+        StandIn(path=CONFIG_PATH, content=REHEARSAL_CONFIG, mode=0o644), origin="builtin"
+    )
+    standins = [core, *staging.plugins.standins(staging.node)]
+    for path, (content, mode) in merge_standins(standins).items():
+        target = staging.root.resolve(path)
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(content)
         target.chmod(mode)
-    return rehearsal
+    return rooted()  # a fresh App: it reads the config.toml the plugins added to
 
 
 def merge_standins(standins: Sequence[StandIn]) -> dict[str, tuple[str, int]]:
-    """Content and mode per path. Input files (no execute bit) that several plugins supply are
-    joined in plugin-name order — two plugins each add their keys to first-boot.env — with the
-    strictest mode; two programs at one path are an error naming both plugins."""
+    """Content and mode per path.
+
+    Input files (no execute bit) that several plugins supply are joined in plugin-name order,
+    noderole's own part first, with the strictest mode: two plugins each add their keys to
+    first-boot.env, or their table to config.toml. Two programs at one path are an error naming
+    both plugins."""
     by_path: dict[str, list[StandIn]] = {}
     for standin in standins:
         by_path.setdefault(standin.path, []).append(standin)
     merged: dict[str, tuple[str, int]] = {}
     for path, group in sorted(by_path.items()):
-        group.sort(key=lambda s: s.origin)
+        group.sort(key=lambda s: (s.origin != "builtin", s.origin))  # noderole's own part first
         if len(group) > 1 and any(s.mode & 0o111 for s in group):
             owners = " and ".join(f"plugin {s.origin!r}" for s in group)
             raise PluginError(

@@ -62,6 +62,8 @@ def stage(root: ScratchRoot, health_port: int) -> None:
     plugins = [("k3s", k3s_plugin), ("konnectivity", konnectivity_plugin)]
     for standin in standins_from_plugins(*plugins, config_text=config, node_root=root):
         root.write(standin.path, standin.content, mode=standin.mode)
+    # The rehearsal's config fragment (a free health port) gives way to this test's own config.
+    root.write_config(config)
     set_sans(root, SANS)
 
 

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import posixpath
 import re
+import socket
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import noderole
+from noderole.config import CONFIG_PATH
 from noderole_konnectivity.standins import KONNECTIVITY_STANDIN
 from noderole_konnectivity.wiring import (
     AGENT_NAMESPACE,
@@ -313,7 +315,22 @@ def noderole_standins(node: NodeContext) -> list[noderole.StandIn]:
             description="first-boot values konnectivity reads",
             mode=0o644,
         ),
+        # A free health port, so a rehearsal never collides with a real konnectivity-server
+        # (8092) or another rehearsal on the same machine.
+        noderole.StandIn(
+            path=CONFIG_PATH,
+            content=f"[{TABLE}]\nhealth_port = {_free_port()}\n",
+            description="the rehearsal's konnectivity settings: a free health port",
+            mode=0o644,
+        ),
     ]
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
 
 
 # --------------------------------------------------------------------------- k3s wiring
