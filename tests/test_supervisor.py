@@ -367,6 +367,21 @@ class TestRecovery:
         new_kid = wait_for(lambda: len(_read_pids(kids)) == 2 and _read_pids(kids)[1], "new kid")
         assert sorted(harness.marked()) == sorted([second.pid, new_kid])
 
+    def test_watchdog_keeps_the_last_state_if_the_file_is_lost(self, tmp_path: Path) -> None:
+        """The watchdog's copy of the state survives the file being deleted or emptied."""
+        from noderole.supervisor import _state, _watchdog
+
+        assert _watchdog.STATE_NAME == _protocol.STATE_NAME
+        path = tmp_path / _protocol.STATE_NAME
+        _state.write_state(str(path), {"services": {"a": {"pgid": 4242, "start_ticks": 1}}})
+        copy = _watchdog._StateCopy(str(path))
+        copy.refresh()
+        path.write_bytes(b"")
+        copy.refresh()
+        path.unlink()
+        copy.refresh()
+        assert _state.parse_state(copy.raw)["services"]["a"]["pgid"] == 4242
+
     def test_killed_watchdog_is_replaced(self, harness: Harness) -> None:
         """A watchdog killed by someone is started again by the daemon."""
         harness.supervisor.start(harness.spec("a", SLEEP))

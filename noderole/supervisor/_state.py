@@ -22,7 +22,14 @@ from typing import Any
 
 from noderole.supervisor import _proc
 
-__all__ = ["STATE_VERSION", "kill_leftovers", "leftover_groups", "read_state", "write_state"]
+__all__ = [
+    "STATE_VERSION",
+    "kill_leftovers",
+    "leftover_groups",
+    "parse_state",
+    "read_state",
+    "write_state",
+]
 
 STATE_VERSION = 1
 
@@ -33,9 +40,18 @@ def read_state(path: str) -> dict[str, Any]:
     Pids recorded in an earlier boot name nothing in this one.
     """
     try:
-        with open(path) as f:
-            data = json.load(f)
-    except (OSError, ValueError):
+        with open(path, "rb") as f:
+            raw = f.read()
+    except OSError:
+        return {"version": STATE_VERSION, "services": {}}
+    return parse_state(raw)
+
+
+def parse_state(raw: bytes) -> dict[str, Any]:
+    """The state from the file's bytes (see :func:`read_state`)."""
+    try:
+        data = json.loads(raw)
+    except ValueError:
         return {"version": STATE_VERSION, "services": {}}
     if not isinstance(data, dict) or data.get("version") != STATE_VERSION:
         return {"version": STATE_VERSION, "services": {}}

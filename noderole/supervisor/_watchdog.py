@@ -21,7 +21,11 @@ import os
 import select
 import sys
 
-__all__ = ["main"]
+__all__ = ["STATE_NAME", "main"]
+
+STATE_NAME = "state.json"
+"""``_protocol.STATE_NAME``, repeated: importing _protocol (json, typing) would cost the watchdog
+memory for the node's whole life."""
 
 
 def _log(message: str) -> None:
@@ -42,7 +46,33 @@ def _start_ticks(pid: int) -> int | None:
     return int(fields[19]) if fields[0] not in (b"Z", b"X") else None
 
 
-def wait_for_exit(pid: int, start_ticks: int) -> None:
+class _StateCopy:
+    """The last readable copy of the state file, refreshed when the file changes.
+
+    Read again each second while the daemon lives (a ``stat``; the file is read only when it
+    changed), so that what the daemon last recorded is known even if the file is gone or broken
+    by the time the daemon dies.
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.raw = b""
+        self._seen: tuple[int, int] | None = None
+
+    def refresh(self) -> None:
+        try:
+            st = os.stat(self.path)
+            seen = (st.st_mtime_ns, st.st_size)
+            if seen != self._seen:
+                with open(self.path, "rb") as f:
+                    raw = f.read()
+                if raw:
+                    self.raw, self._seen = raw, seen
+        except OSError:
+            pass
+
+
+def wait_for_exit(pid: int, start_ticks: int, state: _StateCopy | None = None) -> None:
     """Block until process ``pid`` (started at ``start_ticks``) has exited."""
     try:
         fd = os.pidfd_open(pid)
@@ -50,8 +80,11 @@ def wait_for_exit(pid: int, start_ticks: int) -> None:
         return  # already gone
     try:
         # Checked after opening the pidfd: a pid reused by another process is not waited for.
-        if _start_ticks(pid) == start_ticks:
-            select.select([fd], [], [])
+        if _start_ticks(pid) != start_ticks:
+            return
+        while not select.select([fd], [], [], 1.0)[0]:
+            if state is not None:
+                state.refresh()
     finally:
         os.close(fd)
 
@@ -59,10 +92,13 @@ def wait_for_exit(pid: int, start_ticks: int) -> None:
 def main(argv: list[str]) -> int:
     """``_watchdog RUN_DIR DAEMON_PID DAEMON_START_TICKS``."""
     run_dir, daemon_pid, daemon_ticks = argv[0], int(argv[1]), int(argv[2])
-    wait_for_exit(daemon_pid, daemon_ticks)
-    from noderole.supervisor import _protocol, _state
+    state = _StateCopy(os.path.join(run_dir, STATE_NAME))
+    state.refresh()
+    wait_for_exit(daemon_pid, daemon_ticks, state)
+    from noderole.supervisor import _state
 
-    data = _state.read_state(os.path.join(run_dir, _protocol.STATE_NAME))
+    state.refresh()  # the daemon's last word, if the file is still there
+    data = _state.parse_state(state.raw)
     recorded = (data.get("supervisor") or {}).get("pid")
     if recorded not in (None, daemon_pid):
         return 0  # a newer daemon already took over (and recovered what was left)
