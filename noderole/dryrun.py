@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from noderole.engine import _PART_NAMES, definition_digests
+from noderole.engine import DEFINITION_PARTS, definition_digests
 from noderole.errors import NoderoleError
 from noderole.records import MintCertificate
 from noderole.state import read_applied
@@ -79,7 +79,7 @@ def dry_run_report(app: App, plan: Plan, backend: Backend) -> list[dict[str, Any
         else:
             before = previous.get(entry.name, {})
             digests = definition_digests(service)
-            changed = [_PART_NAMES[k] for k in sorted(digests) if before.get(k) != digests[k]]
+            changed = [DEFINITION_PARTS[k] for k in sorted(digests) if before.get(k) != digests[k]]
             if changed or minting:
                 reasons = [f"{', '.join(changed)} changed"] if changed else []
                 reasons += [f"certificate {c['path']} would be re-minted" for c in minting]

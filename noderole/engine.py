@@ -33,6 +33,7 @@ __all__ = [
     "ApplyReport",
     "Backend",
     "Progress",
+    "DEFINITION_PARTS",
     "ServiceReport",
     "StepTiming",
     "apply_plan",
@@ -184,7 +185,7 @@ def definition_digests(service: Service) -> dict[str, str]:
     }
 
 
-_PART_NAMES = {
+DEFINITION_PARTS = {  # digest key -> what a restart reason calls it
     "command": "command or arguments",
     "environment": "environment",
     "user": "user, group or working directory",
@@ -353,7 +354,7 @@ class _Run:
         ]
         before = self.previous.get(name, {})
         changed = [
-            _PART_NAMES[k] for k in sorted(digests) if before and before.get(k) != digests[k]
+            DEFINITION_PARTS[k] for k in sorted(digests) if before and before.get(k) != digests[k]
         ]
         if changed:
             reasons.append(f"{', '.join(changed)} changed")

@@ -271,11 +271,12 @@ def show_status(
 
 def _targets(app: App, names: Sequence[str]) -> tuple[Plan, list[str]]:
     """The plan of the role named (or recorded) and the services to act on, in stop order."""
-    if len(names) == 1 and _is_role(app, names[0]):
-        plan = build_role_plan(app, names[0])
+    services = app.plugins.services(app.node)  # once: both plans below come from it
+    if len(names) == 1 and any(names[0] in s.roles for s in services):
+        plan = build_role_plan(app, names[0], services)
         if names[0] not in plan:  # a role that is also one of its services names the service
             return plan, list(plan.stop_order())
-    plan = build_role_plan(app, _recorded_role(app, None))
+    plan = build_role_plan(app, _recorded_role(app, None), services)
     if not names:
         return plan, list(plan.stop_order())
     unknown = [n for n in names if n not in plan]
@@ -285,10 +286,6 @@ def _targets(app: App, names: Sequence[str]) -> tuple[Plan, list[str]]:
             f"(its services: {', '.join(plan.names())})"
         )
     return plan, [n for n in plan.stop_order() if n in names]
-
-
-def _is_role(app: App, name: str) -> bool:
-    return any(name in s.roles for s in app.plugins.services(app.node))
 
 
 @click.command("stop")

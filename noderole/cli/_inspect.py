@@ -11,7 +11,10 @@ import click
 from noderole.cli._app import App
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from noderole.plan import Plan
+    from noderole.records import Service
 
 __all__ = ["graph_command", "list_command", "plan_command"]
 
@@ -31,11 +34,14 @@ def _complete_role(ctx: click.Context, param: click.Parameter, incomplete: str) 
 role_argument = click.argument("role", shell_complete=_complete_role)
 
 
-def build_role_plan(app: App, role: str) -> Plan:
-    """Load plugins, collect services and plan ``role`` (shared by plan, graph and apply)."""
+def build_role_plan(app: App, role: str, services: Sequence[Service] | None = None) -> Plan:
+    """Plan ``role`` from the plugins' services (collected here unless the caller has them:
+    hooks read files, so a command calls them once)."""
     from noderole.plan import build_plan
 
-    return build_plan(app.plugins.services(app.node), role, plugins=app.plugins.names())
+    if services is None:
+        services = app.plugins.services(app.node)
+    return build_plan(services, role, plugins=app.plugins.names())
 
 
 @click.command("list")
