@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -95,6 +96,20 @@ class Harness:
             and needle in _cmdline(int(p))
             and is_alive(int(p))
         ]
+
+    def settled_marked(self, expected: list[int]) -> list[int]:
+        """marked(), once it equals ``expected`` (sorted) or after a bounded wait.
+
+        A process in the middle of an exec briefly shows an empty /proc/PID/environ, so one look
+        can miss it: look until the answer is the expected one, and return the last look.
+        """
+        want = sorted(expected)
+        deadline = time.monotonic() + 5.0
+        while True:
+            seen = sorted(self.marked())
+            if seen == want or time.monotonic() > deadline:
+                return seen
+            time.sleep(0.005)
 
     def daemons(self) -> list[int]:
         """Pids of running supervisor daemons serving this run dir."""

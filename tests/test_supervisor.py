@@ -53,7 +53,8 @@ class TestStart:
         again = harness.supervisor.start(harness.spec("a", SLEEP))
         assert again.already_running
         assert again.pid == first.pid
-        assert len(harness.marked()) == 1
+        assert first.pid is not None
+        assert harness.settled_marked([first.pid]) == [first.pid]
 
     def test_changed_fingerprint_replaces_the_process(self, harness: Harness) -> None:
         """A new fingerprint stops the old process (gone) and starts the new one."""
@@ -65,7 +66,8 @@ class TestStart:
         assert first.pid is not None
         assert not is_alive(first.pid)
         assert "replaced" in second.reason
-        assert harness.marked() == [second.pid]
+        assert second.pid is not None
+        assert harness.settled_marked([second.pid]) == [second.pid]
 
     def test_restart_starts_a_new_process(self, harness: Harness) -> None:
         """restart() replaces the process even with the same fingerprint."""
@@ -73,7 +75,8 @@ class TestStart:
         second = harness.supervisor.restart(harness.spec("a", SLEEP))
         assert second.state == "running"
         assert second.pid != first.pid
-        assert harness.marked() == [second.pid]
+        assert second.pid is not None
+        assert harness.settled_marked([second.pid]) == [second.pid]
 
     def test_environment_cwd_and_stdin(self, harness: Harness) -> None:
         """The child gets exactly the spec's environment, its cwd, and stdin from /dev/null."""
@@ -365,7 +368,9 @@ class TestRecovery:
         assert second.state == "running"
         assert not second.already_running
         new_kid = wait_for(lambda: len(_read_pids(kids)) == 2 and _read_pids(kids)[1], "new kid")
-        assert sorted(harness.marked()) == sorted([second.pid, new_kid])
+        assert second.pid is not None
+        expected = sorted([second.pid, new_kid])
+        assert harness.settled_marked(expected) == expected
 
     def test_watchdog_keeps_the_last_state_if_the_file_is_lost(self, tmp_path: Path) -> None:
         """The watchdog's copy of the state survives the file being deleted or emptied."""

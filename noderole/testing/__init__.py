@@ -38,6 +38,7 @@ from noderole.testing._processes import (
     node_processes,
     process_cmdline,
     process_environ,
+    process_parent,
     supervisor_processes,
 )
 from noderole.testing._root import ScratchRoot, env_file_text
@@ -48,6 +49,7 @@ __all__ = [
     "end_node_processes",
     "process_environ",
     "process_cmdline",
+    "process_parent",
     "eventually",
     "supervisor_processes",
     # fixtures

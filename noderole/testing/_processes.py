@@ -25,6 +25,7 @@ __all__ = [
     "node_processes",
     "process_cmdline",
     "process_environ",
+    "process_parent",
     "supervisor_processes",
 ]
 
@@ -50,6 +51,15 @@ def process_environ(pid: int) -> bytes:
 def process_cmdline(pid: int) -> bytes:
     """``/proc/PID/cmdline`` (NUL-separated), or b"" when the process is gone or unreadable."""
     return _read(f"/proc/{pid}/cmdline")
+
+
+def process_parent(pid: int) -> int | None:
+    """The parent pid of ``pid``, or None when it is gone."""
+    stat = _read(f"/proc/{pid}/stat")
+    try:
+        return int(stat.rsplit(b")", 1)[1].split()[1])
+    except (IndexError, ValueError):
+        return None
 
 
 def eventually(condition: Callable[[], T], what: str, *, timeout: float = 20.0) -> T:
