@@ -1,4 +1,4 @@
-"""What a hook sees of the node: the root, the settings, other plugins' hooks, the clock."""
+"""What a hook sees of the node: the root, the role, the settings, other plugins' hooks, a clock."""
 
 from __future__ import annotations
 
@@ -32,6 +32,7 @@ class NodeContext:
         config: Config,
         pluginmanager: pluggy.PluginManager,
         clock: Clock | None = None,
+        role: str | None = None,
     ) -> None:
         self.root = root
         """The node root (``/`` at boot, a scratch directory under ``--root``)."""
@@ -41,6 +42,11 @@ class NodeContext:
         """The plugin manager of this invocation."""
         self.clock: Clock = clock or SystemClock()
         """The clock (fake in tests)."""
+        self.role = role
+        """The role being planned, applied, rendered or rehearsed (``server``, ``agent``...);
+        under ``hook`` and ``exec``, the role last applied. None when no role is in question
+        (``noderole list``, ``config``) or none was ever applied. A service whose definition
+        differs between roles can read it instead of being defined twice."""
         self._env_cache: dict[str, EnvFile] = {}
 
     @property

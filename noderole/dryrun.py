@@ -15,24 +15,25 @@ from noderole.records import MintCertificate
 from noderole.state import read_applied
 
 if TYPE_CHECKING:
-    from noderole.cli._app import App
-    from noderole.engine import Backend
+    from noderole.backends import Backend
+    from noderole.clock import Clock
     from noderole.plan import Plan
+    from noderole.root import NodeRoot
 
 __all__ = ["certificate_verdict", "dry_run_report"]
 
 
-def certificate_verdict(app: App, step: MintCertificate) -> str:
+def certificate_verdict(step: MintCertificate, *, root: NodeRoot, clock: Clock) -> str:
     """``reuse: ...`` or ``mint: reason`` for a certificate step, without writing anything."""
     import datetime as dt
 
     from noderole.certs import load_ca, reuse_verdict
     from noderole.sans import parse_sans
 
-    ca_cert, ca_key = app.root.resolve(step.ca_cert), app.root.resolve(step.ca_key)
+    ca_cert, ca_key = root.resolve(step.ca_cert), root.resolve(step.ca_key)
     if not (ca_cert.exists() and ca_key.exists()):
         return f"mint once {step.ca_cert} appears"
-    now = dt.datetime.fromtimestamp(app.clock.time(), dt.UTC)
+    now = dt.datetime.fromtimestamp(clock.time(), dt.UTC)
     try:
         ca = load_ca(ca_cert, ca_key, now=now)
         sans = parse_sans(step.sans)
@@ -41,7 +42,7 @@ def certificate_verdict(app: App, step: MintCertificate) -> str:
 
     def read(node_path: str) -> bytes | None:
         try:
-            return app.root.resolve(node_path).read_bytes()
+            return root.resolve(node_path).read_bytes()
         except OSError:
             return None
 
@@ -57,15 +58,17 @@ def certificate_verdict(app: App, step: MintCertificate) -> str:
     return f"reuse: {reason}" if reuse else f"mint: {reason}"
 
 
-def dry_run_report(app: App, plan: Plan, backend: Backend) -> list[dict[str, Any]]:
+def dry_run_report(
+    plan: Plan, backend: Backend, *, root: NodeRoot, clock: Clock
+) -> list[dict[str, Any]]:
     """One row per planned service: ``name``, ``action``, ``why``, ``certificates``."""
     current = backend.status([e.name for e in plan.services if e.service.command is not None])
-    previous = read_applied(app.root)
+    previous = read_applied(root)
     rows = []
     for entry in plan.services:
         service = entry.service
         certificates = [
-            {"path": step.cert_path, "verdict": certificate_verdict(app, step)}
+            {"path": step.cert_path, "verdict": certificate_verdict(step, root=root, clock=clock)}
             for step in service.pre_start
             if isinstance(step, MintCertificate)
         ]

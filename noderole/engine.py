@@ -22,6 +22,7 @@ from typing import Any, Literal, Protocol
 
 import attrs
 
+from noderole.backends import Backend, BackendStatus
 from noderole.clock import Clock
 from noderole.errors import NoderoleError, StepError
 from noderole.plan import Plan, PlannedService
@@ -31,7 +32,6 @@ from noderole.steps import StepContext, StepResult, run_steps
 
 __all__ = [
     "ApplyReport",
-    "Backend",
     "Progress",
     "DEFINITION_PARTS",
     "ServiceReport",
@@ -41,37 +41,6 @@ __all__ = [
 ]
 
 Status = Literal["started", "restarted", "running", "done", "failed", "skipped"]
-
-
-class BackendStatus(Protocol):
-    """What the engine reads of a service's current state (the supervisor's ServiceStatus)."""
-
-    @property
-    def state(self) -> str: ...
-    @property
-    def pid(self) -> int | None: ...
-    @property
-    def fingerprint(self) -> str: ...
-    @property
-    def reason(self) -> str: ...
-
-
-class Backend(Protocol):
-    """Where started services live: the native supervisor, OpenRC or systemd."""
-
-    name: str
-
-    def status(self, names: Sequence[str]) -> Mapping[str, BackendStatus]:
-        """Current state of the named services (absent: never started)."""
-        ...
-
-    def start(self, service: Service, *, fingerprint: str) -> BackendStatus:
-        """Start (or replace, when the fingerprint differs) the service's process."""
-        ...
-
-    def stop(self, names: Sequence[str]) -> Sequence[BackendStatus]:
-        """Stop the services in the given order; return when every process is gone."""
-        ...
 
 
 class Progress(Protocol):

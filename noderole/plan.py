@@ -159,6 +159,28 @@ class Plan:
         """Service names in stop order: start order reversed, so dependents stop first."""
         return tuple(reversed(self.names()))
 
+    def subset(self, names: Iterable[str]) -> Plan:
+        """A plan of just ``names``, for acting on some services of an applied role (``restart``).
+
+        Each service's ``after`` keeps only services of the subset (the others are running and
+        stay so, so nothing waits for them); start order and waves are recomputed from what
+        remains. ``needs``, ``wants`` and ``uses`` still say what was declared. Raises KeyError
+        for a name that is not in this plan.
+        """
+        wanted = set(names)
+        for name in wanted:
+            self[name]  # a clear KeyError for a name outside the plan
+        kept = [planned for planned in self.services if planned.name in wanted]
+        predecessors = {p.name: {d for d in p.after if d in wanted} for p in kept}
+        waves = _waves(predecessors)
+        by_name = {planned.name: planned for planned in kept}
+        services = [
+            attrs.evolve(by_name[name], wave=number, after=tuple(sorted(predecessors[name])))
+            for number, wave in enumerate(waves)
+            for name in wave
+        ]
+        return Plan(role=self.role, services=services, waves=waves)
+
     def to_dict(self) -> dict[str, Any]:
         """The plan as JSON-ready data (``noderole plan --json``); secrets are shown as ``***``."""
         return {

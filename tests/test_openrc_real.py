@@ -18,8 +18,8 @@ from pathlib import Path
 import attrs
 import pytest
 
-from noderole.backends import render_openrc, write_rendered
 from noderole.records import Secret, Service, Supervision
+from noderole.render import render_openrc, write_rendered
 from noderole.root import NodeRoot
 from tests.harness.openrc import openrc, unshare_problem
 from tests.harness.openrc_ns import OpenRCNamespace

@@ -19,7 +19,7 @@ from noderole.records import (
     WaitForPaths,
     WaitForTcp,
 )
-from noderole.render_graph import edges, render_graph
+from noderole.render.graph import edges, render_graph
 
 PLUGINS = ("builtin", "k3s", "konnectivity")
 

@@ -11,15 +11,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from noderole.backends import (
+from noderole.errors import BackendError
+from noderole.records import Secret, Service, Supervision
+from noderole.render import (
     RenderedFile,
     RenderedLink,
     render_openrc,
     render_runscript,
     write_rendered,
 )
-from noderole.errors import BackendError
-from noderole.records import Secret, Service, Supervision
 from noderole.root import NodeRoot
 
 # The seed runscript, as the repository keeps it for the docs' migration page.

@@ -18,16 +18,16 @@ from pathlib import Path
 
 import pytest
 
-from noderole.backends import (
+from noderole.errors import BackendError
+from noderole.records import Secret, Service, Supervision, WaitForPaths
+from noderole.render import (
     RenderedFile,
     RenderedLink,
     render_systemd,
     render_unit,
     write_rendered,
 )
-from noderole.backends._quote import envfile_assignment
-from noderole.errors import BackendError
-from noderole.records import Secret, Service, Supervision, WaitForPaths
+from noderole.render._quote import envfile_assignment
 from noderole.root import NodeRoot
 
 from .test_render_openrc import TRICKY, konnectivity_service

@@ -1,11 +1,10 @@
-"""Driving OpenRC or systemd: render, enable and start through the machine's own init system.
+"""What the OpenRC and systemd backends share: render, enable and start through the machine's init.
 
 ``apply --backend openrc|systemd`` uses the same engine as the native backend: the engine runs the
-pre-start steps and orders the services; this backend writes each service's runscript or unit,
-enables it, and asks the init system to start it (``rc-service NAME start``; ``systemctl start
---no-block NAME`` — a blocking start from a unit ordered ``Before=`` the service deadlocks the
-boot). The init system runs ``noderole hook NAME start-pre`` again as part of its own start; the
-steps are idempotent, so the second run finds everything in place.
+pre-start steps and orders the services; the backend writes each service's runscript or unit
+(:mod:`noderole.render`), enables it, and asks the init system to start it. The init system runs
+``noderole hook NAME start-pre`` again as part of its own start; the steps are idempotent, so the
+second run finds everything in place.
 
 Idempotency: the fingerprint each service was started with is kept in
 ``/var/lib/noderole/init-fingerprints.json``; a service whose fingerprint did not change and that
@@ -18,17 +17,18 @@ import json
 import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 import attrs
 
 from noderole.errors import BackendError
-from noderole.records import Service
 
 if TYPE_CHECKING:
-    from noderole.cli._app import App
+    from noderole.records import Service
+    from noderole.render import Rendered
+    from noderole.root import NodeRoot
 
-__all__ = ["FINGERPRINTS", "InitBackend", "InitStatus"]
+__all__ = ["FINGERPRINTS", "InitStatus", "InitSystemBackend"]
 
 FINGERPRINTS = "/var/lib/noderole/init-fingerprints.json"
 
@@ -47,24 +47,47 @@ class InitStatus:
     started_at: float | None = None
 
 
-class InitBackend:
-    """OpenRC (``kind="openrc"``) or systemd (``kind="systemd"``)."""
+class InitSystemBackend:
+    """The part of a backend common to every init system; subclasses say how to talk to theirs."""
 
-    def __init__(self, app: App, kind: str) -> None:
-        if kind not in ("openrc", "systemd"):
-            raise BackendError(f"unknown backend {kind!r}: use native, openrc or systemd")
-        self.app = app
-        self.name = kind
-        tool = "rc-service" if kind == "openrc" else "systemctl"
-        if shutil.which(tool) is None:
+    name: str
+    """The backend's name (``--backend``)."""
+    tool: ClassVar[str]
+    """The init system's command-line tool, which must be on PATH."""
+
+    def __init__(self, root: NodeRoot, *, noderole_path: str) -> None:
+        if shutil.which(self.tool) is None:
             raise BackendError(
-                f"backend {kind} needs {tool}, which is not on PATH: is {kind} the init system "
-                "of this machine? Use --backend native otherwise"
+                f"backend {self.name} needs {self.tool}, which is not on PATH: is {self.name} the "
+                "init system of this machine? Use --backend native otherwise"
             )
+        self.root = root
+        """The node root the rendered files and the fingerprints go under."""
+        self.noderole_path = noderole_path
+        """Where the rendered files find ``noderole`` on the booted machine."""
+
+    # ---------------------------------------------------------------- what a subclass says
+
+    def render(self, service: Service) -> list[Rendered]:
+        """The files and links that define and enable ``service`` for this init system."""
+        raise NotImplementedError
+
+    def query(self, name: str) -> tuple[str, int | None]:
+        """The init system's state of ``name`` in the engine's words, and its main pid if known."""
+        raise NotImplementedError
+
+    def launch(self, name: str, verb: str) -> None:
+        """Ask the init system to ``start`` or ``restart`` ``name`` (rendered already)."""
+        raise NotImplementedError
+
+    def halt(self, name: str) -> None:
+        """Ask the init system to stop ``name``; a service that is not running is no error."""
+        raise NotImplementedError
 
     # ---------------------------------------------------------------- helpers
 
-    def _run(self, *argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    def run(self, *argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        """Run an init-system tool; with ``check``, a non-zero exit is a :class:`BackendError`."""
         done = subprocess.run(list(argv), capture_output=True, text=True, timeout=600)
         if check and done.returncode != 0:
             detail = (done.stderr or done.stdout).strip()
@@ -73,7 +96,7 @@ class InitBackend:
 
     def _fingerprints(self) -> dict[str, str]:
         try:
-            data = json.loads(self.app.root.resolve(FINGERPRINTS).read_text())
+            data = json.loads(self.root.resolve(FINGERPRINTS).read_text())
         except (FileNotFoundError, ValueError):
             return {}
         return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
@@ -82,39 +105,18 @@ class InitBackend:
         from noderole.atomic import write_atomic
 
         data = {**self._fingerprints(), name: fingerprint}
-        path = self.app.root.resolve(FINGERPRINTS)
+        path = self.root.resolve(FINGERPRINTS)
         path.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(path, json.dumps(data, indent=1, sort_keys=True).encode(), mode=0o644)
-
-    def _render(self, service: Service) -> None:
-        from noderole.backends import render_openrc, render_systemd, write_rendered
-
-        noderole_path = str(self.app.config.table("noderole")["noderole_path"])
-        render = render_openrc if self.name == "openrc" else render_systemd
-        write_rendered(render([service], noderole_path=noderole_path), root=self.app.root)
 
     # ---------------------------------------------------------------- Backend protocol
 
     def status(self, names: Sequence[str]) -> Mapping[str, InitStatus]:
-        """Each service's state from ``rc-service NAME status`` or ``systemctl show``."""
+        """Each service's state as the init system reports it, with its remembered fingerprint."""
         remembered = self._fingerprints()
         found: dict[str, InitStatus] = {}
         for name in names:
-            if self.name == "openrc":
-                code = self._run("rc-service", name, "status", check=False).returncode
-                # rc-service status: 0 started, 3 stopped, 32 crashed (OpenRC's documented codes)
-                state = {0: "running", 3: "stopped", 32: "crashed"}.get(code, "stopped")
-                pid = None
-            else:
-                out = self._run(
-                    "systemctl", "show", "-p", "ActiveState,MainPID,NRestarts", name, check=False
-                ).stdout
-                props = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
-                active = props.get("ActiveState", "inactive")
-                state = {"active": "running", "activating": "starting", "failed": "crashed"}.get(
-                    active, "stopped"
-                )
-                pid = int(props.get("MainPID", "0") or 0) or None
+            state, pid = self.query(name)
             found[name] = InitStatus(
                 name=name, state=state, pid=pid, fingerprint=remembered.get(name, "")
             )
@@ -122,22 +124,18 @@ class InitBackend:
 
     def start(self, service: Service, *, fingerprint: str) -> InitStatus:
         """Render, enable and start ``service``; restart it when it already runs."""
-        self._render(service)
+        from noderole.render import write_rendered
+
+        write_rendered(self.render(service), root=self.root)
         current = self.status([service.name])[service.name]
-        verb = "restart" if current.state in ("running", "starting") else "start"
-        if self.name == "openrc":
-            self._run("rc-service", service.name, verb)
-        else:
-            self._run("systemctl", "daemon-reload")
-            self._run("systemctl", verb, "--no-block", f"{service.name}.service")
+        self.launch(
+            service.name, "restart" if current.state in ("running", "starting") else "start"
+        )
         self._remember(service.name, fingerprint)
         return attrs.evolve(self.status([service.name])[service.name], fingerprint=fingerprint)
 
     def stop(self, names: Sequence[str]) -> list[InitStatus]:
         """Stop in order through the init system."""
         for name in names:
-            if self.name == "openrc":
-                self._run("rc-service", name, "stop", check=False)
-            else:
-                self._run("systemctl", "stop", f"{name}.service", check=False)
+            self.halt(name)
         return list(self.status(names).values())

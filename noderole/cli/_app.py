@@ -1,31 +1,21 @@
-"""The per-invocation application object every command receives as ``ctx.obj``.
+"""The per-invocation object every command receives as ``ctx.obj``: the node's operations plus
+what only the command line has (``--debug``).
 
-Built from the global options; builds the plugin manager, configuration and node context lazily and
-at most once, so ``noderole --help`` loads no plugin and a command that needs none never
-pays for it.
+The operations and their wiring live in :mod:`noderole.operations`; commands parse, call one and
+print the result.
 """
 
 from __future__ import annotations
 
-import functools
-from typing import TYPE_CHECKING
-
-from noderole.clock import Clock, SystemClock
+from noderole.clock import Clock
+from noderole.operations import Operations
 from noderole.root import NodeRoot
-
-if TYPE_CHECKING:
-    from noderole.config import Config
-    from noderole.context import NodeContext
-    from noderole.plugins import PluginSet
 
 __all__ = ["App"]
 
 
-class App:
-    """Global options of one ``noderole`` invocation, and what they lead to.
-
-    A plain class (not attrs): it is built on ``noderole --help``'s path, which must stay cheap.
-    """
+class App(Operations):
+    """:class:`~noderole.operations.Operations` with the command line's own options."""
 
     def __init__(
         self,
@@ -37,40 +27,12 @@ class App:
         plugin_objects: tuple[tuple[str, object], ...] = (),
         autoload: bool | None = None,
     ) -> None:
-        self.root = root
-        """``--root`` / ``NODEROLE_ROOT`` (``/`` at boot)."""
+        super().__init__(
+            root=root,
+            disabled_plugins=disabled_plugins,
+            clock=clock,
+            plugin_objects=plugin_objects,
+            autoload=autoload,
+        )
         self.debug = debug
         """``--debug``: show tracebacks."""
-        self.disabled_plugins = disabled_plugins
-        """``--disable-plugin`` names (entry-point or plugin names)."""
-        self.clock: Clock = clock or SystemClock()
-        """The clock (fake in tests)."""
-        self.plugin_objects = plugin_objects
-        """Plugins given as objects, registered after the built-in one (tests, embedding)."""
-        self.autoload = autoload
-        """Load entry-point plugins (None: unless NODEROLE_DISABLE_PLUGIN_AUTOLOAD=1)."""
-
-    @functools.cached_property
-    def plugins(self) -> PluginSet:
-        """The loaded plugins (built-in first, then entry points)."""
-        from noderole.plugins import load_plugins
-
-        return load_plugins(
-            disabled=self.disabled_plugins, plugins=self.plugin_objects, autoload=self.autoload
-        )
-
-    @functools.cached_property
-    def config(self) -> Config:
-        """Effective configuration: plugin defaults overridden by ``/etc/noderole/config.toml``."""
-        from noderole.config import load_config
-
-        return load_config(self.root, self.plugins.settings_tables())
-
-    @functools.cached_property
-    def node(self) -> NodeContext:
-        """The node context hooks receive."""
-        from noderole.context import NodeContext
-
-        return NodeContext(
-            root=self.root, config=self.config, pluginmanager=self.plugins.manager, clock=self.clock
-        )

@@ -16,21 +16,8 @@ import click
 
 from noderole.cli._app import App
 from noderole.errors import StepError, UsageError
-from noderole.records import Service
 
 __all__ = ["exec_command", "hook_command"]
-
-
-def find_service(app: App, name: str) -> Service:
-    """The definition of service ``name`` as the plugins give it now."""
-    services = {s.name: s for s in app.plugins.services(app.node)}
-    try:
-        return services[name]
-    except KeyError:
-        known = ", ".join(sorted(services)) or "none"
-        raise UsageError(
-            f"no installed plugin defines service {name!r} (services: {known})"
-        ) from None
 
 
 @click.command("hook")
@@ -45,7 +32,7 @@ def hook_command(app: App, name: str, phase: str) -> None:
     """
     from noderole.steps import StepContext, run_steps
 
-    service = find_service(app, name)
+    service = app.service(name)
 
     def progress(what: str) -> None:
         click.echo(f" * {name}: {what}", err=True)
@@ -73,7 +60,7 @@ def exec_command(app: App, name: str) -> None:
     The environment is the caller's (the init system's) plus the service's own; secrets are
     revealed only into the exec'd process.
     """
-    service = find_service(app, name)
+    service = app.service(name)
     if service.command is None:
         raise UsageError(f"service {name!r} has no command to exec (it is a milestone)")
     program = str(app.root.resolve(service.command[0]))

@@ -3,45 +3,15 @@
 from __future__ import annotations
 
 import json
-import shlex
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
 
 from noderole.cli._app import App
-
-if TYPE_CHECKING:
-    from collections.abc import Sequence
-
-    from noderole.plan import Plan
-    from noderole.records import Service
+from noderole.cli._options import role_argument
+from noderole.cli._output import format_plan
 
 __all__ = ["graph_command", "list_command", "plan_command"]
-
-
-def _complete_role(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[str]:
-    """Shell completion for ROLE: the roles the installed plugins declare."""
-    app = ctx.find_object(App)
-    if app is None:
-        return []
-    try:
-        roles = {role for s in app.plugins.services(app.node) for role in s.roles}
-    except Exception:  # completion must never print a traceback into the shell
-        return []
-    return sorted(r for r in roles if r.startswith(incomplete))
-
-
-role_argument = click.argument("role", shell_complete=_complete_role)
-
-
-def build_role_plan(app: App, role: str, services: Sequence[Service] | None = None) -> Plan:
-    """Plan ``role`` from the plugins' services (collected here unless the caller has them:
-    hooks read files, so a command calls them once)."""
-    from noderole.plan import build_plan
-
-    if services is None:
-        services = app.plugins.services(app.node)
-    return build_plan(services, role, plugins=app.plugins.names())
 
 
 @click.command("list")
@@ -49,7 +19,7 @@ def build_role_plan(app: App, role: str, services: Sequence[Service] | None = No
 @click.pass_obj
 def list_command(app: App, as_json: bool) -> None:
     """List installed plugins with their version, distribution, services and roles."""
-    services = app.plugins.services(app.node)
+    services = app.services()
     rows: list[dict[str, Any]] = []
     for info in app.plugins.infos:
         own = sorted((s for s in services if s.origin == info.name), key=lambda s: s.name)
@@ -86,52 +56,11 @@ def plan_command(app: App, role: str, as_json: bool) -> None:
 
     Secret values (tokens) are shown as ***.
     """
-    plan = build_role_plan(app, role)
+    plan = app.plan(role)
     if as_json:
         click.echo(json.dumps(plan.to_dict(), indent=2))
         return
     click.echo(format_plan(plan))
-
-
-def format_plan(plan: Plan) -> str:
-    """The human-readable plan: one block per service in start order."""
-    lines = [f"role {plan.role}: {len(plan.services)} services in {len(plan.waves)} waves"]
-    for index, wave in enumerate(plan.waves):
-        lines.append(f"wave {index}: {', '.join(wave)}")
-    for entry in plan.services:
-        service = entry.service
-        lines.append("")
-        origin = f"  [{service.origin}]" if service.origin else ""
-        lines.append(f"{service.name}{origin}  (wave {entry.wave})")
-        if service.description:
-            lines.append(f"  {service.description}")
-        for kind in ("need", "want", "use", "after", "before", "provide"):
-            declared = getattr(service, kind)
-            if declared:
-                lines.append(f"  {kind}: {', '.join(declared)}")
-        if entry.after:
-            lines.append(f"  starts after: {', '.join(entry.after)}")
-        for number, step in enumerate(service.pre_start, 1):
-            lines.append(f"  pre-start {number}: {step.describe()}")
-        if service.command is None:
-            lines.append("  no process (done when its steps succeed)")
-        else:
-            lines.append(f"  command: {shlex.join(service.command)}")
-            for key, value in service.environment.items():
-                lines.append(f"  env: {key}={value}")
-            sup = service.supervision
-            respawn_max = sup.respawn_max or "unlimited"
-            lines.append(f"  respawn: delay {sup.respawn_delay:g}s, max {respawn_max}")
-            if service.pidfile:
-                lines.append(f"  pidfile: {service.pidfile}")
-            logs = sorted({p for p in (service.output_log, service.error_log) if p})
-            if logs:
-                lines.append(f"  log: {', '.join(logs)}")
-            if service.user:
-                lines.append(f"  user: {service.user}")
-        if service.readiness is not None:
-            lines.append(f"  ready when: {service.readiness.describe()}")
-    return "\n".join(lines)
 
 
 @click.command("graph")
@@ -147,6 +76,6 @@ def format_plan(plan: Plan) -> str:
 @click.pass_obj
 def graph_command(app: App, role: str, fmt: str) -> None:
     """Draw the dependency graph of ROLE."""
-    from noderole.render_graph import render_graph
+    from noderole.render.graph import render_graph
 
-    click.echo(render_graph(build_role_plan(app, role), fmt), nl=False)  # type: ignore[arg-type]
+    click.echo(render_graph(app.plan(role), fmt), nl=False)  # type: ignore[arg-type]

@@ -17,7 +17,8 @@ import attrs
 import click
 
 from noderole.cli._app import App
-from noderole.cli._inspect import build_role_plan, role_argument
+from noderole.cli._options import role_argument
+from noderole.cli._output import echo_status
 from noderole.config import CONFIG_PATH
 from noderole.errors import ExitCode, PluginError, UsageError
 from noderole.records import StandIn
@@ -41,14 +42,7 @@ def stage_rehearsal(app: App, scratch: Path) -> App:
     """
 
     def rooted() -> App:
-        return App(
-            root=NodeRoot(scratch),
-            debug=app.debug,
-            disabled_plugins=app.disabled_plugins,
-            clock=app.clock,
-            plugin_objects=app.plugin_objects,
-            autoload=app.autoload,
-        )
+        return app.at_root(NodeRoot(scratch))
 
     config = scratch / CONFIG_PATH.lstrip("/")
     config.parent.mkdir(parents=True, exist_ok=True)
@@ -57,7 +51,7 @@ def stage_rehearsal(app: App, scratch: Path) -> App:
     core = attrs.evolve(
         StandIn(path=CONFIG_PATH, content=REHEARSAL_CONFIG, mode=0o644), origin="builtin"
     )
-    standins = [core, *staging.plugins.standins(staging.node)]
+    standins = [core, *staging.standins()]
     for path, (content, mode) in merge_standins(standins).items():
         target = staging.root.resolve(path)
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -102,7 +96,7 @@ def merge_standins(standins: Sequence[StandIn]) -> dict[str, tuple[str, int]]:
 def rehearse_command(app: App, role: str, keep: bool) -> None:
     """Rehearse `apply ROLE` in a scratch root with the plugins' stand-in executables."""
     from noderole.backends.native import NativeBackend
-    from noderole.cli._apply import run_apply, show_status
+    from noderole.console import ConsoleProgress
 
     if not app.root.is_real:
         raise UsageError("rehearse makes its own scratch root; do not combine it with --root")
@@ -112,12 +106,13 @@ def rehearse_command(app: App, role: str, keep: bool) -> None:
     backend = None
     try:
         rehearsal = stage_rehearsal(app, scratch)
-        plan = build_role_plan(rehearsal, role)
+        plan = rehearsal.plan(role)
         backend = NativeBackend(rehearsal.root)
-        report = run_apply(rehearsal, plan, backend, quiet=False, lock_timeout=30)
+        report = rehearsal.apply(plan, backend, progress=ConsoleProgress(), lock_timeout=30)
         ok = report.ok
         click.echo("")
-        show_status(rehearsal, plan, backend, as_json=False, wait=True, timeout=30.0)
+        rows, verdict = rehearsal.status(plan, backend, wait=True, timeout=30.0)
+        echo_status(plan.role, rows, verdict, as_json=False)
     finally:
         if backend is not None:
             backend.supervisor.shutdown()

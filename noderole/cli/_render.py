@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from noderole.cli._app import App
-from noderole.cli._inspect import build_role_plan, role_argument
+from noderole.cli._options import role_argument
 
 __all__ = ["render_command"]
 
@@ -33,19 +33,12 @@ def render_command(app: App, role: str, backend: str, static: bool) -> None:
     Works at image build time under --root without a running init; files name the paths as the
     booted machine sees them. Rendering is deterministic and atomic; unchanged files are left
     untouched, and files an earlier render wrote for services no longer in the role are removed
-    (listed in /var/lib/noderole/rendered-BACKEND.json).
+    (listed in /var/lib/noderole/rendered-BACKEND.json). ROLE is recorded as the node's role,
+    so `noderole hook` and `noderole exec` at boot define the services as ROLE has them.
     """
-    from noderole.backends import render_openrc, render_systemd, sync_rendered
-
-    plan = build_role_plan(app, role)
-    services = [entry.service for entry in plan.services]
-    noderole_path = str(app.config.table("noderole")["noderole_path"])
-    render = render_openrc if backend == "openrc" else render_systemd
-    files = render(services, noderole_path=noderole_path, exec_mode=not static)
-    manifest = f"/var/lib/noderole/rendered-{backend}.json"
-    changed, removed = sync_rendered(files, root=app.root, manifest=manifest)
-    for item in files:
-        mark = "written" if app.root.resolve(item.path) in changed else "unchanged"
+    result = app.render(role, backend, static=static)
+    for item in result.items:
+        mark = "written" if item.path in result.changed else "unchanged"
         click.echo(f"{mark:<9} {item.path}")
-    for path in removed:
+    for path in result.removed:
         click.echo(f"{'removed':<9} {path}")

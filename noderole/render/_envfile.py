@@ -12,9 +12,9 @@ sets its whole environment itself, so no secret is ever written to disk by a bac
 
 from __future__ import annotations
 
-from noderole.backends._quote import envfile_assignment
-from noderole.backends._rendered import RenderedFile
 from noderole.records import Secret, Service
+from noderole.render._files import RenderedFile
+from noderole.render._quote import envfile_assignment
 
 __all__ = ["ENV_DIR", "env_file_path", "secret_env_file", "secret_keys"]
 

@@ -20,11 +20,11 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from noderole.backends._envfile import env_file_path, secret_env_file, secret_keys
-from noderole.backends._quote import is_plain_word, sh_double_quoted, sh_quote
-from noderole.backends._rendered import Rendered, RenderedFile, RenderedLink
 from noderole.errors import BackendError
 from noderole.records import Secret, Service
+from noderole.render._envfile import env_file_path, secret_env_file, secret_keys
+from noderole.render._files import Rendered, RenderedFile, RenderedLink
+from noderole.render._quote import is_plain_word, sh_double_quoted, sh_quote
 
 __all__ = [
     "INIT_D",

@@ -4,7 +4,7 @@ What the unit must get right, each learnt from the units this replaces:
 
 - Every ``Exec*=`` argument is quoted for systemd, not for a shell: systemd expands ``$VAR`` and
   ``%`` specifiers itself, so ``$`` is written ``$$`` and ``%`` is written ``%%``
-  (:func:`noderole.backends._quote.systemd_arg`).
+  (:func:`noderole.render._quote.systemd_arg`).
 - The pre-start hook runs with ``+`` (full privileges) even when the service has ``User=``: it
   creates directories and reads CA keys only root can read, like OpenRC's ``start_pre``.
 - ``TimeoutStartSec`` covers the pre-start waits: systemd's default 90 s would kill a hook that
@@ -17,16 +17,16 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from noderole.backends._envfile import env_file_path, secret_env_file, secret_keys
-from noderole.backends._quote import (
+from noderole.errors import BackendError
+from noderole.records import WAIT_TYPES, Secret, Service
+from noderole.render._envfile import env_file_path, secret_env_file, secret_keys
+from noderole.render._files import Rendered, RenderedFile, RenderedLink
+from noderole.render._quote import (
     is_plain_word,
     systemd_command_line,
     systemd_environment,
     systemd_setting_value,
 )
-from noderole.backends._rendered import Rendered, RenderedFile, RenderedLink
-from noderole.errors import BackendError
-from noderole.records import WAIT_TYPES, Secret, Service
 
 __all__ = [
     "NATIVE",

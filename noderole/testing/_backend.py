@@ -13,9 +13,9 @@ from collections.abc import Mapping, Sequence
 
 from noderole.backends.native import process_spec
 from noderole.clock import Clock
-from noderole.console import QuietProgress
-from noderole.engine import ApplyReport, apply_plan
+from noderole.engine import ApplyReport
 from noderole.errors import BackendError
+from noderole.operations import Operations
 from noderole.plan import Plan
 from noderole.records import Service
 from noderole.supervisor import ProcessSpec, ServiceState, ServiceStatus
@@ -117,16 +117,13 @@ def apply_recorded(
     backend: RecordingBackend | None = None,
     readiness_timeout: float = 60.0,
 ) -> tuple[ApplyReport, RecordingBackend]:
-    """Apply ``plan`` in-process with a :class:`RecordingBackend`: pre-start steps run for real
-    under ``node_root`` (on a fake clock by default), no process starts."""
+    """Apply ``plan`` in-process with a :class:`RecordingBackend`, as ``noderole apply`` would:
+    pre-start steps run for real under ``node_root`` (on a fake clock by default), the role and
+    definition digests are recorded under it, no process starts."""
     root = as_node_root(node_root)
     recorder = backend if backend is not None else RecordingBackend(root)
-    report = apply_plan(
-        plan,
-        root=root,
-        clock=clock if clock is not None else new_fake_clock(),
-        backend=recorder,
-        progress=QuietProgress(),
-        readiness_timeout=readiness_timeout,
+    operations = Operations(
+        root=root, clock=clock if clock is not None else new_fake_clock(), autoload=False
     )
+    report = operations.apply(plan, recorder, readiness_timeout=readiness_timeout)
     return report, recorder

@@ -5,13 +5,13 @@ from __future__ import annotations
 import contextlib
 import tempfile
 from collections import deque
-from collections.abc import Callable, Iterator
-from typing import TypeAlias, TypeVar
+from collections.abc import Iterator
+from typing import TypeAlias
 
 from noderole.clock import Clock
-from noderole.config import CONFIG_PATH, load_config
-from noderole.context import NodeContext
-from noderole.plan import Plan, build_plan
+from noderole.config import CONFIG_PATH
+from noderole.operations import Operations
+from noderole.plan import Plan
 from noderole.plugins import PluginSet, load_plugins
 from noderole.records import Service, StandIn
 from noderole.root import NodeRoot
@@ -29,8 +29,6 @@ __all__ = [
     "standins_from_plugins",
 ]
 
-R = TypeVar("R")
-
 PluginArg: TypeAlias = "object | tuple[str, object]"
 """A plugin object (a module or an instance with hook implementations), or a ``(name, object)``
 pair to choose the name that ``Service.origin`` and error messages show."""
@@ -42,6 +40,10 @@ def load_test_plugins(*plugins: PluginArg, builtin: bool = True) -> PluginSet:
     No entry point is loaded, so the installed distributions do not change the test's outcome.
     A plugin given without a name is named after its module (``__name__``) or its class.
     """
+    return load_plugins(plugins=_named(plugins), autoload=False, builtin=builtin)
+
+
+def _named(plugins: tuple[PluginArg, ...]) -> tuple[tuple[str, object], ...]:
     named: list[tuple[str, object]] = []
     for plugin in plugins:
         if isinstance(plugin, tuple) and len(plugin) == 2 and isinstance(plugin[0], str):
@@ -49,7 +51,7 @@ def load_test_plugins(*plugins: PluginArg, builtin: bool = True) -> PluginSet:
         else:
             name = getattr(plugin, "__name__", None)
             named.append((name if isinstance(name, str) else type(plugin).__name__, plugin))
-    return load_plugins(plugins=named, autoload=False, builtin=builtin)
+    return tuple(named)
 
 
 @contextlib.contextmanager
@@ -68,16 +70,16 @@ def services_from_plugins(
     node_root: RootLike | None = None,
     clock: Clock | None = None,
     builtin: bool = True,
+    role: str | None = None,
 ) -> list[Service]:
     """Every service ``plugins`` (and the built-in plugin) contribute, as ``apply`` would see them.
 
     ``config_text`` is written to ``ROOT/etc/noderole/config.toml`` first (the settings file);
-    without ``node_root`` an empty temporary root is used and removed afterwards.
+    without ``node_root`` an empty temporary root is used and removed afterwards. The hooks see
+    ``node.role == role`` (None: no role in question, as ``noderole list`` asks).
     """
-    plugin_set = load_test_plugins(*plugins, builtin=builtin)
-    return _collect(
-        plugin_set, PluginSet.services, config_text=config_text, node_root=node_root, clock=clock
-    )
+    with _operations(plugins, config_text, node_root, clock, builtin) as ops:
+        return ops.services(role)
 
 
 def standins_from_plugins(
@@ -86,6 +88,7 @@ def standins_from_plugins(
     node_root: RootLike | None = None,
     clock: Clock | None = None,
     builtin: bool = True,
+    role: str | None = None,
 ) -> list[StandIn]:
     """Every stand-in ``plugins`` supply for rehearsals (``noderole_standins``), origin stamped.
 
@@ -93,10 +96,8 @@ def standins_from_plugins(
     first). Put one where ``noderole rehearse`` would with
     ``node_root.write(s.path, s.content, mode=s.mode)``.
     """
-    plugin_set = load_test_plugins(*plugins, builtin=builtin)
-    return _collect(
-        plugin_set, PluginSet.standins, config_text=config_text, node_root=node_root, clock=clock
-    )
+    with _operations(plugins, config_text, node_root, clock, builtin) as ops:
+        return ops.standins(role)
 
 
 def plan_from_plugins(
@@ -108,41 +109,39 @@ def plan_from_plugins(
     builtin: bool = True,
 ) -> Plan:
     """The :class:`~noderole.plan.Plan` for ``role`` from ``plugins`` alone (plus the built-in
-    plugin, which provides ``net`` and ``cgroups``).
+    plugin, which provides ``net`` and ``cgroups``), as ``noderole plan ROLE`` makes it: the
+    hooks see ``node.role == role``.
 
     Raises what ``noderole plan`` would: :class:`~noderole.errors.PlanError` for an unknown role,
     a missing need or a cycle, :class:`~noderole.errors.ConfigError` for a bad ``config_text``,
     :class:`~noderole.errors.PluginError` for a misbehaving hook.
     """
-    plugin_set = load_test_plugins(*plugins, builtin=builtin)
-    services = _collect(
-        plugin_set, PluginSet.services, config_text=config_text, node_root=node_root, clock=clock
-    )
-    return build_plan(services, role, plugins=plugin_set.names())
+    with _operations(plugins, config_text, node_root, clock, builtin) as ops:
+        return ops.plan(role)
 
 
-def _collect(
-    plugin_set: PluginSet,
-    records: Callable[[PluginSet, NodeContext], list[R]],
-    *,
+@contextlib.contextmanager
+def _operations(
+    plugins: tuple[PluginArg, ...],
     config_text: str | None,
     node_root: RootLike | None,
     clock: Clock | None,
-) -> list[R]:
-    """Call ``records`` (``PluginSet.services`` or ``.standins``) with a node over the root."""
+    builtin: bool,
+) -> Iterator[Operations]:
+    """The operations ``noderole`` would use over the root (``config_text`` written first), with
+    ``plugins`` only: no entry point is loaded."""
     with _root(node_root) as root:
         if config_text is not None:
             local = root.resolve(CONFIG_PATH)
             local.parent.mkdir(parents=True, exist_ok=True)
             local.write_text(config_text, encoding="utf-8")
-        config = load_config(root, plugin_set.settings_tables())
-        node = NodeContext(
+        yield Operations(
             root=root,
-            config=config,
-            pluginmanager=plugin_set.manager,
+            plugin_objects=_named(plugins),
             clock=clock if clock is not None else new_fake_clock(),
+            autoload=False,
+            builtin=builtin,
         )
-        return records(plugin_set, node)
 
 
 def _transitive_after(plan: Plan, name: str) -> set[str]:

@@ -1,0 +1,50 @@
+"""Which backend a node gets: the one asked for, or the init system that runs the machine."""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+from noderole.errors import BackendError
+
+if TYPE_CHECKING:
+    from noderole.backends import Backend
+    from noderole.root import NodeRoot
+
+__all__ = ["BACKENDS", "backend_named", "detect_init"]
+
+BACKENDS = ("native", "openrc", "systemd")
+"""Every backend name ``--backend`` and the ``backend`` setting accept (besides ``auto``)."""
+
+
+def detect_init(root: NodeRoot) -> str:
+    """systemd if /run/systemd/system exists, OpenRC if /run/openrc does, else native.
+
+    Always native under --root: a rehearsal must never touch the machine's real init.
+    """
+    if not root.is_real:
+        return "native"
+    if os.path.isdir("/run/systemd/system"):
+        return "systemd"
+    if os.path.isdir("/run/openrc"):
+        return "openrc"
+    return "native"
+
+
+def backend_named(name: str, root: NodeRoot, *, noderole_path: str) -> Backend:
+    """The backend called ``name`` for ``root`` (``auto``: :func:`detect_init`'s choice)."""
+    if name == "auto":
+        name = detect_init(root)
+    if name == "native":
+        from noderole.backends.native import NativeBackend
+
+        return NativeBackend(root)
+    if name == "openrc":
+        from noderole.backends.openrc import OpenRCBackend
+
+        return OpenRCBackend(root, noderole_path=noderole_path)
+    if name == "systemd":
+        from noderole.backends.systemd import SystemdBackend
+
+        return SystemdBackend(root, noderole_path=noderole_path)
+    raise BackendError(f"unknown backend {name!r}: use {', '.join(BACKENDS)} or auto")

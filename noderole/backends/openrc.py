@@ -1,0 +1,43 @@
+"""The OpenRC backend: services start and stop through ``rc-service``, from rendered runscripts."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from noderole.backends._initsystem import InitStatus, InitSystemBackend
+
+if TYPE_CHECKING:
+    from noderole.records import Service
+    from noderole.render import Rendered
+
+__all__ = ["InitStatus", "OpenRCBackend"]
+
+# rc-service NAME status exits 0 started, 3 stopped, 32 crashed (OpenRC's documented codes).
+_STATUS_CODES = {0: "running", 3: "stopped", 32: "crashed"}
+
+
+class OpenRCBackend(InitSystemBackend):
+    """Drive the machine's OpenRC: write ``/etc/init.d/NAME``, then ``rc-service NAME start``."""
+
+    name = "openrc"
+    tool = "rc-service"
+
+    def render(self, service: Service) -> list[Rendered]:
+        """The runscript and its runlevel link."""
+        from noderole.render import render_openrc
+
+        return render_openrc([service], noderole_path=self.noderole_path)
+
+    def query(self, name: str) -> tuple[str, int | None]:
+        """``rc-service NAME status``'s exit code in the engine's words; no pid (OpenRC's
+        supervisor keeps its own)."""
+        code = self.run("rc-service", name, "status", check=False).returncode
+        return _STATUS_CODES.get(code, "stopped"), None
+
+    def launch(self, name: str, verb: str) -> None:
+        """``rc-service NAME start|restart``: blocks until start_pre and the start are done."""
+        self.run("rc-service", name, verb)
+
+    def halt(self, name: str) -> None:
+        """``rc-service NAME stop``."""
+        self.run("rc-service", name, "stop", check=False)

@@ -1,0 +1,89 @@
+"""Text that several commands print: the plan, the status table."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import click
+
+if TYPE_CHECKING:
+    from noderole.errors import ExitCode
+    from noderole.plan import Plan
+
+__all__ = ["echo_status", "format_plan", "format_uptime"]
+
+
+def format_plan(plan: Plan) -> str:
+    """The human-readable plan: one block per service in start order."""
+    lines = [f"role {plan.role}: {len(plan.services)} services in {len(plan.waves)} waves"]
+    for index, wave in enumerate(plan.waves):
+        lines.append(f"wave {index}: {', '.join(wave)}")
+    for entry in plan.services:
+        service = entry.service
+        lines.append("")
+        origin = f"  [{service.origin}]" if service.origin else ""
+        lines.append(f"{service.name}{origin}  (wave {entry.wave})")
+        if service.description:
+            lines.append(f"  {service.description}")
+        for kind in ("need", "want", "use", "after", "before", "provide"):
+            declared = getattr(service, kind)
+            if declared:
+                lines.append(f"  {kind}: {', '.join(declared)}")
+        if entry.after:
+            lines.append(f"  starts after: {', '.join(entry.after)}")
+        for number, step in enumerate(service.pre_start, 1):
+            lines.append(f"  pre-start {number}: {step.describe()}")
+        if service.command is None:
+            lines.append("  no process (done when its steps succeed)")
+        else:
+            lines.append(f"  command: {shlex.join(service.command)}")
+            for key, value in service.environment.items():
+                lines.append(f"  env: {key}={value}")
+            sup = service.supervision
+            respawn_max = sup.respawn_max or "unlimited"
+            lines.append(f"  respawn: delay {sup.respawn_delay:g}s, max {respawn_max}")
+            if service.pidfile:
+                lines.append(f"  pidfile: {service.pidfile}")
+            logs = sorted({p for p in (service.output_log, service.error_log) if p})
+            if logs:
+                lines.append(f"  log: {', '.join(logs)}")
+            if service.user:
+                lines.append(f"  user: {service.user}")
+        if service.readiness is not None:
+            lines.append(f"  ready when: {service.readiness.describe()}")
+    return "\n".join(lines)
+
+
+def format_uptime(seconds: float | None) -> str:
+    """``1h02m`` or ``3m07s``; ``-`` when not up."""
+    if seconds is None:
+        return "-"
+    minutes, sec = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{sec:02d}s"
+
+
+def echo_status(
+    role: str, rows: Sequence[Mapping[str, Any]], verdict: ExitCode, *, as_json: bool
+) -> None:
+    """Print the status table (or JSON document) of ``role``'s services."""
+    if as_json:
+        document = {"role": role, "verdict": verdict.name.lower(), "services": list(rows)}
+        click.echo(json.dumps(document, indent=2))
+        return
+    header = (
+        f"{'SERVICE':<26} {'STATE':<9} {'PID':>7} {'UPTIME':>8} {'RESTARTS':>8}  LAST EXIT / LOG"
+    )
+    click.echo(header)
+    for r in rows:
+        pid = str(r["pid"]) if r["pid"] else "-"
+        tail = r["last_exit"] or ""
+        if r["log"]:
+            tail = f"{tail}  {r['log']}" if tail else r["log"]
+        click.echo(
+            f"{r['name']:<26} {r['state']:<9} {pid:>7} {format_uptime(r['uptime']):>8} "
+            f"{r['restarts']:>8}  {tail}"
+        )
