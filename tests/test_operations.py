@@ -1,0 +1,327 @@
+"""The operations core: the role hooks see, Plan.subset and restart, backends, and the layout."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+import noderole
+from noderole.backends.detect import backend_named, detect_init
+from noderole.backends.openrc import OpenRCBackend
+from noderole.backends.systemd import SystemdBackend
+from noderole.cli import cli
+from noderole.cli._app import App
+from noderole.errors import BackendError, ExitCode, UsageError
+from noderole.operations import Operations, status_verdict
+from noderole.plan import build_plan
+from noderole.root import NodeRoot
+from noderole.state import read_role
+from noderole.testing import RecordingBackend, new_fake_clock, plan_from_plugins
+
+PACKAGE = Path(noderole.__file__).parent
+
+
+def _role_plugin(seen: list[str | None]) -> types.ModuleType:
+    """Defines ``web`` for role front, with a flag that depends on ``node.role``; records roles."""
+    module = types.ModuleType("roleplugin")
+
+    def noderole_services(node: Any) -> list[noderole.Service]:
+        seen.append(node.role)
+        flag = f"--as={node.role}" if node.role else "--as=nothing"
+        return [
+            noderole.Service(name="web", roles=["front", "back"], command=["/bin/true", flag]),
+        ]
+
+    module.noderole_services = noderole.hookimpl(noderole_services)  # type: ignore[attr-defined]
+    return module
+
+
+def _ops(root: Path, *plugins: tuple[str, object]) -> Operations:
+    return Operations(
+        root=NodeRoot(root), plugin_objects=plugins, clock=new_fake_clock(), autoload=False
+    )
+
+
+def _chain_plugin() -> types.ModuleType:
+    """a <- b <- c (c needs b, b needs a), and a separate d, all in role r."""
+    module = types.ModuleType("chain")
+
+    def noderole_services() -> list[noderole.Service]:
+        return [
+            noderole.Service(name="a", roles=["r"], command=["/bin/a"]),
+            noderole.Service(name="b", roles=["r"], need=["a"], command=["/bin/b"]),
+            noderole.Service(name="c", roles=["r"], need=["b"], command=["/bin/c"]),
+            noderole.Service(name="d", roles=["r"], command=["/bin/d"]),
+        ]
+
+    module.noderole_services = noderole.hookimpl(noderole_services)  # type: ignore[attr-defined]
+    return module
+
+
+class TestRole:
+    def test_plan_gives_hooks_the_role(self, tmp_path: Path) -> None:
+        """Planning a role asks the hooks with node.role set to it."""
+        seen: list[str | None] = []
+        plan = _ops(tmp_path, ("r", _role_plugin(seen))).plan("back")
+        assert seen == ["back"]
+        assert plan["web"].service.command == ("/bin/true", "--as=back")
+
+    def test_list_asks_without_a_role(self, tmp_path: Path) -> None:
+        """`noderole list` is about no role: node.role is None."""
+        seen: list[str | None] = []
+        app = App(root=NodeRoot(tmp_path), plugin_objects=(("r", _role_plugin(seen)),))
+        result = CliRunner().invoke(cli, ["list"], obj=app)
+        assert result.exit_code == 0, result.output
+        assert seen == [None]
+
+    def test_kit_plan_and_services_pass_the_role(self, tmp_path: Path) -> None:
+        """plan_from_plugins and services_from_plugins(role=...) give hooks the role."""
+        from noderole.testing import services_from_plugins
+
+        seen: list[str | None] = []
+        plan_from_plugins("front", ("r", _role_plugin(seen)), node_root=tmp_path)
+        services_from_plugins(("r", _role_plugin(seen)), node_root=tmp_path, role="back")
+        services_from_plugins(("r", _role_plugin(seen)), node_root=tmp_path)
+        assert seen == ["front", "back", None]
+
+    def test_render_records_the_role_and_hook_sees_it(self, tmp_path: Path) -> None:
+        """render writes the role, so the boot-time `noderole hook` defines services as it."""
+        seen: list[str | None] = []
+        app = App(root=NodeRoot(tmp_path), plugin_objects=(("r", _role_plugin(seen)),))
+        result = CliRunner().invoke(cli, ["render", "front", "--backend", "systemd"], obj=app)
+        assert result.exit_code == 0, result.output
+        assert read_role(NodeRoot(tmp_path)) == "front"
+        assert (tmp_path / "etc/systemd/system/web.service").is_file()
+        seen.clear()
+        result = CliRunner().invoke(cli, ["hook", "web", "start-pre"], obj=app)
+        assert result.exit_code == 0, result.output
+        assert seen == ["front"]
+
+    def test_service_lookup_without_a_recorded_role(self, tmp_path: Path) -> None:
+        """Before any apply or render, hook/exec ask with node.role None."""
+        seen: list[str | None] = []
+        service = _ops(tmp_path, ("r", _role_plugin(seen))).service("web")
+        assert seen == [None]
+        assert service.command == ("/bin/true", "--as=nothing")
+
+    def test_apply_records_the_role_hooks_saw(self, tmp_path: Path) -> None:
+        """apply plans with the role, starts what that role defines and records the role."""
+        seen: list[str | None] = []
+        ops = _ops(tmp_path, ("r", _role_plugin(seen)))
+        backend = RecordingBackend(tmp_path)
+        report = ops.apply(ops.plan("back"), backend)
+        assert report.ok
+        assert backend.argv("web")[1] == "--as=back"
+        assert read_role(ops.root) == "back"
+
+
+class TestPlanSubset:
+    def test_subset_keeps_inner_edges_and_recomputes_waves(self) -> None:
+        """Edges to services outside the subset go; waves start again at 0."""
+        from noderole.testing import services_from_plugins
+
+        plan = build_plan(services_from_plugins(("chain", _chain_plugin())), "r")
+        assert plan["c"].wave == 2
+        sub = plan.subset(["c", "b"])
+        assert sub.role == "r"
+        assert sub.names() == ("b", "c")
+        assert sub.waves == (("b",), ("c",))
+        assert (sub["b"].after, sub["b"].wave) == ((), 0)
+        assert (sub["c"].after, sub["c"].wave) == (("b",), 1)
+        assert sub["b"].needs == ("a",)  # still what it declared
+
+    def test_independent_services_share_a_wave(self) -> None:
+        """Services with no edge between them start together."""
+        from noderole.testing import services_from_plugins
+
+        plan = build_plan(services_from_plugins(("chain", _chain_plugin())), "r")
+        assert plan.subset(["d", "c"]).waves == (("c", "d"),)
+
+    def test_unknown_name_is_a_key_error(self) -> None:
+        """A name outside the plan is refused, naming it and the role."""
+        from noderole.testing import services_from_plugins
+
+        plan = build_plan(services_from_plugins(("chain", _chain_plugin())), "r")
+        with pytest.raises(KeyError, match="'zz' is not in the plan for role 'r'"):
+            plan.subset(["a", "zz"])
+
+
+class TestRestart:
+    def test_restart_stops_dependents_first_and_starts_in_order(self, tmp_path: Path) -> None:
+        """restart b c: c stops before b, b starts before c, a and d are left alone."""
+        ops = _ops(tmp_path, ("chain", _chain_plugin()))
+        backend = RecordingBackend(tmp_path)
+        assert ops.apply(ops.plan("r"), backend).ok
+        backend.started.clear()
+        plan, targets = ops.targets(["b", "c"])
+        assert targets == ["c", "b"]
+        report = ops.restart(plan, targets, backend)
+        assert report.ok
+        assert backend.stopped == ["c", "b"]
+        assert backend.names() == ["b", "c"]
+        assert [r.name for r in report.services] == ["b", "c"]
+
+    def test_targets_of_a_role_name(self, tmp_path: Path) -> None:
+        """One name that is a role means the whole role, in stop order."""
+        ops = _ops(tmp_path, ("chain", _chain_plugin()))
+        plan, targets = ops.targets(["r"])
+        assert plan.role == "r"
+        assert targets == list(plan.stop_order())
+
+    def test_targets_without_a_recorded_role_is_a_usage_error(self, tmp_path: Path) -> None:
+        """Service names need a recorded role; the error says how to get one."""
+        ops = _ops(tmp_path, ("chain", _chain_plugin()))
+        with pytest.raises(UsageError, match="apply a role first"):
+            ops.targets(["b"])
+
+
+class TestStatusVerdict:
+    def test_verdicts(self) -> None:
+        """Failed beats starting; ready, or running without a readiness check, is up."""
+        up = {"state": "running", "needs_ready": False}
+        ready = {"state": "ready", "needs_ready": True}
+        starting = {"state": "running", "needs_ready": True}
+        crashed = {"state": "crashed", "needs_ready": False}
+        assert status_verdict([up, ready]) == ExitCode.OK
+        assert status_verdict([up, starting]) == ExitCode.STARTING
+        assert status_verdict([starting, crashed]) == ExitCode.FAILED
+
+
+def _stand_in_tool(bin_dir: Path, name: str, log: Path, script: str = "") -> None:
+    """A program called ``name`` that appends its arguments to ``log``, then runs ``script``."""
+    bin_dir.mkdir(exist_ok=True)
+    path = bin_dir / name
+    path.write_text(f'#!/bin/sh\necho "{name} $*" >> {log}\n{script}\n')
+    path.chmod(0o755)
+
+
+class TestInitSystemBackends:
+    def test_detect_is_native_under_a_root(self, tmp_path: Path) -> None:
+        """A scratch root never drives the machine's init system."""
+        assert detect_init(NodeRoot(tmp_path)) == "native"
+        assert backend_named("auto", NodeRoot(tmp_path), noderole_path="/x").name == "native"
+
+    def test_unknown_backend_names_the_choices(self, tmp_path: Path) -> None:
+        """An unknown name is a BackendError listing the valid ones."""
+        with pytest.raises(BackendError, match=r"'upstart'.*native, openrc, systemd"):
+            backend_named("upstart", NodeRoot(tmp_path), noderole_path="/x")
+
+    @pytest.mark.parametrize(
+        ("cls", "tool"), [(OpenRCBackend, "rc-service"), (SystemdBackend, "systemctl")]
+    )
+    def test_missing_tool_is_refused(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cls: type[OpenRCBackend], tool: str
+    ) -> None:
+        """Without the init system's tool on PATH the backend refuses, naming the tool."""
+        monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+        with pytest.raises(BackendError, match=f"needs {tool}, which is not on PATH"):
+            cls(NodeRoot(tmp_path), noderole_path="/usr/bin/noderole")
+
+    def test_openrc_renders_then_starts_and_stops(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """OpenRC: runscript written, `rc-service NAME start`, stop by rc-service too."""
+        log = tmp_path / "calls"
+        # status: stopped (3) until started, then running (0)
+        _stand_in_tool(
+            tmp_path / "bin",
+            "rc-service",
+            log,
+            f'case "$2" in status) grep -q "rc-service $1 start" {log} && exit 0; exit 3;; esac',
+        )
+        monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
+        root = NodeRoot(tmp_path / "node")
+        backend = OpenRCBackend(root, noderole_path="/usr/bin/noderole")
+        service = noderole.Service(name="web", roles=["r"], command=["/bin/web"])
+        status = backend.start(service, fingerprint="f1")
+        assert (status.state, status.fingerprint) == ("running", "f1")
+        assert (tmp_path / "node/etc/init.d/web").is_file()
+        backend.stop(["web"])
+        calls = log.read_text().splitlines()
+        assert [c for c in calls if "status" not in c] == [
+            "rc-service web start",
+            "rc-service web stop",
+        ]
+        remembered = json.loads(
+            (tmp_path / "node/var/lib/noderole/init-fingerprints.json").read_text()
+        )
+        assert remembered == {"web": "f1"}
+
+    def test_systemd_reloads_and_starts_without_blocking(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """systemd: unit written, daemon-reload, `start --no-block`; pid from MainPID."""
+        log = tmp_path / "calls"
+        _stand_in_tool(
+            tmp_path / "bin",
+            "systemctl",
+            log,
+            'if [ "$1" = show ]; then printf "ActiveState=active\\nMainPID=42\\n"; fi',
+        )
+        monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
+        root = NodeRoot(tmp_path / "node")
+        backend = SystemdBackend(root, noderole_path="/usr/bin/noderole")
+        service = noderole.Service(name="web", roles=["r"], command=["/bin/web"])
+        status = backend.start(service, fingerprint="f1")
+        assert (status.state, status.pid) == ("running", 42)
+        assert (tmp_path / "node/etc/systemd/system/web.service").is_file()
+        calls = [c for c in log.read_text().splitlines() if not c.startswith("systemctl show")]
+        # already active: the backend restarts rather than starts
+        assert calls == ["systemctl daemon-reload", "systemctl restart --no-block web.service"]
+
+
+def _imports(path: Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+    return names
+
+
+class TestLayout:
+    def test_nothing_outside_the_cli_imports_it(self) -> None:
+        """noderole.cli is the outermost layer: no other module of the package imports it."""
+        offenders = [
+            str(path.relative_to(PACKAGE))
+            for path in PACKAGE.rglob("*.py")
+            if PACKAGE / "cli" not in path.parents
+            and path.name != "__main__.py"
+            and any(name.startswith("noderole.cli") for name in _imports(path))
+        ]
+        assert offenders == []
+
+    def test_command_modules_do_not_import_each_other(self) -> None:
+        """Commands share only the app, the options and the output modules."""
+        shared = {"noderole.cli._app", "noderole.cli._options", "noderole.cli._output"}
+        offenders = {}
+        for path in (PACKAGE / "cli").glob("_*.py"):
+            used = {
+                name
+                for name in _imports(path)
+                if name.startswith("noderole.cli._") and name.count(".") == 2
+            }
+            if used - shared - {f"noderole.cli.{path.stem}"}:
+                offenders[path.name] = sorted(used - shared)
+        assert offenders == {}
+
+    def test_operations_import_is_cheap(self) -> None:
+        """Importing the operations loads no plugin machinery, attrs or cryptography."""
+        probe = "import json, sys, noderole.operations; print(json.dumps(sorted(sys.modules)))"
+        done = subprocess.run(
+            [sys.executable, "-c", probe], capture_output=True, text=True, check=True
+        )
+        loaded = json.loads(done.stdout)
+        heavy = ("cryptography", "pluggy", "attr", "noderole.plugins", "noderole.records")
+        assert [m for m in loaded if m.startswith(heavy)] == []
