@@ -22,6 +22,7 @@ Exit codes are one enum, :class:`ExitCode`; each error class carries its own in 
 from __future__ import annotations
 
 import enum
+from typing import ClassVar
 
 __all__ = [
     "BackendError",
@@ -102,9 +103,22 @@ class ConfigError(NoderoleError, ValueError):
 
 
 class DefinitionError(NoderoleError, ValueError):
-    """A record was built with an invalid field; the message names the record, the field and why."""
+    """A record was built with an invalid field; the message names the record, the field and why.
+
+    ``field`` and ``value`` say which field was refused and what it was given, when known, so a
+    value that came from config.toml can be reported as a configuration error instead.
+    """
 
     exit_code = ExitCode.DEFINITION
+    NO_VALUE: ClassVar[object] = object()
+    """``value`` when the refused value is not known."""
+
+    def __init__(self, message: str, *, field: str | None = None, value: object = NO_VALUE):
+        super().__init__(message)
+        self.field = field
+        """The refused field, or None."""
+        self.value = value
+        """The value it was given, or :attr:`NO_VALUE`."""
 
 
 class PlanError(NoderoleError):

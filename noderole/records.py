@@ -72,7 +72,13 @@ T = TypeVar("T")
 
 
 def _fail(record: str, field: str, why: str) -> DefinitionError:
-    return DefinitionError(f"{record}: field {field!r} {why}")
+    return DefinitionError(f"{record}: field {field!r} {why}", field=field)
+
+
+def _fail_with(value: object, record: str, field: str, why: str) -> DefinitionError:
+    error = _fail(record, field, why)
+    error.value = value
+    return error
 
 
 def _tuple_of_str(value: Iterable[str] | None) -> tuple[str, ...]:
@@ -138,7 +144,8 @@ def _checked(cls: type[T]) -> type[T]:
             raise DefinitionError(f"{label}: field {missing[0]!r} is required")
         for key in lists:
             if isinstance(kwargs.get(key), str | bytes):
-                raise _fail(
+                raise _fail_with(
+                    kwargs[key],
                     label,
                     key,
                     f"must be a list, got the string {kwargs[key]!r}; write [{kwargs[key]!r}] "
@@ -146,7 +153,9 @@ def _checked(cls: type[T]) -> type[T]:
                 )
         try:
             init(self, **kwargs)
-        except DefinitionError:
+        except DefinitionError as error:
+            if error.field in kwargs and error.value is DefinitionError.NO_VALUE:
+                error.value = kwargs[error.field]
             raise
         except (TypeError, ValueError) as error:
             raise DefinitionError(f"{label}: {error}") from None

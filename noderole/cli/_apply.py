@@ -12,6 +12,7 @@ import click
 
 from noderole.cli._app import App
 from noderole.cli._inspect import build_role_plan, role_argument
+from noderole.cli._params import Seconds
 from noderole.errors import ExitCode, UsageError
 
 if TYPE_CHECKING:
@@ -31,7 +32,7 @@ backend_option = click.option(
 )
 lock_timeout_option = click.option(
     "--lock-timeout",
-    type=click.FloatRange(min=0),
+    type=Seconds(zero=True),
     default=300.0,
     show_default=True,
     help="Seconds to wait for another apply, stop or restart to finish before refusing.",
@@ -212,7 +213,7 @@ def _uptime(seconds: float | None) -> str:
 @click.option("--wait", "wait", is_flag=True, help="Block until the role is up or has failed.")
 @click.option(
     "--timeout",
-    type=click.FloatRange(min=0),
+    type=Seconds(zero=True),
     default=300.0,
     show_default=True,
     help="With --wait: give up after this many seconds (exit 11).",

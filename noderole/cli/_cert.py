@@ -37,7 +37,7 @@ def cert() -> None:
 @click.option("--sans", required=True, help="Comma-separated DNS names and IP addresses.")
 @click.option(
     "--renew-before-days",
-    type=click.IntRange(min=0),
+    type=click.IntRange(min=0, max=364),
     default=90,
     show_default=True,
     help="Re-mint when fewer days than this remain.",
@@ -86,7 +86,7 @@ def _local(app: App, path: str) -> Path:
 @click.option("--ca-cert", default=None, help="Node path of the CA to check the issuer against.")
 @click.option(
     "--renew-before-days",
-    type=click.IntRange(min=0),
+    type=click.IntRange(min=0, max=364),
     default=90,
     show_default=True,
     help="Renewal window used for the verdict.",
