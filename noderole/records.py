@@ -748,6 +748,27 @@ class Service:
         return {k: v.reveal() if isinstance(v, Secret) else v for k, v in self.environment.items()}
 
 
+def unknown_names(services: Iterable[Service], every: Iterable[Service]) -> list[str]:
+    """Warnings for names in ``after``/``before``/``use``/``want`` of ``services`` that no
+    service of ``every`` is called or provides, each with a did-you-mean when one is close.
+
+    Such a name is ignored by rule (order-only and optional dependencies may name services of
+    other roles), so a typo (``after k3ss``) would otherwise silently lose its ordering.
+    """
+    every = list(every)
+    known = {service.name for service in every} | {v for s in every for v in s.provide}
+    warnings = []
+    for service in services:
+        for kind in ("after", "before", "use", "want"):
+            for name in getattr(service, kind):
+                if name not in known:
+                    warnings.append(
+                        f"{service.name}: {kind} {name!r}: no service is called or provides "
+                        f"{name!r}{did_you_mean(name, known)}; the {kind} is ignored"
+                    )
+    return warnings
+
+
 # --------------------------------------------------------------------------- settings
 
 SettingType: TypeAlias = type[str] | type[int] | type[float] | type[bool]

@@ -148,6 +148,42 @@ class TestShippedSettings:
         assert f"{CONFIG}:konnectivity.wait_timeout: nan is not a finite number" in result.stderr
 
 
+def _typo_plugin() -> types.ModuleType:
+    module = types.ModuleType("typoplugin")
+
+    def noderole_services() -> list[noderole.Service]:
+        return [
+            noderole.Service(name="k3s", roles=["server"], command=["/bin/k3s"]),
+            noderole.Service(
+                name="konnectivity-server",
+                roles=["server"],
+                after=["k3ss"],
+                want=["metrics"],
+                command=["/bin/konnectivity-server"],
+            ),
+        ]
+
+    module.noderole_services = noderole.hookimpl(noderole_services)  # type: ignore[attr-defined]
+    return module
+
+
+class TestPlanWarnings:
+    def test_unknown_dependency_name_is_a_warning_with_a_suggestion(self, tmp_path: Path) -> None:
+        """`after k3ss` is shown by plan as a warning suggesting k3s; the plan still builds."""
+        app = App(
+            root=NodeRoot(tmp_path), plugin_objects=(("typo", _typo_plugin()),), autoload=False
+        )
+        result = CliRunner().invoke(cli, ["plan", "server"], obj=app)
+        assert result.exit_code == 0, result.output
+        assert (
+            "warning: konnectivity-server: after 'k3ss': no service is called or provides "
+            "'k3ss' (did you mean 'k3s'?); the after is ignored"
+        ) in result.stdout
+        assert "warning: konnectivity-server: want 'metrics'" in result.stdout
+        as_json = CliRunner().invoke(cli, ["plan", "server", "--json"], obj=app)
+        assert len(json.loads(as_json.stdout)["warnings"]) == 2
+
+
 class TestWait:
     @pytest.mark.parametrize("value", ["nan", "inf", "-1", "0", "1e300", "soon"])
     def test_bad_timeouts_are_usage_errors(self, tmp_path: Path, value: str) -> None:

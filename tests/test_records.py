@@ -27,6 +27,7 @@ from noderole.records import (
     WaitForSocket,
     WaitForTcp,
     did_you_mean,
+    unknown_names,
 )
 from noderole.root import NodeRoot, climbs_out
 
@@ -344,6 +345,19 @@ class TestHelpers:
         assert root.resolve("/run/a/../x.pid") == tmp_path / "node" / "run" / "a" / ".." / "x.pid"
         with pytest.raises(ValueError, match=r"climbs above / with '\.\.'"):
             root.resolve("/../../../tmp/x.pid")
+
+    def test_unknown_names_only_flags_names_nobody_has(self) -> None:
+        """A name of another service or a provided virtual is fine; an unknown one is flagged."""
+        services = [
+            Service(name="k3s", provide=["kube-api"]),
+            Service(name="a", after=["k3ss", "k3s"], use=["kube-api"], before=["nothing"]),
+        ]
+        assert unknown_names(services, services) == [
+            "a: after 'k3ss': no service is called or provides 'k3ss' (did you mean 'k3s'?); "
+            "the after is ignored",
+            "a: before 'nothing': no service is called or provides 'nothing'; the before is "
+            "ignored",
+        ]
 
     def test_did_you_mean(self) -> None:
         """The closest name is suggested; nothing when nothing is close."""

@@ -58,7 +58,9 @@ def mint(
     """
     from noderole.certs import ensure_certificate
     from noderole.records import MintCertificate
+    from noderole.sans import parse_sans
 
+    parse_sans(sans)  # a bad SAN is a certificate error (exit 7) naming the entry, as documented
     try:
         request = MintCertificate(
             directory=directory,

@@ -278,17 +278,24 @@ def pre_start(cfg: Mapping[str, Any], env: Mapping[str, str], unreadable: str | 
             noderole.Fail(message=f"{SANS_KEY} empty; agents would fail server cert validation")
         )
         return steps
-    steps.append(
-        noderole.MintCertificate(
+    failure = "failed to mint konnectivity serving cert: {reason}"
+    try:
+        mint = noderole.MintCertificate(
             directory=cfg["cert_dir"],
             ca_cert=cfg["ca_cert"],
             ca_key=cfg["ca_key"],
             common_name=COMMON_NAME,
             sans=sans,
             renew_before_days=cfg["renew_before_days"],
-            failure_message="failed to mint konnectivity serving cert: {reason}",
+            failure_message=failure,
         )
-    )
+    except noderole.DefinitionError as error:
+        if error.field != "sans":
+            raise
+        # The record checks SANs when built; a bad one in the first-boot file fails this
+        # service where the seed's mint failed (shown by `plan`), not the whole role.
+        return [*steps, noderole.Fail(message=failure.format(reason=f"{SANS_KEY}: {error}"))]
+    steps.append(mint)
     return steps
 
 
