@@ -4,6 +4,8 @@ Plugins declare their settings (:class:`noderole.SettingsTable`) with types and 
 overrides them. Anything the file says that no plugin declared, or says with the wrong type, is an
 error naming the file, the table and the key — a typo in a boot configuration must never be
 silently ignored.
+
+Internal module: the public names are ``noderole.CONFIG_PATH`` and ``noderole.ConfigError``.
 """
 
 from __future__ import annotations

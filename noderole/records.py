@@ -8,6 +8,8 @@ names the record and the field. The plugin manager adds the plugin and hook to t
 Paths in records are always the paths *as the booted node sees them* (``/etc/...``); the engine
 resolves them under ``--root`` when it reads, writes or executes. That is what lets one record serve
 a real boot, a rehearsal in a scratch directory, and a rendered OpenRC or systemd file.
+
+Internal module: import the records from :mod:`noderole` (``noderole.Service``).
 """
 
 from __future__ import annotations

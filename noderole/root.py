@@ -4,6 +4,8 @@ At boot the root is ``/``. With ``--root DIR`` (or ``NODEROLE_ROOT``) every abso
 or a plugin reads, writes or executes resolves under DIR, so a whole boot can be rehearsed in a
 scratch directory without privileges. Kernel interfaces (``/proc``, ``/sys``, ``/dev``) are never
 re-rooted: they describe the real machine, and the ``net`` and ``cgroups`` checks must see it.
+
+Internal module: the public name is ``noderole.NodeRoot``.
 """
 
 from __future__ import annotations

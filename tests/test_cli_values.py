@@ -167,6 +167,36 @@ def _typo_plugin() -> types.ModuleType:
     return module
 
 
+def _escaping_plugin() -> types.ModuleType:
+    module = types.ModuleType("escaping")
+
+    def noderole_services() -> list[noderole.Service]:
+        return [
+            noderole.Service(
+                name="x", roles=["front"], command=["/bin/x"], pidfile="/../../../tmp/x.pid"
+            )
+        ]
+
+    module.noderole_services = noderole.hookimpl(noderole_services)  # type: ignore[attr-defined]
+    return module
+
+
+class TestPathsLeavingTheRoot:
+    def test_plugin_path_leaving_the_root_is_a_definition_error(self, tmp_path: Path) -> None:
+        """A plugin's pidfile = /../../../tmp/x.pid fails plan with exit 5, naming the plugin."""
+        app = App(
+            root=NodeRoot(tmp_path),
+            plugin_objects=(("escaping", _escaping_plugin()),),
+            autoload=False,
+        )
+        result = CliRunner().invoke(cli, ["plan", "front"], obj=app)
+        assert result.exit_code == ExitCode.DEFINITION
+        assert "escaping" in result.stderr
+        assert "Service 'x': field 'pidfile' is '/../../../tmp/x.pid', whose '..' climbs" in (
+            result.stderr
+        )
+
+
 class TestPlanWarnings:
     def test_unknown_dependency_name_is_a_warning_with_a_suggestion(self, tmp_path: Path) -> None:
         """`after k3ss` is shown by plan as a warning suggesting k3s; the plan still builds."""

@@ -14,7 +14,7 @@ __all__ = ["completion_command", "config_group"]
 
 @click.group("config")
 def config_group() -> None:
-    """Inspect the configuration (/etc/noderole/config.toml under --root)."""
+    """Show or check the configuration (/etc/noderole/config.toml under --root)."""
 
 
 @config_group.command("show")
