@@ -51,6 +51,11 @@ __all__ = [
     "WaitForTcp",
     "Warn",
     "WriteFile",
+    # helpers the configuration and the plan use
+    "LEAF_LIFETIME_DAYS",
+    "MAX_SECONDS",
+    "did_you_mean",
+    "unknown_names",
 ]
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@+-]*$")
