@@ -1,135 +1,108 @@
 """noderole: apply a Kubernetes node role at boot.
 
-The public API for plugin authors: ``import noderole`` then ``noderole.Service``,
-``noderole.hookimpl``... Names are imported on first use (PEP 562), because ``noderole --help``
-runs at boot and must not pay for attrs record classes or pluggy it does not need.
+The public API, for plugin authors and for programs that embed noderole: ``import noderole`` then
+``noderole.Service``, ``noderole.hookimpl``... Everything a plugin or a test of one touches is
+here or in :mod:`noderole.testing`; every other module (``noderole.records``, ``noderole.plan``,
+...) is internal and may change without notice.
+
+The public names are listed once, in the ``TYPE_CHECKING`` block below: type checkers read those
+imports, and at run time the lazy table is read from the same lines on the first lookup. Names are
+imported on first use (PEP 562), because ``noderole --help`` and the supervisor run at boot and
+must not pay for attrs record classes or pluggy they do not need.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from noderole.__about__ import __version__
+from noderole.__about__ import __version__ as __version__
 
 if TYPE_CHECKING:
-    from noderole.context import NodeContext
-    from noderole.errors import (
-        BackendError,
-        CertificateError,
-        ConfigError,
-        DefinitionError,
-        EnvFileError,
-        NoderoleError,
-        PlanError,
-        PluginError,
-        StepError,
-        WaitTimeout,
-    )
-    from noderole.hookspecs import hookimpl, hookspec
-    from noderole.records import (
-        Call,
-        Fail,
-        MakeDirectories,
-        MintCertificate,
-        Secret,
-        Service,
-        Setting,
-        SettingsTable,
-        StandIn,
-        Supervision,
-        WaitForCommand,
-        WaitForHttp,
-        WaitForPaths,
-        WaitForSocket,
-        WaitForTcp,
-        Warn,
-        WriteFile,
-    )
-    from noderole.steps import StepContext
+    # The one list of public names. Write each on its own line as ``from noderole.x import Name
+    # as Name`` (an explicit re-export, which is also the line _public() reads at run time).
+    from noderole.certs import CertOutcome as CertOutcome
+    from noderole.clock import Clock as Clock
+    from noderole.clock import FakeClock as FakeClock
+    from noderole.clock import SystemClock as SystemClock
+    from noderole.config import CONFIG_PATH as CONFIG_PATH
+    from noderole.context import NodeContext as NodeContext
+    from noderole.engine import ApplyReport as ApplyReport
+    from noderole.engine import ServiceReport as ServiceReport
+    from noderole.envfile import EnvFile as EnvFile
+    from noderole.envfile import parse_env_text as parse_env_text
+    from noderole.envfile import read_env_file as read_env_file
+    from noderole.errors import BackendError as BackendError
+    from noderole.errors import CertificateError as CertificateError
+    from noderole.errors import ConfigError as ConfigError
+    from noderole.errors import DefinitionError as DefinitionError
+    from noderole.errors import EnvFileError as EnvFileError
+    from noderole.errors import ExitCode as ExitCode
+    from noderole.errors import LockedError as LockedError
+    from noderole.errors import NoderoleError as NoderoleError
+    from noderole.errors import PlanError as PlanError
+    from noderole.errors import PluginError as PluginError
+    from noderole.errors import StepError as StepError
+    from noderole.errors import UsageError as UsageError
+    from noderole.errors import WaitTimeout as WaitTimeout
+    from noderole.hookspecs import hookimpl as hookimpl
+    from noderole.hookspecs import hookspec as hookspec
+    from noderole.plan import Plan as Plan
+    from noderole.plan import PlannedService as PlannedService
+    from noderole.records import Call as Call
+    from noderole.records import Fail as Fail
+    from noderole.records import MakeDirectories as MakeDirectories
+    from noderole.records import MintCertificate as MintCertificate
+    from noderole.records import Readiness as Readiness
+    from noderole.records import Secret as Secret
+    from noderole.records import Service as Service
+    from noderole.records import Setting as Setting
+    from noderole.records import SettingsTable as SettingsTable
+    from noderole.records import StandIn as StandIn
+    from noderole.records import Step as Step
+    from noderole.records import Supervision as Supervision
+    from noderole.records import Wait as Wait
+    from noderole.records import WaitForCommand as WaitForCommand
+    from noderole.records import WaitForHttp as WaitForHttp
+    from noderole.records import WaitForPaths as WaitForPaths
+    from noderole.records import WaitForSocket as WaitForSocket
+    from noderole.records import WaitForTcp as WaitForTcp
+    from noderole.records import Warn as Warn
+    from noderole.records import WriteFile as WriteFile
+    from noderole.render import render_openrc as render_openrc
+    from noderole.render import render_systemd as render_systemd
+    from noderole.render import write_rendered as write_rendered
+    from noderole.root import NodeRoot as NodeRoot
+    from noderole.steps import StepContext as StepContext
+    from noderole.steps import StepResult as StepResult
+    from noderole.waits import missing as missing
+    from noderole.waits import run_wait as run_wait
 
-_WHERE = {
-    "hookimpl": "noderole.hookspecs",
-    "hookspec": "noderole.hookspecs",
-    **dict.fromkeys(
-        [
-            "Service",
-            "Supervision",
-            "Secret",
-            "MakeDirectories",
-            "WriteFile",
-            "MintCertificate",
-            "Fail",
-            "Call",
-            "WaitForPaths",
-            "WaitForSocket",
-            "WaitForTcp",
-            "WaitForHttp",
-            "WaitForCommand",
-            "Warn",
-            "Setting",
-            "SettingsTable",
-            "StandIn",
-        ],
-        "noderole.records",
-    ),
-    "StepContext": "noderole.steps",
-    "NodeContext": "noderole.context",
-    **dict.fromkeys(
-        [
-            "NoderoleError",
-            "PluginError",
-            "ConfigError",
-            "DefinitionError",
-            "PlanError",
-            "StepError",
-            "WaitTimeout",
-            "CertificateError",
-            "EnvFileError",
-            "BackendError",
-        ],
-        "noderole.errors",
-    ),
-}
 
-__all__ = [
-    "__version__",
-    "hookimpl",
-    "hookspec",
-    "StepContext",
-    "NodeContext",
-    "Service",
-    "Supervision",
-    "Secret",
-    "MakeDirectories",
-    "WriteFile",
-    "MintCertificate",
-    "Fail",
-    "Call",
-    "WaitForPaths",
-    "WaitForSocket",
-    "WaitForTcp",
-    "WaitForHttp",
-    "WaitForCommand",
-    "Warn",
-    "Setting",
-    "SettingsTable",
-    "StandIn",
-    "NoderoleError",
-    "PluginError",
-    "ConfigError",
-    "DefinitionError",
-    "PlanError",
-    "StepError",
-    "WaitTimeout",
-    "CertificateError",
-    "EnvFileError",
-    "BackendError",
-]
+@functools.cache
+def _public() -> dict[str, str]:
+    """Public name -> the module that defines it, read from the ``TYPE_CHECKING`` block above.
+
+    Read once, on the first lookup of a public name, with one regular expression over this file
+    (well under a millisecond); ``noderole --help`` never looks one up.
+    """
+    import re
+
+    with open(__file__, encoding="utf-8") as source:
+        text = source.read()
+    return {
+        name: module
+        for module, name in re.findall(
+            r"^    from (noderole[\w.]*) import (\w+) as \2$", text, flags=re.MULTILINE
+        )
+    }
 
 
 def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
+    if name == "__all__":
+        return ["__version__", *sorted(_public())]
+    module = _public().get(name)
     if module is None:
         raise AttributeError(f"module 'noderole' has no attribute {name!r}")
     value = getattr(importlib.import_module(module), name)
@@ -138,4 +111,4 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted(__all__)
+    return ["__version__", *sorted(_public())]

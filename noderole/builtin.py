@@ -46,12 +46,16 @@ def noderole_settings() -> SettingsTable:
             Setting(
                 name="net_timeout",
                 type=float,
+                min=0.1,
+                max=86400,
                 default=120.0,
                 description="Seconds to wait for the network before `net` fails.",
             ),
             Setting(
                 name="cgroups_timeout",
                 type=float,
+                min=0.1,
+                max=86400,
                 default=30.0,
                 description="Seconds to wait for a cgroup filesystem before `cgroups` fails.",
             ),
@@ -59,6 +63,7 @@ def noderole_settings() -> SettingsTable:
                 name="backend",
                 type=str,
                 default="auto",
+                choices=["auto", "native", "openrc", "systemd"],
                 description=(
                     "Backend for `apply`: auto, native, openrc or systemd. auto picks systemd "
                     "when /run/systemd/system exists, OpenRC when /run/openrc exists, else native "
@@ -68,6 +73,8 @@ def noderole_settings() -> SettingsTable:
             Setting(
                 name="readiness_timeout",
                 type=float,
+                min=0.1,
+                max=86400,
                 default=60.0,
                 description=(
                     "Seconds `apply` waits for a service's readiness when a dependent needs it."

@@ -4,6 +4,8 @@ Plugins declare their settings (:class:`noderole.SettingsTable`) with types and 
 overrides them. Anything the file says that no plugin declared, or says with the wrong type, is an
 error naming the file, the table and the key — a typo in a boot configuration must never be
 silently ignored.
+
+Internal module: the public names are ``noderole.CONFIG_PATH`` and ``noderole.ConfigError``.
 """
 
 from __future__ import annotations
@@ -15,11 +17,11 @@ from typing import Any
 
 import attrs
 
-from noderole.errors import ConfigError
-from noderole.records import Setting, SettingsTable, _matches_type
+from noderole.errors import ConfigError, DefinitionError
+from noderole.records import Setting, SettingsTable, did_you_mean
 from noderole.root import NodeRoot
 
-__all__ = ["CONFIG_PATH", "Config", "ConfigValue", "load_config"]
+__all__ = ["CONFIG_PATH", "Config", "ConfigValue", "check_config", "load_config"]
 
 CONFIG_PATH = "/etc/noderole/config.toml"
 """Node path of the configuration file (read under ``--root``)."""
@@ -65,69 +67,127 @@ class Config:
             ) from None
         return types.MappingProxyType({key: entry.value for key, entry in entries.items()})
 
+    def blame(self, error: DefinitionError) -> ConfigError | None:
+        """The configuration error behind a plugin's rejected record, when a value set in the file
+        is what the record refused; None when the record's value did not come from the file.
+
+        A ``pidfile = "/../x.pid"`` that passes its ``str`` type but that the plugin's
+        ``Service`` refuses is the operator's mistake in config.toml, not the plugin's: it is
+        reported naming the file, table and key, with the configuration exit code.
+        """
+        field = error.field
+        if field is None or error.value is DefinitionError.NO_VALUE:
+            return None
+        culprits = [
+            entry
+            for entry in self.entries()
+            if entry.source == self.path
+            and type(entry.value) is type(error.value)
+            and entry.value == error.value
+        ]
+        if not culprits:
+            return None
+        # Several file values may be equal (two ports of 0); the key named like the field wins.
+        culprits.sort(key=lambda entry: field not in entry.setting.name)
+        entry = culprits[0]
+        shown = "***" if entry.setting.secret else repr(entry.value)
+        return ConfigError(
+            f"{self.path}:{entry.table}.{entry.setting.name}: {shown} is refused by the plugin "
+            f"that uses it: {error}; fix the value in {self.path}"
+        )
+
     def entries(self) -> list[ConfigValue]:
         """Every value, sorted by table then declaration order."""
         return [entry for name in sorted(self.values) for entry in self.values[name].values()]
 
 
 def load_config(root: NodeRoot, tables: Sequence[SettingsTable]) -> Config:
-    """Read ``ROOT/etc/noderole/config.toml`` (absent: all defaults) against the declared tables."""
+    """Read ``ROOT/etc/noderole/config.toml`` (absent: all defaults) against the declared tables.
+
+    Raises :class:`ConfigError` listing every problem (one line each, ``file:table.key: why``).
+    """
+    config, problems = check_config(root, tables)
+    if problems or config is None:
+        raise ConfigError("\n".join(problems))
+    return config
+
+
+def check_config(
+    root: NodeRoot, tables: Sequence[SettingsTable]
+) -> tuple[Config | None, list[str]]:
+    """The effective configuration and every problem found (``noderole config check``).
+
+    Each problem is one line naming ``file:table.key`` and why, with the fix when it is known.
+    The configuration is None when the file cannot be read or parsed at all.
+    """
     local = root.resolve(CONFIG_PATH)
     try:
         raw = local.read_bytes()
     except FileNotFoundError:
         return _build(tables, {}, found=False)
     except OSError as exc:
-        raise ConfigError(f"{CONFIG_PATH}: cannot read it: {exc.strerror}") from exc
+        return None, [f"{CONFIG_PATH}: cannot read it: {exc.strerror}"]
     try:
         document = tomllib.loads(raw.decode("utf-8"))
     except UnicodeDecodeError as exc:
-        raise ConfigError(
-            f"{CONFIG_PATH}: not UTF-8 text ({exc.reason} at byte {exc.start})"
-        ) from exc
+        return None, [f"{CONFIG_PATH}: not UTF-8 text ({exc.reason} at byte {exc.start})"]
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{CONFIG_PATH}: not valid TOML: {exc}") from exc
+        return None, [f"{CONFIG_PATH}: not valid TOML: {exc}"]
     return _build(tables, document, found=True)
 
 
-def _build(tables: Sequence[SettingsTable], document: Mapping[str, Any], *, found: bool) -> Config:
+def _build(
+    tables: Sequence[SettingsTable], document: Mapping[str, Any], *, found: bool
+) -> tuple[Config, list[str]]:
     declared = {table.table: table for table in tables}
+    problems: list[str] = []
     for name, body in document.items():
         if name not in declared:
             known = ", ".join(f"[{t}]" for t in sorted(declared)) or "none"
-            raise ConfigError(
-                f"{CONFIG_PATH}: table [{name}] is not declared by any installed plugin "
-                f"(known tables: {known}); remove it or install the plugin that reads it"
+            problems.append(
+                f"{CONFIG_PATH}:{name}: table [{name}] is not declared by any installed plugin"
+                f"{did_you_mean(name, declared)} (known tables: {known}); remove it or install "
+                f"the plugin that reads it"
             )
-        if not isinstance(body, dict):
-            raise ConfigError(f"{CONFIG_PATH}: [{name}] must be a table, got {body!r}")
+        elif not isinstance(body, dict):
+            problems.append(f"{CONFIG_PATH}:{name}: [{name}] must be a table, got {body!r}")
     values: dict[str, dict[str, ConfigValue]] = {}
     for name, table in declared.items():
         body = document.get(name, {})
+        if not isinstance(body, dict):
+            body = {}
         settings = {s.name: s for s in table.settings}
         for key in body:
             if key not in settings:
                 known = ", ".join(settings) or "none"
-                raise ConfigError(
-                    f"{CONFIG_PATH}: [{name}] has unknown key {key!r} (known keys: {known})"
+                problems.append(
+                    f"{CONFIG_PATH}:{name}.{key}: unknown key{did_you_mean(key, settings)} "
+                    f"(known keys of [{name}]: {known})"
                 )
         entries: dict[str, ConfigValue] = {}
         for setting in table.settings:
+            value, source = setting.default, "default"
             if setting.name in body:
-                value = body[setting.name]
-                if not _matches_type(value, setting.type):
-                    raise ConfigError(
-                        f"{CONFIG_PATH}: [{name}] {setting.name} = {value!r} must be of type "
-                        f"{setting.type.__name__} (default: {setting.default!r})"
-                    )
-                if setting.type is float:
-                    value = float(value)
-                entries[setting.name] = ConfigValue(
-                    table=name, setting=setting, value=value, source=CONFIG_PATH
-                )
-            else:
-                entries[setting.name] = ConfigValue(
-                    table=name, setting=setting, value=setting.default, source="default"
-                )
+                given = body[setting.name]
+                why = setting.invalid(given)
+                if why is None:
+                    value = float(given) if setting.type is float else given
+                    source = CONFIG_PATH
+                else:
+                    problems.append(_problem(name, setting, given, why))
+            entries[setting.name] = ConfigValue(
+                table=name, setting=setting, value=value, source=source
+            )
         values[name] = entries
-    return Config(values=values, file_found=found)
+    return Config(values=values, file_found=found), problems
+
+
+def _problem(table: str, setting: Setting, value: object, why: str) -> str:
+    shown = "***" if setting.secret else repr(value)
+    allowed = setting.bounds()
+    expected = f"a {setting.type.__name__}" + (f", {allowed}" if allowed else "")
+    default = "***" if setting.secret else repr(setting.default)
+    return (
+        f"{CONFIG_PATH}:{table}.{setting.name}: {shown} {why}; expected {expected} "
+        f"(default: {default})"
+    )

@@ -13,6 +13,8 @@ syntax is the subset of POSIX shell assignments such files are written in:
 - CRLF line ends are accepted; the last assignment of a key wins.
 
 A malformed line is skipped and reported as ``PATH:LINE: why``; the other lines still count.
+
+Internal module: import ``EnvFile``, ``read_env_file`` and ``parse_env_text`` from :mod:`noderole`.
 """
 
 from __future__ import annotations

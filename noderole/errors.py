@@ -5,23 +5,26 @@ The hierarchy, so one glance shows what can be caught::
     NoderoleError                     exit 1   base of everything below
     ├── UsageError (ValueError)       exit 2   bad command-line input
     ├── PluginError                   exit 3   a plugin failed to load or misbehaved in a hook
-    ├── ConfigError (ValueError)      exit 4   config.toml: unknown key, wrong type, bad TOML
+    ├── ConfigError (ValueError)      exit 4   config.toml: unknown key, wrong type or range
     ├── DefinitionError (ValueError)  exit 5   a record built with an invalid field
     ├── PlanError                     exit 6   no provider, a cycle, a duplicate, an unknown role
     ├── StepError                     exit 1   a pre-start step failed (a wait timed out...)
     │   └── WaitTimeout (TimeoutError)
     ├── CertificateError (ValueError) exit 7   a certificate input is unusable (a bad SAN...)
-    ├── EnvFileError (ValueError)     exit 8   an environment file cannot be decoded
+    ├── EnvFileError (ValueError)     exit 8   an environment file is missing or undecodable
     ├── LockedError                   exit 9   another `noderole apply` holds the node lock
     └── BackendError                  exit 10  the init system or supervisor refused or failed
 
 Exit codes are one enum, :class:`ExitCode`; each error class carries its own in ``exit_code``
 (click's habit), so the CLI never keeps a second table.
+
+Internal module: import the errors from :mod:`noderole` (``noderole.ConfigError``).
 """
 
 from __future__ import annotations
 
 import enum
+from typing import ClassVar
 
 __all__ = [
     "BackendError",
@@ -52,15 +55,18 @@ class ExitCode(enum.IntEnum):
     PLUGIN = 3
     """A plugin failed to load, or a hook raised or returned something that is not a record."""
     CONFIG = 4
-    """The configuration file is unreadable or names an unknown key or a wrong type."""
+    """The configuration file is unreadable, names an unknown table or key, or gives a value of
+    the wrong type, outside its declared range or choices, or that a plugin's record refuses
+    (``noderole config check`` lists every problem as FILE:TABLE.KEY)."""
     DEFINITION = 5
-    """A plugin built a record with an invalid field."""
+    """A plugin built a record with an invalid field: a misspelled keyword, a string where a list
+    is expected, a nan or out-of-range number, a path whose ``..`` leaves the root, a bad SAN."""
     PLAN = 6
     """The role cannot be planned: unknown role, missing provider, cycle, duplicate service."""
     CERTIFICATE = 7
     """A certificate could not be minted or checked."""
     ENVFILE = 8
-    """An environment file could not be decoded."""
+    """An environment file could not be decoded, or ``env show`` was given one that is missing."""
     LOCKED = 9
     """Another noderole process holds the node lock."""
     BACKEND = 10
@@ -102,9 +108,22 @@ class ConfigError(NoderoleError, ValueError):
 
 
 class DefinitionError(NoderoleError, ValueError):
-    """A record was built with an invalid field; the message names the record, the field and why."""
+    """A record was built with an invalid field; the message names the record, the field and why.
+
+    ``field`` and ``value`` say which field was refused and what it was given, when known, so a
+    value that came from config.toml can be reported as a configuration error instead.
+    """
 
     exit_code = ExitCode.DEFINITION
+    NO_VALUE: ClassVar[object] = object()
+    """``value`` when the refused value is not known."""
+
+    def __init__(self, message: str, *, field: str | None = None, value: object = NO_VALUE):
+        super().__init__(message)
+        self.field = field
+        """The refused field, or None."""
+        self.value = value
+        """The value it was given, or :attr:`NO_VALUE`."""
 
 
 class PlanError(NoderoleError):
@@ -130,7 +149,7 @@ class CertificateError(NoderoleError, ValueError):
 
 
 class EnvFileError(NoderoleError, ValueError):
-    """An environment file exists but cannot be read or decoded."""
+    """An environment file cannot be read or decoded (or, for ``env show``, does not exist)."""
 
     exit_code = ExitCode.ENVFILE
 

@@ -31,7 +31,7 @@ from typing import Any, Final, Literal, TypeAlias
 import attrs
 
 from noderole.errors import PlanError
-from noderole.records import Service
+from noderole.records import Service, unknown_names
 
 __all__ = ["KINDS", "Kind", "Plan", "PlannedService", "build_plan"]
 
@@ -112,6 +112,8 @@ class Plan:
     """Every planned service in start order: wave by wave, by name within a wave."""
     waves: tuple[tuple[str, ...], ...] = attrs.field(converter=_frozen_waves)
     """Service names per wave, each wave sorted by name."""
+    warnings: tuple[str, ...] = ()
+    """Problems that do not stop the plan (a dependency name no service has, with a suggestion)."""
     _by_name: Mapping[str, PlannedService] = attrs.field(init=False, repr=False, eq=False)
     _dependents: Mapping[str, tuple[str, ...]] = attrs.field(init=False, repr=False, eq=False)
 
@@ -187,6 +189,7 @@ class Plan:
             "role": self.role,
             "waves": [list(wave) for wave in self.waves],
             "services": [_service_dict(planned) for planned in self.services],
+            "warnings": list(self.warnings),
         }
 
 
@@ -263,7 +266,8 @@ def build_plan(services: Iterable[Service], role: str, *, plugins: Sequence[str]
                     unresolved=unresolved,
                 )
             )
-    return Plan(role=role, services=planned, waves=waves)
+    warnings = unknown_names((p.service for p in planned), graph.by_name.values())
+    return Plan(role=role, services=planned, waves=waves, warnings=tuple(warnings))
 
 
 _Parts: TypeAlias = tuple[

@@ -173,6 +173,11 @@ class PluginSet:
             items: list[Any] = outcome["items"]
             return items
         if isinstance(error, DefinitionError):
+            # A value from config.toml that the plugin's record refuses is the operator's to fix.
+            config = getattr(kwargs.get("node"), "config", None)
+            blamed = config.blame(error) if config is not None else None
+            if blamed is not None:
+                raise blamed from error
             raise DefinitionError(f"{self._describe(plugin)} hook {hook_name}: {error}") from error
         if isinstance(error, NoderoleError):
             # Keep the class (and so the exit code) but say where it came from.

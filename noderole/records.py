@@ -8,19 +8,24 @@ names the record and the field. The plugin manager adds the plugin and hook to t
 Paths in records are always the paths *as the booted node sees them* (``/etc/...``); the engine
 resolves them under ``--root`` when it reads, writes or executes. That is what lets one record serve
 a real boot, a rehearsal in a scratch directory, and a rendered OpenRC or systemd file.
+
+Internal module: import the records from :mod:`noderole` (``noderole.Service``).
 """
 
 from __future__ import annotations
 
+import functools
+import math
 import re
 import signal
 import types
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Literal, TypeAlias
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias, TypeVar
 
 import attrs
 
 from noderole.errors import DefinitionError
+from noderole.root import climbs_out
 
 if TYPE_CHECKING:
     from noderole.steps import StepContext
@@ -46,6 +51,11 @@ __all__ = [
     "WaitForTcp",
     "Warn",
     "WriteFile",
+    # helpers the configuration and the plan use
+    "LEAF_LIFETIME_DAYS",
+    "MAX_SECONDS",
+    "did_you_mean",
+    "unknown_names",
 ]
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@+-]*$")
@@ -54,17 +64,34 @@ _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 # --------------------------------------------------------------------------- helpers
 
+MAX_SECONDS = 366 * 24 * 3600.0
+"""Longest duration a record accepts (a year): beyond it a bound is no bound, and the clock's
+arithmetic would overflow the OS's timeout types."""
+
+LEAF_LIFETIME_DAYS = 365
+"""Days a minted serving certificate lives (``noderole.certs.LEAF_LIFETIME``; repeated here because
+importing the certificate module loads cryptography, which building records must not)."""
+
+_LIST = {"list": True}
+"""Field metadata: the field takes a list (or tuple); a lone string is refused, never split."""
+
+T = TypeVar("T")
+
 
 def _fail(record: str, field: str, why: str) -> DefinitionError:
-    return DefinitionError(f"{record}: field {field!r} {why}")
+    return DefinitionError(f"{record}: field {field!r} {why}", field=field)
 
 
-def _tuple_of_str(value: Iterable[str] | str | None) -> tuple[str, ...]:
-    """Normalise a list of names: a lone string is one item, None is empty, order is kept."""
+def _fail_with(value: object, record: str, field: str, why: str) -> DefinitionError:
+    error = _fail(record, field, why)
+    error.value = value
+    return error
+
+
+def _tuple_of_str(value: Iterable[str] | None) -> tuple[str, ...]:
+    """Normalise a list of names: None is empty, order is kept (strings are refused earlier)."""
     if value is None:
         return ()
-    if isinstance(value, str):
-        return (value,)
     return tuple(value)
 
 
@@ -75,6 +102,73 @@ def _tuple(value: Iterable[Any]) -> tuple[Any, ...]:
 
 def _optional_tuple(value: Iterable[str] | None) -> tuple[str, ...] | None:
     return None if value is None else tuple(value)
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """`` (did you mean 'k3s'?)`` for the closest of ``choices`` to ``word``, or ``""``.
+
+    Pure and cheap: used by records (a misspelled keyword), configuration (an unknown key) and
+    ``plan`` (a dependency on a name no service provides).
+    """
+    import difflib
+
+    close = difflib.get_close_matches(word, sorted(set(choices)), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _checked(cls: type[T]) -> type[T]:
+    """Make every mistake in a record's construction a :class:`DefinitionError`.
+
+    attrs raises ``TypeError`` for a misspelled or missing keyword and its own validators raise a
+    bare ``ValueError``; a plugin author should instead see the record, the field and the fix. A
+    string given where a list is expected is refused here too: iterating it would split a command
+    line into characters.
+    """
+    init = cls.__init__
+    fields = attrs.fields(cls)  # type: ignore[arg-type]
+    known = [f.alias or f.name for f in fields]
+    required = [f.alias or f.name for f in fields if f.default is attrs.NOTHING]
+    lists = [f.alias or f.name for f in fields if f.metadata.get("list")]
+    kind = cls.__name__
+
+    @functools.wraps(init)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        name = kwargs.get("name")
+        label = f"{kind} {name!r}" if isinstance(name, str) else kind
+        if args:
+            raise DefinitionError(
+                f"{label}: takes keyword arguments only (field=value), got {len(args)} "
+                f"positional argument(s)"
+            )
+        for key in kwargs:
+            if key not in known:
+                raise DefinitionError(
+                    f"{label}: unknown field {key!r}{did_you_mean(key, known)}; "
+                    f"fields: {', '.join(known)}"
+                )
+        missing = [key for key in required if key not in kwargs]
+        if missing:
+            raise DefinitionError(f"{label}: field {missing[0]!r} is required")
+        for key in lists:
+            if isinstance(kwargs.get(key), str | bytes):
+                raise _fail_with(
+                    kwargs[key],
+                    label,
+                    key,
+                    f"must be a list, got the string {kwargs[key]!r}; write [{kwargs[key]!r}] "
+                    f"for one item (a string is never split)",
+                )
+        try:
+            init(self, **kwargs)
+        except DefinitionError as error:
+            if error.field in kwargs and error.value is DefinitionError.NO_VALUE:
+                error.value = kwargs[error.field]
+            raise
+        except (TypeError, ValueError) as error:
+            raise DefinitionError(f"{label}: {error}") from None
+
+    cls.__init__ = __init__  # type: ignore[method-assign]
+    return cls
 
 
 def _check_names(inst: Any, attribute: attrs.Attribute[Any], value: tuple[str, ...]) -> None:
@@ -92,6 +186,14 @@ def _check_absolute(inst: Any, attribute: attrs.Attribute[Any], value: str | Non
         return
     if not isinstance(value, str) or not value.startswith("/"):
         raise _fail(_label(inst), attribute.name, f"must be an absolute path, got {value!r}")
+    if "\0" in value:
+        raise _fail(_label(inst), attribute.name, f"has a NUL character: {value!r}")
+    if climbs_out(value):
+        raise _fail(
+            _label(inst),
+            attribute.name,
+            f"is {value!r}, whose '..' climbs above the root /; write the path without '..'",
+        )
 
 
 def _check_absolute_all(inst: Any, attribute: attrs.Attribute[Any], value: tuple[str, ...]) -> None:
@@ -101,18 +203,47 @@ def _check_absolute_all(inst: Any, attribute: attrs.Attribute[Any], value: tuple
         _check_absolute(inst, attribute, item)
 
 
-def _check_non_negative(inst: Any, attribute: attrs.Attribute[Any], value: float | None) -> None:
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _check_seconds(
+    inst: Any, attribute: attrs.Attribute[Any], value: float | None, *, zero: bool
+) -> None:
     if value is None:
         return
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-        raise _fail(_label(inst), attribute.name, f"must be a number >= 0, got {value!r}")
+    low = ">= 0" if zero else "> 0"
+    if (
+        not _is_number(value)
+        or not math.isfinite(value)
+        or value < 0
+        or (value == 0 and not zero)
+        or value > MAX_SECONDS
+    ):
+        raise _fail(
+            _label(inst),
+            attribute.name,
+            f"must be a finite number of seconds {low} and <= {MAX_SECONDS:g} (a year), "
+            f"got {value!r}",
+        )
+
+
+def _check_non_negative(inst: Any, attribute: attrs.Attribute[Any], value: float | None) -> None:
+    _check_seconds(inst, attribute, value, zero=True)
 
 
 def _check_positive(inst: Any, attribute: attrs.Attribute[Any], value: float | None) -> None:
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-        raise _fail(_label(inst), attribute.name, f"must be a number > 0, got {value!r}")
+    _check_seconds(inst, attribute, value, zero=False)
+
+
+def _check_count(inst: Any, attribute: attrs.Attribute[Any], value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise _fail(_label(inst), attribute.name, f"must be a whole number >= 0, got {value!r}")
+
+
+def _check_port(inst: Any, attribute: attrs.Attribute[Any], value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:
+        raise _fail(_label(inst), attribute.name, f"must be a port 1-65535, got {value!r}")
 
 
 def _encodable(text: str) -> bool:
@@ -176,11 +307,14 @@ def _check_environment(
 # --------------------------------------------------------------------------- waits
 
 
+@_checked
 @attrs.frozen(kw_only=True)
 class WaitForPaths:
     """Wait until the paths exist (and are readable, by default): all of them, or any one."""
 
-    paths: tuple[str, ...] = attrs.field(converter=_tuple_of_str, validator=_check_absolute_all)
+    paths: tuple[str, ...] = attrs.field(
+        converter=_tuple_of_str, validator=_check_absolute_all, metadata=_LIST
+    )
     """Absolute node paths to wait for."""
     timeout: float = attrs.field(validator=_check_positive)
     """Seconds before the wait fails."""
@@ -199,6 +333,7 @@ class WaitForPaths:
         return f"wait up to {self.timeout:g}s for {self.require} {what}: {joined}"
 
 
+@_checked
 @attrs.frozen(kw_only=True)
 class WaitForSocket:
     """Wait until a unix stream socket accepts a connection."""
@@ -214,15 +349,14 @@ class WaitForSocket:
         return f"wait up to {self.timeout:g}s for unix socket {self.path}"
 
 
+@_checked
 @attrs.frozen(kw_only=True)
 class WaitForTcp:
     """Wait until a TCP port accepts a connection."""
 
     host: str
     """Host name or address (loopback for a local service)."""
-    port: int = attrs.field(
-        validator=attrs.validators.and_(attrs.validators.ge(1), attrs.validators.le(65535))
-    )
+    port: int = attrs.field(validator=_check_port)
     """TCP port."""
     timeout: float = attrs.field(validator=_check_positive)
     """Seconds before the wait fails."""
@@ -240,6 +374,7 @@ def _check_url(inst: Any, attribute: attrs.Attribute[Any], value: str) -> None:
         )
 
 
+@_checked
 @attrs.frozen(kw_only=True)
 class WaitForHttp:
     """Wait until an HTTP(S) URL answers with a 2xx status."""
@@ -255,11 +390,12 @@ class WaitForHttp:
         return f"wait up to {self.timeout:g}s for HTTP 2xx from {self.url}"
 
 
+@_checked
 @attrs.frozen(kw_only=True)
 class WaitForCommand:
     """Wait until a command exits 0 (run again and again, each run bounded by the timeout)."""
 
-    argv: tuple[str, ...] = attrs.field(converter=_tuple_of_str)
+    argv: tuple[str, ...] = attrs.field(converter=_tuple_of_str, metadata=_LIST)
     """The command, as an argv list; ``argv[0]`` is an absolute path."""
     timeout: float = attrs.field(validator=_check_positive)
     """Seconds before the wait fails."""
@@ -267,7 +403,9 @@ class WaitForCommand:
     """Timeout message; ``{elapsed}`` and ``{missing}`` are filled in."""
 
     def __attrs_post_init__(self) -> None:
-        if not self.argv or not self.argv[0].startswith("/"):
+        if not self.argv or not all(isinstance(arg, str) for arg in self.argv):
+            raise _fail("WaitForCommand", "argv", f"must be a list of strings, got {self.argv!r}")
+        if not self.argv[0].startswith("/"):
             raise _fail(
                 "WaitForCommand", "argv", f"must start with an absolute path, got {self.argv!r}"
             )
@@ -292,11 +430,14 @@ def _mode(inst: Any, attribute: attrs.Attribute[Any], value: int) -> None:
         )
 
 
+@_checked
 @attrs.frozen(kw_only=True)
 class MakeDirectories:
     """Create directories and their parents, like ``mkdir -p``; existing ones are left alone."""
 
-    paths: tuple[str, ...] = attrs.field(converter=_tuple_of_str, validator=_check_absolute_all)
+    paths: tuple[str, ...] = attrs.field(
+        converter=_tuple_of_str, validator=_check_absolute_all, metadata=_LIST
+    )
     """Absolute node paths."""
     mode: int = attrs.field(default=0o755, validator=_mode)
     """Mode for directories this step creates."""
@@ -305,6 +446,7 @@ class MakeDirectories:
         return f"mkdir -p {' '.join(self.paths)}"
 
 
+@_checked
 @attrs.frozen(kw_only=True)
 class WriteFile:
     """Write a file atomically (temp file, fsync, rename) unless it already has this content."""
@@ -320,6 +462,7 @@ class WriteFile:
         return f"write {self.path} ({len(self.content)} bytes, mode {self.mode:o})"
 
 
+@_checked
 @attrs.frozen(kw_only=True)
 class MintCertificate:
     """Mint, or reuse when still good, a serving pair ``DIR/tls.crt`` + ``DIR/tls.key`` from a CA.
@@ -335,12 +478,37 @@ class MintCertificate:
     """The CA private key (PEM: EC or RSA, SEC1/PKCS#1 or PKCS#8)."""
     common_name: str = attrs.field(validator=attrs.validators.min_len(1))
     """The leaf's subject CN."""
-    sans: tuple[str, ...] = attrs.field(converter=_tuple_of_str)
-    """Subject alternative names: DNS names and IP addresses, as given (validated when minting)."""
-    renew_before_days: int = attrs.field(default=90, validator=_check_non_negative)
-    """Re-mint when fewer than this many days remain."""
+    sans: tuple[str, ...] = attrs.field(converter=_tuple_of_str, metadata=_LIST)
+    """Subject alternative names: DNS names and IP addresses, as given (checked here, so a port,
+    a URL or a CIDR is a definition error at ``plan``, not a failure at apply)."""
+    renew_before_days: int = attrs.field(default=90)
+    """Re-mint when fewer than this many days remain (0 to 364: a new certificate lives 365)."""
     failure_message: str = "failed to mint serving cert: {reason}"
     """Message when minting fails; ``{reason}`` is filled in."""
+
+    @sans.validator
+    def _check_sans(self, attribute: attrs.Attribute[Any], value: tuple[str, ...]) -> None:
+        from noderole.errors import CertificateError
+        from noderole.sans import parse_sans
+
+        try:
+            parse_sans(value)
+        except CertificateError as error:
+            raise _fail("MintCertificate", "sans", f"is invalid: {error}") from None
+
+    @renew_before_days.validator
+    def _check_renewal(self, attribute: attrs.Attribute[Any], value: int) -> None:
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int)
+            or not (0 <= value < LEAF_LIFETIME_DAYS)
+        ):
+            raise _fail(
+                "MintCertificate",
+                "renew_before_days",
+                f"must be a whole number of days from 0 to {LEAF_LIFETIME_DAYS - 1} (a new "
+                f"certificate lives {LEAF_LIFETIME_DAYS} days; k3s uses 90), got {value!r}",
+            )
 
     @property
     def cert_path(self) -> str:
@@ -359,6 +527,7 @@ class MintCertificate:
         )
 
 
+@_checked
 @attrs.frozen(kw_only=True)
 class Fail:
     """A step that fails with a message: how a hook reports a problem it found in its inputs.
@@ -375,6 +544,7 @@ class Fail:
         return f"fail: {self.message}"
 
 
+@_checked
 @attrs.frozen(kw_only=True)
 class Warn:
     """A step that reports a problem without failing: shown by ``plan``, printed by ``apply``
@@ -389,6 +559,7 @@ class Warn:
         return f"warning: {self.message}"
 
 
+@_checked
 @attrs.frozen(kw_only=True)
 class Call:
     """Run a plugin's own function as a step: ``function(ctx)``; raise ``StepError`` to fail.
@@ -439,13 +610,14 @@ def _check_signal(inst: Any, attribute: attrs.Attribute[Any], value: str) -> Non
         )
 
 
+@_checked
 @attrs.frozen(kw_only=True)
 class Supervision:
     """How a service's process is kept alive and stopped (OpenRC supervise-daemon semantics)."""
 
     respawn_delay: float = attrs.field(default=5, validator=_check_non_negative)
     """Seconds to wait after the process exits before starting it again."""
-    respawn_max: int = attrs.field(default=0, validator=_check_non_negative)
+    respawn_max: int = attrs.field(default=0, validator=_check_count)
     """Respawns allowed within ``respawn_period`` before giving up; 0 means unlimited."""
     respawn_period: float | None = attrs.field(default=None, validator=_check_positive)
     """Window, in seconds from the first crash, that ``respawn_max`` counts in; None: whole life."""
@@ -460,6 +632,7 @@ class Supervision:
 # --------------------------------------------------------------------------- the service
 
 
+@_checked
 @attrs.frozen(kw_only=True)
 class Service:
     """One supervised service (or, without ``command``, a milestone that only runs its steps).
@@ -485,30 +658,38 @@ class Service:
     description: str = ""
     """One line for people."""
     roles: tuple[str, ...] = attrs.field(
-        default=(), converter=_tuple_of_str, validator=_check_names
+        default=(), converter=_tuple_of_str, validator=_check_names, metadata=_LIST
     )
     """Roles it belongs to; a service with none joins a plan only when another needs it."""
 
-    need: tuple[str, ...] = attrs.field(default=(), converter=_tuple_of_str, validator=_check_names)
+    need: tuple[str, ...] = attrs.field(
+        default=(), converter=_tuple_of_str, validator=_check_names, metadata=_LIST
+    )
     """Start these first; if one fails, this service is not started."""
-    use: tuple[str, ...] = attrs.field(default=(), converter=_tuple_of_str, validator=_check_names)
+    use: tuple[str, ...] = attrs.field(
+        default=(), converter=_tuple_of_str, validator=_check_names, metadata=_LIST
+    )
     """Start after these if they are in the role; never pulls them in."""
-    want: tuple[str, ...] = attrs.field(default=(), converter=_tuple_of_str, validator=_check_names)
+    want: tuple[str, ...] = attrs.field(
+        default=(), converter=_tuple_of_str, validator=_check_names, metadata=_LIST
+    )
     """Pull these in and start after them, but start even if they are absent or fail."""
     after: tuple[str, ...] = attrs.field(
-        default=(), converter=_tuple_of_str, validator=_check_names
+        default=(), converter=_tuple_of_str, validator=_check_names, metadata=_LIST
     )
     """Order only: start after these if they are in the plan."""
     before: tuple[str, ...] = attrs.field(
-        default=(), converter=_tuple_of_str, validator=_check_names
+        default=(), converter=_tuple_of_str, validator=_check_names, metadata=_LIST
     )
     """Order only: start before these if they are in the plan."""
     provide: tuple[str, ...] = attrs.field(
-        default=(), converter=_tuple_of_str, validator=_check_names
+        default=(), converter=_tuple_of_str, validator=_check_names, metadata=_LIST
     )
     """Virtual names this service provides (``need V`` is satisfied by V's providers)."""
 
-    command: tuple[str, ...] | None = attrs.field(default=None, converter=_optional_tuple)
+    command: tuple[str, ...] | None = attrs.field(
+        default=None, converter=_optional_tuple, metadata=_LIST
+    )
     """argv list (never a shell string); ``command[0]`` is an absolute path. None: no process."""
     environment: Mapping[str, EnvValue] = attrs.field(
         factory=dict, converter=_environment, validator=_check_environment, hash=False
@@ -528,7 +709,9 @@ class Service:
     """Append stderr here (may be the same file as ``output_log``)."""
     supervision: Supervision = attrs.field(factory=Supervision)
     """Respawn and stop settings."""
-    pre_start: tuple[Step, ...] = attrs.field(default=(), converter=_tuple, validator=_check_steps)
+    pre_start: tuple[Step, ...] = attrs.field(
+        default=(), converter=_tuple, validator=_check_steps, metadata=_LIST
+    )
     """Steps run in order before the command starts; the first failure fails the service."""
     readiness: Readiness | None = attrs.field(default=None, validator=_check_readiness)
     """Check that tells when the started service is ready (its timeout bounds waiting for it)."""
@@ -572,33 +755,127 @@ class Service:
         return {k: v.reveal() if isinstance(v, Secret) else v for k, v in self.environment.items()}
 
 
+def unknown_names(services: Iterable[Service], every: Iterable[Service]) -> list[str]:
+    """Warnings for names in ``after``/``before``/``use``/``want`` of ``services`` that no
+    service of ``every`` is called or provides, each with a did-you-mean when one is close.
+
+    Such a name is ignored by rule (order-only and optional dependencies may name services of
+    other roles), so a typo (``after k3ss``) would otherwise silently lose its ordering.
+    """
+    every = list(every)
+    known = {service.name for service in every} | {v for s in every for v in s.provide}
+    warnings = []
+    for service in services:
+        for kind in ("after", "before", "use", "want"):
+            for name in getattr(service, kind):
+                if name not in known:
+                    warnings.append(
+                        f"{service.name}: {kind} {name!r}: no service is called or provides "
+                        f"{name!r}{did_you_mean(name, known)}; the {kind} is ignored"
+                    )
+    return warnings
+
+
 # --------------------------------------------------------------------------- settings
 
 SettingType: TypeAlias = type[str] | type[int] | type[float] | type[bool]
 
 
+def _check_setting_type(inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if value not in (str, int, float, bool):
+        raise _fail(_label(inst), "type", f"must be str, int, float or bool, got {value!r}")
+
+
+def _check_bound(inst: Any, attribute: attrs.Attribute[Any], value: float | None) -> None:
+    if value is not None and (not _is_number(value) or not math.isfinite(value)):
+        raise _fail(_label(inst), attribute.name, f"must be a finite number, got {value!r}")
+
+
+def _optional_tuple_any(value: Iterable[Any] | None) -> tuple[Any, ...] | None:
+    return None if value is None else tuple(value)
+
+
+@_checked
 @attrs.frozen(kw_only=True)
 class Setting:
-    """One configurable value in a plugin's table of ``/etc/noderole/config.toml``."""
+    """One configurable value in a plugin's table of ``/etc/noderole/config.toml``.
+
+    Declare what a valid value is, and ``noderole config check`` (and every command that reads the
+    file) refuses anything else naming file, table and key::
+
+        Setting(name="respawn_delay", type=float, default=5.0, min=0, max=3600,
+                description="Seconds before a crashed server is started again.")
+        Setting(name="backend", type=str, default="auto",
+                choices=["auto", "native", "openrc", "systemd"])
+    """
 
     name: str = attrs.field(validator=attrs.validators.matches_re(r"^[a-z][a-z0-9_]*$"))
     """Key in the table (lower case, underscores)."""
-    type: SettingType = attrs.field(validator=attrs.validators.in_((str, int, float, bool)))
-    """``str``, ``int``, ``float`` or ``bool``; an int is accepted where a float is asked."""
+    type: SettingType = attrs.field(validator=_check_setting_type)
+    """``str``, ``int``, ``float`` or ``bool``; an int is accepted where a float is asked. A float
+    setting never accepts ``nan`` or an infinity."""
     default: str | int | float | bool
     """Value when the file does not set it (the shipped plugins use the seed's values)."""
     description: str = ""
     """One line for the configuration reference."""
     secret: bool = False
     """Shown as ``***`` by ``config show``."""
+    min: float | None = attrs.field(default=None, validator=_check_bound)
+    """Smallest value allowed (int and float settings); None: no lower bound."""
+    max: float | None = attrs.field(default=None, validator=_check_bound)
+    """Largest value allowed (int and float settings); None: no upper bound."""
+    choices: tuple[str | int | float, ...] | None = attrs.field(
+        default=None, converter=_optional_tuple_any, metadata=_LIST
+    )
+    """The only values allowed, in the order the reference lists them; None: any value."""
 
     def __attrs_post_init__(self) -> None:
-        if not _matches_type(self.default, self.type):
+        label = f"Setting {self.name!r}"
+        if (self.min is not None or self.max is not None) and self.type not in (int, float):
             raise _fail(
-                f"Setting {self.name!r}",
-                "default",
-                f"is {self.default!r}, not of type {self.type.__name__}",
+                label, "min", f"applies to int and float settings, not {self.type.__name__}"
             )
+        if self.min is not None and self.max is not None and self.min > self.max:
+            raise _fail(label, "min", f"is {self.min!r}, above max {self.max!r}")
+        if self.choices is not None:
+            if not self.choices:
+                raise _fail(label, "choices", "is empty; use None for any value")
+            for choice in self.choices:
+                if not _matches_type(choice, self.type):
+                    raise _fail(
+                        label, "choices", f"has {choice!r}, not of type {self.type.__name__}"
+                    )
+        if not _matches_type(self.default, self.type):
+            raise _fail(label, "default", f"is {self.default!r}, not of type {self.type.__name__}")
+        why = self.invalid(self.default)
+        if why is not None:
+            raise _fail(label, "default", f"is {self.default!r}, which {why}")
+
+    def invalid(self, value: object) -> str | None:
+        """Why ``value`` is not a valid value of this setting (completing "VALUE ..."), or None."""
+        if not _matches_type(value, self.type):
+            return f"is not of type {self.type.__name__}"
+        if self.type is float and not math.isfinite(value):  # type: ignore[arg-type]
+            return "is not a finite number"
+        if self.choices is not None and value not in self.choices:
+            return f"is not one of {', '.join(repr(c) for c in self.choices)}"
+        if self.min is not None and value < self.min:  # type: ignore[operator]
+            return f"is below the minimum {self.min:g}"
+        if self.max is not None and value > self.max:  # type: ignore[operator]
+            return f"is above the maximum {self.max:g}"
+        return None
+
+    def bounds(self) -> str:
+        """The declared constraint for people (``0..3600``, ``one of 'a', 'b'``), or ``""``."""
+        if self.choices is not None:
+            return "one of " + ", ".join(repr(c) for c in self.choices)
+        if self.min is not None and self.max is not None:
+            return f"{self.min:g} to {self.max:g}"
+        if self.min is not None:
+            return f">= {self.min:g}"
+        if self.max is not None:
+            return f"<= {self.max:g}"
+        return ""
 
 
 def _matches_type(value: object, kind: SettingType) -> bool:
@@ -609,13 +886,14 @@ def _matches_type(value: object, kind: SettingType) -> bool:
     return isinstance(value, kind)
 
 
+@_checked
 @attrs.frozen(kw_only=True)
 class SettingsTable:
     """The settings a plugin declares: one ``[table]`` of the configuration file."""
 
     table: str = attrs.field(validator=attrs.validators.matches_re(r"^[a-z][a-z0-9_-]*$"))
     """Table name in config.toml, usually the plugin's name."""
-    settings: tuple[Setting, ...] = attrs.field(converter=_tuple)
+    settings: tuple[Setting, ...] = attrs.field(converter=_tuple, metadata=_LIST)
     """The settings, in the order the reference lists them."""
     description: str = ""
     """What the table configures."""
@@ -626,6 +904,7 @@ class SettingsTable:
 # --------------------------------------------------------------------------- rehearsal
 
 
+@_checked
 @attrs.frozen(kw_only=True)
 class StandIn:
     """An executable that stands in for a real one when a role is rehearsed in a scratch root."""

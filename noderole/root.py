@@ -4,6 +4,8 @@ At boot the root is ``/``. With ``--root DIR`` (or ``NODEROLE_ROOT``) every abso
 or a plugin reads, writes or executes resolves under DIR, so a whole boot can be rehearsed in a
 scratch directory without privileges. Kernel interfaces (``/proc``, ``/sys``, ``/dev``) are never
 re-rooted: they describe the real machine, and the ``net`` and ``cgroups`` checks must see it.
+
+Internal module: the public name is ``noderole.NodeRoot``.
 """
 
 from __future__ import annotations
@@ -11,13 +13,31 @@ from __future__ import annotations
 import os
 from pathlib import Path, PurePosixPath
 
-__all__ = ["KERNEL_PREFIXES", "ROOT_ENV", "NodeRoot"]
+__all__ = ["KERNEL_PREFIXES", "ROOT_ENV", "NodeRoot", "climbs_out"]
 
 ROOT_ENV = "NODEROLE_ROOT"
 """Environment variable that sets the root, and that children see."""
 
 KERNEL_PREFIXES = ("/proc", "/sys", "/dev")
 """Paths that always mean the real machine."""
+
+
+def climbs_out(path: str) -> bool:
+    """True when the absolute node path's ``..`` components climb above ``/``.
+
+    ``/a/../b`` stays inside the root; ``/../tmp/x`` does not: under ``--root`` it would resolve
+    outside the scratch directory. Records refuse such paths and :meth:`NodeRoot.resolve` never
+    maps one.
+    """
+    depth = 0
+    for part in path.split("/"):
+        if part == "..":
+            depth -= 1
+            if depth < 0:
+                return True
+        elif part not in ("", "."):
+            depth += 1
+    return False
 
 
 def _absolute(value: str | os.PathLike[str]) -> Path:
@@ -62,6 +82,11 @@ class NodeRoot:
         text = os.fspath(node_path)
         if not text.startswith("/"):
             raise ValueError(f"node paths are absolute, got {text!r}")
+        if climbs_out(text):
+            raise ValueError(
+                f"node path {text!r} climbs above / with '..', so it would leave the root; "
+                f"write it without '..'"
+            )
         pure = PurePosixPath(text)
         if self.is_real or _is_kernel(pure):
             return Path(pure)

@@ -12,6 +12,8 @@ codec (:mod:`encodings.idna`, IDNA 2003 with nameprep); the third-party ``idna``
 dependency of cryptography 50 and is not needed.
 
 This module must stay cheap to import: it never imports :mod:`cryptography`.
+
+Internal module: SANs reach it through ``noderole.MintCertificate`` and ``noderole cert``.
 """
 
 from __future__ import annotations

@@ -5,6 +5,8 @@ directories and files through the root, waits through :mod:`noderole.waits`, cer
 :mod:`noderole.certs` (imported only when a service has a certificate step: ``cryptography.x509``
 costs ~80 ms at boot). The first failing step fails the service with a :class:`StepError` whose
 text is the reason shown next to it.
+
+Internal module: import ``StepContext`` and ``StepResult`` from :mod:`noderole`.
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ from noderole.certs import (
     reuse_verdict,
 )
 from noderole.clock import FakeClock
-from noderole.errors import CertificateError, UsageError
+from noderole.errors import CertificateError, DefinitionError, UsageError
 from noderole.records import MintCertificate
 from noderole.root import NodeRoot
 from noderole.sans import parse_sans
@@ -320,19 +320,19 @@ class TestMint:
         assert aki.value == x509.AuthorityKeyIdentifier.from_issuer_public_key(key.public_key())
 
     def test_bad_san_refused_before_anything_written(self, node: Node) -> None:
-        """A bad SAN fails with the entry named and nothing is written."""
-        with pytest.raises(CertificateError, match=r"'api\.example:443'"):
+        """A bad SAN is refused when the step is built, with the entry named; nothing written."""
+        with pytest.raises(DefinitionError, match=r"field 'sans' .*'api\.example:443'"):
             node.ensure(sans=("a.example,api.example:443",))
         assert not node.dir.exists()
 
     def test_empty_sans_refused(self, node: Node) -> None:
         """An empty SAN list (the seed's 'EKS_KONNECTIVITY_SANS empty') fails clearly."""
-        with pytest.raises(CertificateError, match="no SANs given"):
+        with pytest.raises(DefinitionError, match="no SANs given"):
             node.ensure(sans=(" , ",))
 
     def test_window_longer_than_lifetime_refused(self, node: Node) -> None:
         """A renewal window as long as a certificate's life is refused (it would always re-mint)."""
-        with pytest.raises(CertificateError, match="renew_before_days=365"):
+        with pytest.raises(DefinitionError, match="field 'renew_before_days'"):
             node.ensure(renew_before_days=365)
 
 

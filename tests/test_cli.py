@@ -137,7 +137,10 @@ class TestConfig:
         path.write_text("[demo]\nprot = 1\n")
         result = run(tmp_path, "plan", "front")
         assert result.exit_code == ExitCode.CONFIG
-        assert "/etc/noderole/config.toml: [demo] has unknown key 'prot'" in result.stderr
+        assert (
+            "/etc/noderole/config.toml:demo.prot: unknown key (did you mean 'port'?)"
+            in result.stderr
+        )
 
 
 class TestCompletion:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
 
-from noderole.config import load_config
-from noderole.errors import ConfigError
+from noderole.config import check_config, load_config
+from noderole.errors import ConfigError, DefinitionError
 from noderole.records import Setting, SettingsTable
 from noderole.root import NodeRoot
 
@@ -19,6 +20,8 @@ TABLES = [
             Setting(name="timeout", type=float, default=120),
             Setting(name="token", type=str, default="", secret=True),
             Setting(name="enabled", type=bool, default=True),
+            Setting(name="delay", type=float, default=5, min=0, max=3600),
+            Setting(name="mode", type=str, default="auto", choices=["auto", "native"]),
         ],
     )
 ]
@@ -39,6 +42,8 @@ class TestLoadConfig:
             "timeout": 120,
             "token": "",
             "enabled": True,
+            "delay": 5,
+            "mode": "auto",
         }
         assert {e.source for e in config.entries()} == {"default"}
         assert not config.file_found
@@ -56,8 +61,11 @@ class TestLoadConfig:
     def test_unknown_key_names_file_table_and_key(self, tmp_path: Path) -> None:
         """A misspelled key is an error naming the file, the table and the key."""
         _write(tmp_path, "[demo]\nprot = 1\n")
-        with pytest.raises(ConfigError, match=r"config.toml: \[demo\] has unknown key 'prot'"):
+        with pytest.raises(ConfigError) as excinfo:
             load_config(NodeRoot(tmp_path), TABLES)
+        assert str(excinfo.value).startswith(
+            "/etc/noderole/config.toml:demo.prot: unknown key (did you mean 'port'?)"
+        )
 
     def test_unknown_table_is_an_error(self, tmp_path: Path) -> None:
         """A table no plugin declares is an error listing the known tables."""
@@ -72,7 +80,7 @@ class TestLoadConfig:
     def test_wrong_type_names_key_and_type(self, tmp_path: Path, line: str, key: str) -> None:
         """A value of the wrong type is an error naming the key and the expected type."""
         _write(tmp_path, f"[demo]\n{line}\n")
-        with pytest.raises(ConfigError, match=rf"\[demo\] {key} = .* must be of type"):
+        with pytest.raises(ConfigError, match=rf"config.toml:demo\.{key}: .* is not of type"):
             load_config(NodeRoot(tmp_path), TABLES)
 
     def test_invalid_toml(self, tmp_path: Path) -> None:
@@ -119,3 +127,73 @@ class TestRoot:
         """A relative node path is a programming error, refused loudly."""
         with pytest.raises(ValueError, match="absolute"):
             NodeRoot(tmp_path).resolve("etc/x")
+
+
+class TestBoundsAndChoices:
+    @pytest.mark.parametrize(
+        ("line", "message"),
+        [
+            ("delay = -5", "demo.delay: -5 is below the minimum 0; expected a float, 0 to 3600"),
+            ("delay = 7200", "demo.delay: 7200 is above the maximum 3600"),
+            ("delay = nan", "demo.delay: nan is not a finite number"),
+            ("delay = inf", "demo.delay: inf is not a finite number"),
+            ("timeout = -inf", "demo.timeout: -inf is not a finite number"),
+            (
+                'mode = "sysvinit"',
+                "demo.mode: 'sysvinit' is not one of 'auto', 'native'; expected a str, one of",
+            ),
+        ],
+    )
+    def test_values_outside_the_declaration_are_refused(
+        self, tmp_path: Path, line: str, message: str
+    ) -> None:
+        """Ranges, choices and finiteness are checked, naming file:table.key and the bounds."""
+        _write(tmp_path, f"[demo]\n{line}\n")
+        with pytest.raises(ConfigError) as excinfo:
+            load_config(NodeRoot(tmp_path), TABLES)
+        assert f"/etc/noderole/config.toml:{message}" in str(excinfo.value)
+
+    def test_every_problem_is_listed_once(self, tmp_path: Path) -> None:
+        """check_config reports all problems, one line each, not only the first."""
+        _write(tmp_path, '[demo]\ndelay = -5\nmode = "x"\nprot = 1\n[dmeo]\n')
+        config, problems = check_config(NodeRoot(tmp_path), TABLES)
+        assert config is not None
+        assert [p.split(":")[1] for p in problems] == [
+            "dmeo",
+            "demo.prot",
+            "demo.delay",
+            "demo.mode",
+        ]
+        assert "(did you mean 'demo'?)" in problems[0]
+
+    def test_secret_values_are_not_echoed(self, tmp_path: Path) -> None:
+        """A refused secret is named but its value is not printed."""
+        _write(tmp_path, "[demo]\ntoken = 5\n")
+        _, problems = check_config(NodeRoot(tmp_path), TABLES)
+        assert problems == [
+            "/etc/noderole/config.toml:demo.token: *** is not of type str; expected a str "
+            "(default: ***)"
+        ]
+
+
+class TestBlame:
+    def test_a_file_value_a_record_refuses_is_a_config_error(self, tmp_path: Path) -> None:
+        """A record refusing a value that came from the file blames file, table and key."""
+        _write(tmp_path, "[demo]\ndelay = 0\n")
+        config = load_config(NodeRoot(tmp_path), TABLES)
+        from noderole.records import WaitForPaths
+
+        with pytest.raises(DefinitionError) as excinfo:
+            WaitForPaths(paths=["/x"], timeout=config.table("demo")["delay"])
+        blamed = config.blame(excinfo.value)
+        assert blamed is not None
+        assert str(blamed).startswith(
+            "/etc/noderole/config.toml:demo.delay: 0.0 is refused by the plugin that uses it: "
+            "WaitForPaths: field 'timeout' must be"
+        )
+
+    def test_a_default_value_is_not_blamed_on_the_file(self, tmp_path: Path) -> None:
+        """Defaults are the plugin's own: its definition error stays a definition error."""
+        config = load_config(NodeRoot(tmp_path), TABLES)
+        error = DefinitionError("X: field 'timeout' bad", field="timeout", value=math.nan)
+        assert config.blame(error) is None

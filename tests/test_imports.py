@@ -62,7 +62,11 @@ class TestPublicApi:
         """Every name in noderole.__all__ imports lazily and the lazy table matches __all__."""
         import noderole
 
-        assert set(noderole.__all__) == {"__version__", *noderole._WHERE}
+        assert set(noderole.__all__) == {"__version__", *noderole._public()}
+        kit_types = {"Step", "Wait", "EnvFile", "Plan", "PlannedService", "ApplyReport"}
+        assert kit_types | {"ServiceReport", "CertOutcome", "FakeClock", "CONFIG_PATH"} <= set(
+            noderole.__all__
+        )
         for name in noderole.__all__:
             assert getattr(noderole, name) is not None
 

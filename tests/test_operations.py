@@ -303,8 +303,13 @@ class TestLayout:
         assert offenders == []
 
     def test_command_modules_do_not_import_each_other(self) -> None:
-        """Commands share only the app, the options and the output modules."""
-        shared = {"noderole.cli._app", "noderole.cli._options", "noderole.cli._output"}
+        """Commands share only the app, options, parameter types and output modules."""
+        shared = {
+            "noderole.cli._app",
+            "noderole.cli._options",
+            "noderole.cli._output",
+            "noderole.cli._params",
+        }
         offenders = {}
         for path in (PACKAGE / "cli").glob("_*.py"):
             used = {

@@ -2,19 +2,34 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
+from pathlib import Path
+
+import attrs
 import pytest
 
 from noderole.errors import DefinitionError
 from noderole.records import (
+    LEAF_LIFETIME_DAYS,
     Call,
+    Fail,
+    MakeDirectories,
     MintCertificate,
     Secret,
     Service,
     Setting,
+    SettingsTable,
     Supervision,
+    WaitForCommand,
+    WaitForHttp,
     WaitForPaths,
+    WaitForSocket,
     WaitForTcp,
+    did_you_mean,
+    unknown_names,
 )
+from noderole.root import NodeRoot, climbs_out
 
 
 class TestService:
@@ -25,9 +40,69 @@ class TestService:
         assert a == b
         assert hash(a) == hash(b)
 
-    def test_single_string_dependency_is_one_name(self) -> None:
-        """need='net' means one dependency, not three letters."""
-        assert Service(name="x", need="net").need == ("net",)
+    @pytest.mark.parametrize(
+        "field", ["need", "use", "want", "after", "before", "provide", "roles", "command"]
+    )
+    def test_a_string_where_a_list_is_expected_is_refused(self, field: str) -> None:
+        """need='net' or command='/bin/x -a' is refused naming the field, never split."""
+        with pytest.raises(DefinitionError) as excinfo:
+            Service(name="x", **{field: "/usr/local/bin/x -a"})  # type: ignore[arg-type]
+        message = str(excinfo.value)
+        assert f"Service 'x': field {field!r} must be a list" in message
+        assert "['/usr/local/bin/x -a']" in message
+
+    @pytest.mark.parametrize(
+        ("build", "field"),
+        [
+            (lambda: WaitForPaths(paths="/etc/x", timeout=1), "paths"),
+            (lambda: WaitForCommand(argv="/bin/true", timeout=1), "argv"),
+            (lambda: MakeDirectories(paths="/var/x"), "paths"),
+            (
+                lambda: MintCertificate(
+                    directory="/d", ca_cert="/c", ca_key="/k", common_name="x", sans="a.example"
+                ),
+                "sans",
+            ),
+            (lambda: SettingsTable(table="t", settings="x"), "settings"),
+            (lambda: Setting(name="s", type=str, default="a", choices="abc"), "choices"),
+        ],
+    )
+    def test_strings_are_refused_in_every_list_field(
+        self, build: Callable[[], object], field: str
+    ) -> None:
+        """Every list-valued field of every record refuses a lone string."""
+        with pytest.raises(DefinitionError, match=f"field {field!r} must be a list"):
+            build()
+
+    def test_misspelled_keyword_is_a_definition_error_with_a_suggestion(self) -> None:
+        """Service(comand=...) names the record, the keyword and the field it meant."""
+        with pytest.raises(DefinitionError) as excinfo:
+            Service(name="x", comand=["/bin/x"])  # type: ignore[call-arg]
+        assert "Service 'x': unknown field 'comand' (did you mean 'command'?)" in str(excinfo.value)
+
+    def test_missing_and_positional_arguments_are_definition_errors(self) -> None:
+        """A missing required field and a positional argument are DefinitionErrors too."""
+        with pytest.raises(DefinitionError, match="WaitForTcp: field 'port' is required"):
+            WaitForTcp(host="h", timeout=1)  # type: ignore[call-arg]
+        with pytest.raises(DefinitionError, match="keyword arguments only"):
+            Fail("boom")  # type: ignore[call-arg]
+
+    def test_evolve_still_works(self) -> None:
+        """attrs.evolve (how the plugin manager stamps origin) goes through the checks."""
+        service = attrs.evolve(Service(name="x"), origin="p")
+        assert service.origin == "p"
+        with pytest.raises(DefinitionError, match="field 'need'"):
+            attrs.evolve(service, need="net")
+
+    @pytest.mark.parametrize("field", ["pidfile", "output_log", "error_log", "working_directory"])
+    def test_a_path_climbing_out_of_the_root_is_refused(self, field: str) -> None:
+        """/../../../tmp/x.pid would leave --root: a definition error naming the field."""
+        with pytest.raises(DefinitionError, match=f"field {field!r} .*climbs above the root"):
+            Service(name="x", **{field: "/../../../tmp/x.pid"})  # type: ignore[arg-type]
+
+    def test_dotdot_that_stays_inside_the_root_is_fine(self) -> None:
+        """/run/a/../x.pid stays under /, so it is accepted as written."""
+        assert Service(name="x", pidfile="/run/a/../x.pid").pidfile == "/run/a/../x.pid"
 
     @pytest.mark.parametrize(
         ("kwargs", "field", "why"),
@@ -114,10 +189,72 @@ class TestSteps:
         with pytest.raises(DefinitionError, match="timeout"):
             WaitForPaths(paths=["/etc/x"], timeout=0)
 
-    def test_tcp_port_range(self) -> None:
-        """Ports outside 1..65535 are refused."""
-        with pytest.raises(ValueError, match="port"):
-            WaitForTcp(host="127.0.0.1", port=70000, timeout=1)
+    @pytest.mark.parametrize("port", [0, 70000, -1, True, 80.0])
+    def test_tcp_port_range(self, port: object) -> None:
+        """Ports outside 1..65535 (or not whole numbers) are a DefinitionError naming the field."""
+        with pytest.raises(
+            DefinitionError, match="WaitForTcp: field 'port' must be a port 1-65535"
+        ):
+            WaitForTcp(host="127.0.0.1", port=port, timeout=1)  # type: ignore[arg-type]
+
+    @pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf, 1e300, -1, 0])
+    @pytest.mark.parametrize(
+        "build",
+        [
+            lambda t: WaitForPaths(paths=["/x"], timeout=t),
+            lambda t: WaitForSocket(path="/x", timeout=t),
+            lambda t: WaitForTcp(host="h", port=1, timeout=t),
+            lambda t: WaitForHttp(url="http://h", timeout=t),
+            lambda t: WaitForCommand(argv=["/bin/true"], timeout=t),
+            lambda t: Call(function=print, description="d", timeout=t),
+            lambda t: Supervision(respawn_period=t),
+            lambda t: Supervision(backoff_max=t),
+        ],
+    )
+    def test_timeouts_refuse_nan_infinity_and_out_of_range(
+        self, build: Callable[[float], object], bad: float
+    ) -> None:
+        """nan passes `> 0` checks; every duration refuses it, infinities and absurd values."""
+        with pytest.raises(DefinitionError, match="finite number of seconds"):
+            build(bad)
+
+    @pytest.mark.parametrize("bad", [math.nan, math.inf, -1, 1e300])
+    @pytest.mark.parametrize("field", ["respawn_delay", "stop_timeout"])
+    def test_delays_refuse_nan_and_infinity(self, field: str, bad: float) -> None:
+        """respawn_delay = nan would respawn in a tight loop; it is refused."""
+        with pytest.raises(DefinitionError, match=f"field {field!r}"):
+            Supervision(**{field: bad})  # type: ignore[arg-type]
+
+    @pytest.mark.parametrize("bad", [1.5, math.nan, -1, True])
+    def test_respawn_max_is_a_whole_count(self, bad: object) -> None:
+        """respawn_max counts respawns: a whole number >= 0."""
+        with pytest.raises(DefinitionError, match="field 'respawn_max' must be a whole number"):
+            Supervision(respawn_max=bad)  # type: ignore[arg-type]
+
+    @pytest.mark.parametrize("days", [365, 400, -1, 2.5])
+    def test_renewal_window_beyond_validity_is_refused(self, days: object) -> None:
+        """renew_before_days=400 would re-mint on every boot: refused at construction."""
+        with pytest.raises(DefinitionError, match="field 'renew_before_days'"):
+            MintCertificate(
+                directory="/d",
+                ca_cert="/c",
+                ca_key="/k",
+                common_name="x",
+                sans=["a.example"],
+                renew_before_days=days,  # type: ignore[arg-type]
+            )
+
+    def test_leaf_lifetime_matches_the_certificate_module(self) -> None:
+        """The figure records repeat (to avoid importing cryptography) is the minted one."""
+        from noderole.certs import LEAF_LIFETIME
+
+        assert LEAF_LIFETIME.days == LEAF_LIFETIME_DAYS
+
+    @pytest.mark.parametrize("san", ["10.0.0.1:53", "https://a.example", "10.0.0.0/8"])
+    def test_bad_san_is_refused_at_construction(self, san: str) -> None:
+        """A SAN that could never match is a definition error at plan time, not at apply."""
+        with pytest.raises(DefinitionError, match=r"MintCertificate: field 'sans' is invalid"):
+            MintCertificate(directory="/d", ca_cert="/c", ca_key="/k", common_name="x", sans=[san])
 
     def test_certificate_paths(self) -> None:
         """The serving pair lives at DIR/tls.crt and DIR/tls.key."""
@@ -137,6 +274,92 @@ class TestSetting:
         with pytest.raises(DefinitionError, match="default"):
             Setting(name="port", type=int, default="8132")
 
+    def test_unknown_type_is_a_definition_error(self) -> None:
+        """Setting(type=list) names the field and the types allowed."""
+        with pytest.raises(DefinitionError, match="Setting 's': field 'type' must be str, int"):
+            Setting(name="s", type=list, default=[])  # type: ignore[arg-type]
+
+    @pytest.mark.parametrize(
+        ("kwargs", "why"),
+        [
+            ({"type": float, "default": 5.0, "min": 10}, "below the minimum 10"),
+            ({"type": int, "default": 5, "max": 1}, "above the maximum 1"),
+            ({"type": str, "default": "x", "choices": ["a", "b"]}, "not one of 'a', 'b'"),
+            ({"type": float, "default": math.nan}, "not a finite number"),
+        ],
+    )
+    def test_default_must_satisfy_the_declared_bounds(
+        self, kwargs: dict[str, object], why: str
+    ) -> None:
+        """A default outside min/max/choices is refused when the plugin declares it."""
+        with pytest.raises(DefinitionError, match=why):
+            Setting(name="s", **kwargs)  # type: ignore[arg-type]
+
+    @pytest.mark.parametrize(
+        "kwargs",
+        [
+            {"type": str, "default": "a", "min": 1},
+            {"type": int, "default": 1, "min": 2, "max": 1},
+            {"type": int, "default": 1, "min": math.nan},
+            {"type": int, "default": 1, "choices": ["1"]},
+            {"type": int, "default": 1, "choices": []},
+        ],
+    )
+    def test_inconsistent_bounds_are_refused(self, kwargs: dict[str, object]) -> None:
+        """Bounds on a string, min above max, a nan bound, mistyped or empty choices."""
+        with pytest.raises(DefinitionError, match="Setting 's'"):
+            Setting(name="s", **kwargs)  # type: ignore[arg-type]
+
+    def test_invalid_explains_each_value(self) -> None:
+        """Setting.invalid says why a value is refused, or None when it is fine."""
+        setting = Setting(name="s", type=float, default=5.0, min=0, max=60)
+        assert setting.invalid(5) is None
+        assert setting.invalid(-5) == "is below the minimum 0"
+        assert setting.invalid(math.inf) == "is not a finite number"
+        assert setting.invalid("5") == "is not of type float"
+        assert setting.bounds() == "0 to 60"
+
     def test_int_is_accepted_for_float(self) -> None:
         """An int default is fine for a float setting (120 seconds)."""
         assert Setting(name="t", type=float, default=120).default == 120
+
+
+class TestHelpers:
+    @pytest.mark.parametrize(
+        ("path", "out"),
+        [
+            ("/../x", True),
+            ("/a/../../x", True),
+            ("/a/../x", False),
+            ("/a/./b", False),
+            ("/", False),
+        ],
+    )
+    def test_climbs_out(self, path: str, out: bool) -> None:
+        """Only '..' that goes above / counts as leaving the root."""
+        assert climbs_out(path) is out
+
+    def test_root_never_maps_a_path_that_climbs_out(self, tmp_path: Path) -> None:
+        """NodeRoot.resolve refuses /../x instead of returning a path outside the root."""
+        root = NodeRoot(tmp_path / "node")
+        assert root.resolve("/run/a/../x.pid") == tmp_path / "node" / "run" / "a" / ".." / "x.pid"
+        with pytest.raises(ValueError, match=r"climbs above / with '\.\.'"):
+            root.resolve("/../../../tmp/x.pid")
+
+    def test_unknown_names_only_flags_names_nobody_has(self) -> None:
+        """A name of another service or a provided virtual is fine; an unknown one is flagged."""
+        services = [
+            Service(name="k3s", provide=["kube-api"]),
+            Service(name="a", after=["k3ss", "k3s"], use=["kube-api"], before=["nothing"]),
+        ]
+        assert unknown_names(services, services) == [
+            "a: after 'k3ss': no service is called or provides 'k3ss' (did you mean 'k3s'?); "
+            "the after is ignored",
+            "a: before 'nothing': no service is called or provides 'nothing'; the before is "
+            "ignored",
+        ]
+
+    def test_did_you_mean(self) -> None:
+        """The closest name is suggested; nothing when nothing is close."""
+        assert did_you_mean("k3ss", ["k3s", "net"]) == " (did you mean 'k3s'?)"
+        assert did_you_mean("zzz", ["k3s", "net"]) == ""

@@ -154,20 +154,25 @@ def render_settings(only: str | None = None) -> str:
         )
         parts.append(f"## `[{table.table}]`\n")
         parts.append(f"Declared by {where}. {_cell(table.description)}\n")
-        parts.append("| Key | Type | Default | Description |")
-        parts.append("| --- | --- | --- | --- |")
+        parts.append("| Key | Type | Default | Allowed | Description |")
+        parts.append("| --- | --- | --- | --- | --- |")
         toml = [f"[{table.table}]"]
         for setting in table.settings:
             default = "***" if setting.secret else _toml_value(setting.default)
             note = " (secret: `config show` prints `***`)" if setting.secret else ""
             parts.append(
                 f"| `{setting.name}` | {setting.type.__name__} | `{_cell(default)}` | "
+                f"{_cell(setting.bounds()) or _ANY[setting.type is float]} | "
                 f"{_cell(setting.description)}{note} |"
             )
             toml.append(f"{setting.name} = {default}")
         parts.append("\nWith every default written out:\n")
         parts.append("```toml\n" + "\n".join(toml) + "\n```\n")
     return "\n".join(parts)
+
+
+_ANY = {False: "any", True: "any finite"}
+"""The Allowed column of a setting without bounds: float settings never take nan or inf."""
 
 
 def _toml_value(value: object) -> str:

@@ -49,7 +49,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "list": ("noderole.cli._inspect:list_command", "List plugins, their services and roles."),
     "plan": ("noderole.cli._inspect:plan_command", "Show what applying a role would do, in order."),
     "graph": ("noderole.cli._inspect:graph_command", "Draw a role's dependency graph."),
-    "config": ("noderole.cli._config:config_group", "Show the effective configuration."),
+    "config": ("noderole.cli._config:config_group", "Show or check the configuration."),
     "completion": (
         "noderole.cli._config:completion_command",
         "Print the shell completion script.",

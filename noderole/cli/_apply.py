@@ -12,6 +12,7 @@ import click
 from noderole.cli._app import App
 from noderole.cli._options import backend_option, lock_timeout_option, role_argument
 from noderole.cli._output import echo_status
+from noderole.cli._params import Seconds
 from noderole.errors import ExitCode
 
 __all__ = ["apply_command", "restart_command", "status_command", "stop_command"]
@@ -69,7 +70,7 @@ def apply_command(
 @click.option("--wait", "wait", is_flag=True, help="Block until the role is up or has failed.")
 @click.option(
     "--timeout",
-    type=click.FloatRange(min=0),
+    type=Seconds(zero=True),
     default=300.0,
     show_default=True,
     help="With --wait: give up after this many seconds (exit 11).",

@@ -37,7 +37,7 @@ def cert() -> None:
 @click.option("--sans", required=True, help="Comma-separated DNS names and IP addresses.")
 @click.option(
     "--renew-before-days",
-    type=click.IntRange(min=0),
+    type=click.IntRange(min=0, max=364),
     default=90,
     show_default=True,
     help="Re-mint when fewer days than this remain.",
@@ -58,7 +58,9 @@ def mint(
     """
     from noderole.certs import ensure_certificate
     from noderole.records import MintCertificate
+    from noderole.sans import parse_sans
 
+    parse_sans(sans)  # a bad SAN is a certificate error (exit 7) naming the entry, as documented
     try:
         request = MintCertificate(
             directory=directory,
@@ -86,7 +88,7 @@ def _local(app: App, path: str) -> Path:
 @click.option("--ca-cert", default=None, help="Node path of the CA to check the issuer against.")
 @click.option(
     "--renew-before-days",
-    type=click.IntRange(min=0),
+    type=click.IntRange(min=0, max=364),
     default=90,
     show_default=True,
     help="Renewal window used for the verdict.",

@@ -1,4 +1,4 @@
-"""``noderole config show`` and ``noderole completion``."""
+"""``noderole config show``, ``noderole config check`` and ``noderole completion``."""
 
 from __future__ import annotations
 
@@ -7,13 +7,14 @@ import json
 import click
 
 from noderole.cli._app import App
+from noderole.errors import ConfigError
 
 __all__ = ["completion_command", "config_group"]
 
 
 @click.group("config")
 def config_group() -> None:
-    """Inspect the configuration (/etc/noderole/config.toml under --root)."""
+    """Show or check the configuration (/etc/noderole/config.toml under --root)."""
 
 
 @config_group.command("show")
@@ -47,6 +48,41 @@ def show_command(app: App, as_json: bool) -> None:
         value = entry.shown()
         text = json.dumps(value) if not isinstance(value, bool) else str(value).lower()
         click.echo(f"{entry.setting.name} = {text}  # {entry.source}")
+
+
+@config_group.command("check")
+@click.pass_obj
+def check_command(app: App) -> None:
+    """Validate every table and value of the configuration file; print "ok" or every problem.
+
+    Checks types, declared ranges and choices, unknown tables and keys (with a suggestion), and
+    values the plugins' own records refuse (a pidfile whose '..' leaves the root). Each problem
+    names FILE:TABLE.KEY. Exit 0 when the file is valid (or absent), 4 otherwise.
+    """
+    from noderole.config import check_config
+
+    config, problems = check_config(app.root, app.plugins.settings_tables())
+    if config is not None and not problems:
+        # Values a plugin's records refuse are only seen when the plugins build them.
+        from noderole.context import NodeContext
+
+        node = NodeContext(
+            root=app.root, config=config, pluginmanager=app.plugins.manager, clock=app.clock
+        )
+        try:
+            app.plugins.services(node)
+        except ConfigError as error:
+            problems.append(str(error))
+    if problems or config is None:
+        count = f"{len(problems)} problem{'s' if len(problems) != 1 else ''}"
+        raise ConfigError("\n".join([*problems, f"config check: {count} found"]))
+    path = config.path
+    if not config.file_found:
+        click.echo(f"ok: {path} not present; every setting has its default")
+        return
+    tables = len(config.values)
+    set_here = sum(1 for entry in config.entries() if entry.source == path)
+    click.echo(f"ok: {path} ({set_here} values set, {tables} tables checked)")
 
 
 @click.command("completion")

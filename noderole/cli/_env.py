@@ -9,7 +9,8 @@ import shlex
 import click
 
 from noderole.cli._app import App
-from noderole.errors import NoderoleError, UsageError
+from noderole.errors import EnvFileError, UsageError
+from noderole.root import climbs_out
 
 __all__ = ["SECRET_KEY", "env"]
 
@@ -39,14 +40,15 @@ def show(app: App, file: str, as_json: bool, show_secrets: bool) -> None:
     """
     from noderole.envfile import read_env_file
 
-    if not file.startswith("/"):
+    if not file.startswith("/") or climbs_out(file):
         raise UsageError(
-            f"env show: FILE must be an absolute node path such as /etc/x.env, got {file!r}"
+            f"env show: FILE must be an absolute node path such as /etc/x.env (without '..' "
+            f"climbing above /), got {file!r}"
         )
     parsed = read_env_file(app.root.resolve(file), display_path=file)
     if not parsed.exists:
         where = "" if app.root.is_real else f" (looked under --root {app.root.path})"
-        raise NoderoleError(f"environment file {file} does not exist{where}; check the path")
+        raise EnvFileError(f"environment file {file} does not exist{where}; check the path")
     hidden = {key for key in parsed.values if not show_secrets and SECRET_KEY.search(key)}
     for warning in parsed.warnings:
         click.echo(f"warning: {warning}", err=True)

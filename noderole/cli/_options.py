@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from noderole.cli._app import App
+from noderole.cli._params import Seconds
 
 __all__ = ["backend_option", "lock_timeout_option", "role_argument"]
 
@@ -35,7 +36,7 @@ backend_option = click.option(
 
 lock_timeout_option = click.option(
     "--lock-timeout",
-    type=click.FloatRange(min=0),
+    type=Seconds(zero=True),
     default=300.0,
     show_default=True,
     help="Seconds to wait for another apply, stop or restart to finish before refusing.",

@@ -54,6 +54,9 @@ def format_plan(plan: Plan) -> str:
                 lines.append(f"  user: {service.user}")
         if service.readiness is not None:
             lines.append(f"  ready when: {service.readiness.describe()}")
+    if plan.warnings:
+        lines.append("")
+        lines.extend(f"warning: {warning}" for warning in plan.warnings)
     return "\n".join(lines)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shlex
 import shutil
 from collections.abc import Callable
@@ -10,7 +11,9 @@ from typing import TYPE_CHECKING, Literal, TypeAlias
 import click
 
 from noderole.cli._app import App
+from noderole.cli._params import Seconds, seconds_text
 from noderole.errors import DefinitionError, UsageError, WaitTimeout
+from noderole.root import climbs_out
 
 if TYPE_CHECKING:
     from noderole.records import Wait
@@ -34,7 +37,7 @@ __all__ = ["wait"]
 )
 @click.option(
     "--timeout",
-    type=click.FloatRange(min=0, min_open=True),
+    type=Seconds(),
     required=True,
     metavar="S",
     help="Seconds before giving up (shared by all conditions).",
@@ -78,9 +81,13 @@ def wait(
     clock = app.clock
     start = clock.monotonic()
 
+    given = seconds_text(timeout)
+
     def report(text: str) -> None:
+        # Each condition gets what is left of --timeout; show the bound the user gave instead.
+        text = re.sub(r" \(up to [^)]*\)$", "", text)
         if not quiet:
-            click.echo(f"noderole wait: {text}", err=True)
+            click.echo(f"noderole wait: {text} (up to {given}s)", err=True)
 
     for build in records:
         left = timeout - (clock.monotonic() - start)
@@ -89,8 +96,7 @@ def wait(
         try:
             run_wait(record, root=app.root, clock=clock, progress=report)
         except WaitTimeout as error:
-            waited = round(clock.monotonic() - start)
-            raise WaitTimeout(f"still not ready after {waited}s: {error}") from None
+            raise WaitTimeout(f"still not ready after {given}s: {error}") from None
 
 
 def _records(
@@ -145,6 +151,11 @@ def _records(
 def _absolute(option: str, path: str) -> None:
     if not path.startswith("/"):
         raise UsageError(f"noderole wait: {option} takes an absolute node path, got {path!r}")
+    if climbs_out(path):
+        raise UsageError(
+            f"noderole wait: {option} {path!r} climbs above / with '..' and would leave the "
+            f"root; write it without '..'"
+        )
 
 
 def _host_port(text: str) -> tuple[str, int]:

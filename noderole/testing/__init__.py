@@ -3,7 +3,7 @@
 Opt in with ``pytest_plugins = ["noderole.testing"]`` in your top-level ``conftest.py`` (or
 ``pytest -p noderole.testing``); it is never loaded into a pytest run that did not ask.
 
-Fixtures: ``node_root`` (:class:`ScratchRoot`), ``fake_clock`` (:class:`~noderole.clock.FakeClock`),
+Fixtures: ``node_root`` (:class:`ScratchRoot`), ``fake_clock`` (:class:`FakeClock`),
 ``cluster_ca`` (:class:`ClusterCA` at k3s's paths), ``recording_backend``
 (:class:`RecordingBackend`). Helpers: :func:`run_prestart`, :func:`plan_from_plugins`,
 :func:`services_from_plugins`, :func:`standins_from_plugins`, :func:`apply_recorded`,
@@ -12,6 +12,7 @@ end-to-end tests that start real processes under a root. docs/tutorial.md walks 
 plugin tested with them.
 """
 
+from noderole.clock import FakeClock
 from noderole.testing._backend import RecordingBackend, apply_recorded
 from noderole.testing._ca import (
     K3S_CA_CERT,
@@ -53,6 +54,7 @@ __all__ = [
     "eventually",
     "supervisor_processes",
     # fixtures
+    "FakeClock",
     "node_root",
     "fake_clock",
     "cluster_ca",

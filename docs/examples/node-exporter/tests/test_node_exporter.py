@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from noderole_node_exporter import plugin
 
-from noderole.clock import FakeClock
 from noderole.testing import (
+    FakeClock,
     RecordingBackend,
     ScratchRoot,
     apply_recorded,

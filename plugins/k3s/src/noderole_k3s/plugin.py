@@ -58,8 +58,21 @@ _HEADER = (
 )
 
 
-def _setting(name: str, kind: Any, default: Any, description: str) -> noderole.Setting:
-    return noderole.Setting(name=name, type=kind, default=default, description=description)
+def _setting(
+    name: str, kind: Any, default: Any, description: str, **bounds: Any
+) -> noderole.Setting:
+    """A setting; ``bounds`` are Setting's ``min``, ``max`` and ``choices``."""
+    return noderole.Setting(
+        name=name, type=kind, default=default, description=description, **bounds
+    )
+
+
+_SECONDS = {"min": 0.1, "max": 86400}
+"""Bounds of a timeout setting: a tenth of a second to a day."""
+_DELAY = {"min": 0, "max": 3600}
+"""Bounds of a respawn delay: none to an hour."""
+_COUNT = {"min": 0}
+"""Bounds of a count."""
 
 
 SETTINGS = noderole.SettingsTable(
@@ -120,13 +133,18 @@ SETTINGS = noderole.SettingsTable(
         _setting("log", str, "/var/log/k3s.log", "stdout and stderr of the k3s server."),
         _setting("agent_pidfile", str, "/run/k3s-agent.pid", "Pidfile of the k3s agent."),
         _setting("agent_log", str, "/var/log/k3s-agent.log", "stdout and stderr of the agent."),
-        _setting("respawn_delay", float, 5.0, "Seconds before a crashed k3s is started again."),
-        _setting("respawn_max", int, 0, "Respawns allowed before giving up; 0: unlimited."),
+        _setting(
+            "respawn_delay", float, 5.0, "Seconds before a crashed k3s is started again.", **_DELAY
+        ),
+        _setting(
+            "respawn_max", int, 0, "Respawns allowed before giving up; 0: unlimited.", **_COUNT
+        ),
         _setting(
             "ready_timeout",
             float,
             300.0,
             "Seconds the server may take to write `kubeconfig` before it counts as not ready.",
+            **_SECONDS,
         ),
     ],
 )

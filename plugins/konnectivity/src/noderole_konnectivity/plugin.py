@@ -54,8 +54,23 @@ HOST_KEY = "EKS_KONNECTIVITY_HOST"
 COMMON_NAME = "konnectivity-server"
 
 
-def _setting(name: str, kind: Any, default: Any, description: str) -> noderole.Setting:
-    return noderole.Setting(name=name, type=kind, default=default, description=description)
+def _setting(
+    name: str, kind: Any, default: Any, description: str, **bounds: Any
+) -> noderole.Setting:
+    """A setting; ``bounds`` are Setting's ``min``, ``max`` and ``choices``."""
+    return noderole.Setting(
+        name=name, type=kind, default=default, description=description, **bounds
+    )
+
+
+_SECONDS = {"min": 0.1, "max": 86400}
+"""Bounds of a timeout setting: a tenth of a second to a day."""
+_DELAY = {"min": 0, "max": 3600}
+"""Bounds of a respawn delay: none to an hour."""
+_COUNT = {"min": 0}
+"""Bounds of a count."""
+_PORT = {"min": 1, "max": 65535}
+"""Bounds of a TCP port."""
 
 
 SETTINGS = noderole.SettingsTable(
@@ -101,28 +116,42 @@ SETTINGS = noderole.SettingsTable(
             float,
             120.0,
             "Seconds to wait for `ca_cert`, `ca_key` and `kubeconfig` before failing.",
+            **_SECONDS,
         ),
         _setting(
             "renew_before_days",
             int,
             90,
             "Re-mint the serving certificate when fewer days than this remain.",
+            min=0,
+            max=364,
         ),
-        _setting("agent_port", int, 8132, "Port agents dial (--agent-port)."),
-        _setting("admin_port", int, 8093, "Server admin port (--admin-port)."),
-        _setting("health_port", int, 8092, "Server health port; /healthz is its readiness."),
+        _setting("agent_port", int, 8132, "Port agents dial (--agent-port).", **_PORT),
+        _setting("admin_port", int, 8093, "Server admin port (--admin-port).", **_PORT),
+        _setting(
+            "health_port", int, 8092, "Server health port; /healthz is its readiness.", **_PORT
+        ),
         _setting("pidfile", str, "/run/konnectivity-server.pid", "Pidfile of the server."),
         _setting(
             "log", str, "/var/log/konnectivity-server.log", "stdout and stderr of the server."
         ),
-        _setting("respawn_delay", float, 5.0, "Seconds before a crashed server is started again."),
-        _setting("respawn_max", int, 0, "Respawns allowed before giving up; 0: unlimited."),
+        _setting(
+            "respawn_delay",
+            float,
+            5.0,
+            "Seconds before a crashed server is started again.",
+            **_DELAY,
+        ),
+        _setting(
+            "respawn_max", int, 0, "Respawns allowed before giving up; 0: unlimited.", **_COUNT
+        ),
         _setting(
             "ready_timeout",
             float,
             60.0,
             "Seconds /healthz may take to answer after start before the server counts as not "
             "ready.",
+            **_SECONDS,
         ),
         _setting(
             "egress_config",
@@ -142,8 +171,10 @@ SETTINGS = noderole.SettingsTable(
             "registry.k8s.io/kas-network-proxy/proxy-agent:v0.31.0",
             "konnectivity-agent image, pinned; keep it at the server binary's version.",
         ),
-        _setting("agent_admin_port", int, 8133, "Agent admin port (in the agent pod)."),
-        _setting("agent_health_port", int, 8134, "Agent health port (its liveness probe)."),
+        _setting("agent_admin_port", int, 8133, "Agent admin port (in the agent pod).", **_PORT),
+        _setting(
+            "agent_health_port", int, 8134, "Agent health port (its liveness probe).", **_PORT
+        ),
     ],
 )
 
@@ -247,17 +278,24 @@ def pre_start(cfg: Mapping[str, Any], env: Mapping[str, str], unreadable: str | 
             noderole.Fail(message=f"{SANS_KEY} empty; agents would fail server cert validation")
         )
         return steps
-    steps.append(
-        noderole.MintCertificate(
+    failure = "failed to mint konnectivity serving cert: {reason}"
+    try:
+        mint = noderole.MintCertificate(
             directory=cfg["cert_dir"],
             ca_cert=cfg["ca_cert"],
             ca_key=cfg["ca_key"],
             common_name=COMMON_NAME,
             sans=sans,
             renew_before_days=cfg["renew_before_days"],
-            failure_message="failed to mint konnectivity serving cert: {reason}",
+            failure_message=failure,
         )
-    )
+    except noderole.DefinitionError as error:
+        if error.field != "sans":
+            raise
+        # The record checks SANs when built; a bad one in the first-boot file fails this
+        # service where the seed's mint failed (shown by `plan`), not the whole role.
+        return [*steps, noderole.Fail(message=failure.format(reason=f"{SANS_KEY}: {error}"))]
+    steps.append(mint)
     return steps
 
 

@@ -9,8 +9,6 @@ writes a metric saying noderole manages the node, then starts the exporter; it i
 from __future__ import annotations
 
 import noderole
-from noderole.context import NodeContext
-from noderole.records import Step
 
 TABLE = "node-exporter"
 SERVICE = "node-exporter"
@@ -67,12 +65,12 @@ def noderole_settings() -> noderole.SettingsTable:
 
 # --8<-- [start:services]
 @noderole.hookimpl
-def noderole_services(node: NodeContext) -> noderole.Service:
+def noderole_services(node: noderole.NodeContext) -> noderole.Service:
     """One service, in every role."""
     cfg = node.settings(TABLE)
     address = f"{cfg['listen_address']}:{cfg['port']}"
     textfiles = cfg["textfile_directory"]
-    pre_start: list[Step] = []
+    pre_start: list[noderole.Step] = []
     # A bad setting fails this service only, with a message, at start: not the whole plan.
     if not 1 <= cfg["port"] <= 65535:
         pre_start.append(noderole.Fail(message=f"[{TABLE}] port {cfg['port']} is not 1-65535"))
@@ -134,7 +132,7 @@ http.server.HTTPServer((host, int(port)), Metrics).serve_forever()
 
 
 @noderole.hookimpl
-def noderole_standins(node: NodeContext) -> list[noderole.StandIn]:
+def noderole_standins(node: noderole.NodeContext) -> list[noderole.StandIn]:
     """A stand-in exporter for rehearsals, and the textfile directory a real node mounts."""
     cfg = node.settings(TABLE)
     return [
