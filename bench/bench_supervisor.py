@@ -117,8 +117,7 @@ def _watchdogs(daemon: int) -> list[int]:
 @contextlib.contextmanager
 def _noderole(directory: Path, services: int, script: str) -> Iterator[int]:
     """A noderole supervisor running ``services`` services; yields the daemon's pid."""
-    from noderole.records import Supervision
-    from noderole.supervisor import ProcessSpec, Supervisor
+    from noderole.supervisor import ProcessSpec, SupervisionSpec, Supervisor
 
     supervisor = Supervisor(directory / "run")
     try:
@@ -128,7 +127,7 @@ def _noderole(directory: Path, services: int, script: str) -> Iterator[int]:
                     name=f"s{i}",
                     argv=("/bin/sh", "-c", script if i == 0 else "exec sleep 1000"),
                     environment={"PATH": "/usr/bin:/bin"},
-                    supervision=Supervision(respawn_delay=0, respawn_max=0),
+                    supervision=SupervisionSpec(respawn_delay=0, respawn_max=0),
                     fingerprint="bench",
                 )
             )
