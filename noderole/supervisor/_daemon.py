@@ -48,6 +48,7 @@ class Daemon:
         self.sinks = Sinks(self.loop)
         handlers: dict[str, Handler] = {
             "ping": self.op_ping,
+            "modules": self.op_modules,
             "status": self.op_status,
             "start": self.op_start,
             "restart": self.op_restart,
@@ -182,6 +183,10 @@ class Daemon:
 
     def op_ping(self, request: dict[str, Any], done: Reply) -> None:
         done({"ok": True, "pid": os.getpid()})
+
+    def op_modules(self, request: dict[str, Any], done: Reply) -> None:
+        """Diagnostics: every module this daemon has loaded (a test guards the list)."""
+        done({"ok": True, "modules": sorted(sys.modules)})
 
     def op_status(self, request: dict[str, Any], done: Reply) -> None:
         names = request.get("names")

@@ -1,6 +1,7 @@
 """The control protocol: one JSON request, one JSON response, per unix-socket connection.
 
-Request: ``{"v": 1, "op": "start"|"stop"|"restart"|"status"|"shutdown"|"ping", ...}`` + newline.
+Request: ``{"v": 1, "op": "start"|"stop"|"restart"|"status"|"shutdown"|"ping"|"modules", ...}``
++ newline (``modules``, for diagnostics, answers the names of the daemon's loaded modules).
 Response: ``{"v": 1, "ok": true, "statuses": [...]}`` or ``{"v": 1, "ok": false, "error": "..."}``
 + newline, then the daemon closes the connection. A daemon that is about to exit answers
 ``{"ok": false, "retry": true}``: the client starts a new daemon and asks again.
