@@ -599,3 +599,40 @@ class TestSpec:
         assert "hunter2" not in repr(spec)
         harness.supervisor.start(spec)
         assert "hunter2" not in harness.supervisor.state_path.read_text()
+
+    @pytest.mark.parametrize(
+        ("change", "named"),
+        [
+            ({"argv": "/bin/sh -c x"}, "argv"),
+            ({"environment": {"A": 1}}, "environment"),
+            ({"supervision": {"respawn_delay": float("nan")}}, "respawn_delay"),
+            ({"supervision": {"respawn_max": -1}}, "respawn_max"),
+            ({"supervision": {"stop_signal": "SIGNOPE"}}, "stop_signal"),
+            ({"supervision": {"bogus": 1}}, "bogus"),
+            ({"log_max_bytes": 0}, "log_max_bytes"),
+            ({"pidfile": 3}, "pidfile"),
+            ({"readiness": {"probe": {"kind": "tcp", "host": "h", "port": 0}}}, "port"),
+            ({"readiness": {"probe": {"kind": "paths", "paths": ["/a"]}, "timeout": 0}}, "timeout"),
+            ({"colour": "blue"}, "colour"),
+        ],
+    )
+    def test_from_wire_names_the_bad_field(self, change: dict[str, object], named: str) -> None:
+        """The daemon decodes a spec once; a bad field is refused by name, not used later."""
+        wire = ProcessSpec(name="a", argv=("/bin/true",)).to_wire()
+        wire.update(change)
+        with pytest.raises(ValueError, match=named):
+            ProcessSpec.from_wire(wire)
+
+    def test_wire_round_trip(self) -> None:
+        """to_wire and from_wire agree on every field."""
+        spec = ProcessSpec(
+            name="a",
+            argv=("/bin/true", "x"),
+            environment={"A": "1"},
+            pidfile="/p",
+            stdout_log="/l",
+            log_max_bytes=10,
+            readiness=ReadinessSpec(probe=TcpProbe(host="h", port=1), timeout=2),
+            fingerprint="f",
+        )
+        assert ProcessSpec.from_wire(spec.to_wire()) == spec
