@@ -81,6 +81,9 @@ def wait_for_exit(pid: int, start_ticks: int, state: StateCopy | None = None) ->
 def fork_watchdog(run_dir: str, state_path: str, daemon_ticks: int) -> int:
     """Fork the watchdog of this (daemon) process; returns its pid once it is under way."""
     daemon_pid = os.getpid()
+    # Everything alive now is never collected again in the daemon (gc.freeze): a collection
+    # writes into every object it visits, which would copy the pages the watchdog shares.
+    gc.freeze()
     r, w = os.pipe()
     pid = os.fork()
     if pid:
