@@ -231,6 +231,14 @@ class TestStop:
         assert [s.state for s in statuses] == ["stopped"] * 3
         assert statuses[1].reason == "not supervised"
 
+    def test_stop_of_thousands_that_finish_at_once(self, harness: Harness) -> None:
+        """Stops that finish without waiting do not recurse once per name (RecursionError)."""
+        harness.supervisor.start(harness.spec("a", SLEEP))
+        names = [f"x{i}" for i in range(3000)]
+        statuses = harness.supervisor.stop([*names, "a"])
+        assert [s.name for s in statuses] == [*names, "a"]
+        assert {s.state for s in statuses} == {"stopped"}
+
 
 class TestDaemon:
     def test_daemon_exits_when_nothing_is_left(self, harness: Harness) -> None:
