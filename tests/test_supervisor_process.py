@@ -135,3 +135,29 @@ class TestOwnLog:
         """A run dir not of the form ROOT/run/noderole keeps its log beside it."""
         assert default_log_path(tmp_path / "x") == tmp_path / "x" / "supervisor.log"
         assert Supervisor(tmp_path / "x").log_path == tmp_path / "x" / "supervisor.log"
+
+
+class TestPackageBoundary:
+    def test_every_module_imports_only_the_standard_library_and_itself(self) -> None:
+        """No module of noderole/supervisor/ (client included) imports outside stdlib + itself."""
+        import ast
+
+        import noderole.supervisor
+
+        package = Path(noderole.supervisor.__file__).parent
+        offenders = []
+        for source in sorted(package.glob("*.py")):
+            for node in ast.walk(ast.parse(source.read_text())):
+                names: list[str] = []
+                if isinstance(node, ast.Import):
+                    names = [alias.name for alias in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                    names = [node.module]
+                for name in names:
+                    top = name.split(".")[0]
+                    if name == "noderole.supervisor" or name.startswith("noderole.supervisor."):
+                        continue
+                    if top == "__future__" or top in sys.stdlib_module_names:
+                        continue
+                    offenders.append(f"{source.name}: {name}")
+        assert offenders == []
