@@ -3,8 +3,10 @@
 Respawn latency: a child writes its pid into a fifo as it starts (``echo $$ > FIFO; exec sleep``);
 the benchmark SIGKILLs it and times until the next pid arrives, i.e. until a new child runs. All
 three respawn with no delay (supervise-daemon refuses ``--respawn-delay 0``: the option is left
-out). Memory: the supervisors' VmRSS summed (children excluded) with 2 and 20 services: one
-noderole daemon and its watchdog, one supervise-daemon per service, one supervisord.
+out). Memory: the supervisors' RSS and PSS (``/proc/PID/smaps_rollup``; PSS splits each shared
+page among the processes that map it, so the sum is what they cost the node) with 2 and 20
+services, children excluded: one noderole daemon and its watchdog (a fork of the daemon), one
+supervise-daemon per service, one supervisord.
 
 supervise-daemon needs ``/run/openrc``: its part runs in a private mount namespace (``unshare -m``)
 with a tmpfs on /run, in a child of this script (``--openrc-inside``) that prints JSON.
@@ -35,6 +37,9 @@ _REPO = Path(__file__).resolve().parent.parent
 LATENCY = "respawn latency (SIGKILL -> new child runs)"
 LATENCY_TARGET = "<= 3 ms median"
 RSS_TARGET = "<= 25 MB total at 20 services"
+PSS_TARGET = "<= 12 MB at 2 services, <= 15 MB at 200 (issue 14)"
+Memory = dict[int, tuple[float, float]]
+"""services -> (RSS, PSS) in MB, summed over the supervisor's processes."""
 
 
 # --------------------------------------------------------------------------- shared helpers
@@ -80,14 +85,18 @@ def _respawn_samples(fifo: PidFifo, kills: int) -> list[float]:
     return samples
 
 
-def _rss_mb(pids: list[int]) -> float:
-    total_kb = 0
+def _memory_mb(pids: list[int]) -> tuple[float, float]:
+    """(RSS, PSS) of ``pids`` summed, in MB."""
+    rss_kb = pss_kb = 0
     for pid in pids:
-        with open(f"/proc/{pid}/status") as f:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
             for line in f:
-                if line.startswith("VmRSS:"):
-                    total_kb += int(line.split()[1])
-    return total_kb / 1024.0
+                key, _, value = line.partition(":")
+                if key == "Rss":
+                    rss_kb += int(value.split()[0])
+                elif key == "Pss":
+                    pss_kb += int(value.split()[0])
+    return rss_kb / 1024.0, pss_kb / 1024.0
 
 
 def _children(pid: int) -> list[int]:
@@ -117,8 +126,7 @@ def _watchdogs(daemon: int) -> list[int]:
 @contextlib.contextmanager
 def _noderole(directory: Path, services: int, script: str) -> Iterator[int]:
     """A noderole supervisor running ``services`` services; yields the daemon's pid."""
-    from noderole.records import Supervision
-    from noderole.supervisor import ProcessSpec, Supervisor
+    from noderole.supervisor import ProcessSpec, SupervisionSpec, Supervisor
 
     supervisor = Supervisor(directory / "run")
     try:
@@ -128,7 +136,7 @@ def _noderole(directory: Path, services: int, script: str) -> Iterator[int]:
                     name=f"s{i}",
                     argv=("/bin/sh", "-c", script if i == 0 else "exec sleep 1000"),
                     environment={"PATH": "/usr/bin:/bin"},
-                    supervision=Supervision(respawn_delay=0, respawn_max=0),
+                    supervision=SupervisionSpec(respawn_delay=0, respawn_max=0),
                     fingerprint="bench",
                 )
             )
@@ -139,7 +147,7 @@ def _noderole(directory: Path, services: int, script: str) -> Iterator[int]:
         supervisor.shutdown()
 
 
-def _noderole_figures(kills: int, sizes: list[int]) -> tuple[list[float], dict[int, float]]:
+def _noderole_figures(kills: int, sizes: list[int]) -> tuple[list[float], Memory]:
     with tempfile.TemporaryDirectory(prefix="bench-sup-") as tmp:
         fifo = PidFifo(Path(tmp))
         try:
@@ -151,7 +159,15 @@ def _noderole_figures(kills: int, sizes: list[int]) -> tuple[list[float], dict[i
         for n in sizes:
             with _noderole(Path(tmp) / f"rss{n}", n, "exec sleep 1000") as pid:
                 # The daemon and its watchdog: both are the supervisor's cost.
-                rss[n] = _rss_mb([pid, *_watchdogs(pid)])
+                watchdogs = _watchdogs(pid)
+                rss[n] = _memory_mb([pid, *watchdogs])
+                daemon_rss, daemon_pss = _memory_mb([pid])
+                watchdog_rss, watchdog_pss = _memory_mb(watchdogs)
+                print(
+                    f"noderole at {n} services: daemon RSS {daemon_rss:.1f} MB PSS "
+                    f"{daemon_pss:.1f} MB; watchdog RSS {watchdog_rss:.1f} MB PSS "
+                    f"{watchdog_pss:.1f} MB"
+                )
     return latency, rss
 
 
@@ -216,13 +232,13 @@ def _openrc_inside(kills: int, sizes: list[int]) -> dict[str, Any]:
         try:
             pids = [start(f"rss{n}-{i}", "exec sleep 1000") for i in range(n)]
             time.sleep(0.05)
-            rss[n] = _rss_mb(pids)
+            rss[n] = _memory_mb(pids)
         finally:
             stop_all()
     return {"latency": latency, "rss": rss}
 
 
-def _openrc_figures(kills: int, sizes: list[int]) -> tuple[list[float], dict[int, float]] | str:
+def _openrc_figures(kills: int, sizes: list[int]) -> tuple[list[float], Memory] | str:
     """supervise-daemon's figures, or why they could not be had."""
     if os.geteuid() != 0:
         return "needs root (mount namespace, tmpfs on /run)"
@@ -258,7 +274,7 @@ def _openrc_figures(kills: int, sizes: list[int]) -> tuple[list[float], dict[int
     if done.returncode != 0:
         return f"the namespace run failed: {done.stderr.strip()[-500:]}"
     data = json.loads(done.stdout.strip().splitlines()[-1])
-    return data["latency"], {int(k): v for k, v in data["rss"].items()}
+    return data["latency"], {int(k): (v[0], v[1]) for k, v in data["rss"].items()}
 
 
 # --------------------------------------------------------------------------- supervisord
@@ -296,9 +312,7 @@ def _supervisord(directory: Path, services: int, script: str) -> Iterator[int]:
         _kill(kids)
 
 
-def _supervisord_figures(
-    kills: int, sizes: list[int]
-) -> tuple[list[float], dict[int, float]] | str:
+def _supervisord_figures(kills: int, sizes: list[int]) -> tuple[list[float], Memory] | str:
     if not (Path(sys.executable).parent / "supervisord").exists():
         return "supervisord is not installed in this venv (pip install supervisor)"
     with tempfile.TemporaryDirectory(prefix="bench-sd-") as tmp:
@@ -311,7 +325,7 @@ def _supervisord_figures(
         rss = {}
         for n in sizes:
             with _supervisord(Path(tmp) / f"rss{n}", n, "exec sleep 1000") as pid:
-                rss[n] = _rss_mb([pid])
+                rss[n] = _memory_mb([pid])
     return latency, rss
 
 
@@ -319,16 +333,16 @@ def _supervisord_figures(
 
 
 def _rows(
-    mine: tuple[list[float], dict[int, float]],
+    mine: tuple[list[float], Memory],
     peer: str,
-    theirs: tuple[list[float], dict[int, float]] | str,
+    theirs: tuple[list[float], Memory] | str,
 ) -> list[Row]:
     latency, rss = mine
     median, spread, p95 = summarize(latency)
     if isinstance(theirs, str):
         print(f"skipped {peer}: {theirs}")
         peer_lat: list[float] = []
-        peer_rss: dict[int, float] = {}
+        peer_rss: Memory = {}
     else:
         peer_lat, peer_rss = theirs
     pm, ps = summarize(peer_lat)[:2] if peer_lat else (None, None)
@@ -348,19 +362,21 @@ def _rows(
         )
     ]
     for n, value in rss.items():
-        rows.append(
-            Row(
-                benchmark=f"supervisor RSS, {n} services",
-                unit="MB",
-                median=value,
-                spread=0.0,
-                samples=1,
-                peer=peer if n in peer_rss else None,
-                peer_median=peer_rss.get(n),
-                peer_spread=0.0 if n in peer_rss else None,
-                target=RSS_TARGET,
+        for i, (what, target) in enumerate((("RSS", RSS_TARGET), ("PSS", PSS_TARGET))):
+            theirs_n = peer_rss.get(n)
+            rows.append(
+                Row(
+                    benchmark=f"supervisor {what}, {n} services (daemon + watchdog)",
+                    unit="MB",
+                    median=value[i],
+                    spread=0.0,
+                    samples=1,
+                    peer=peer if theirs_n else None,
+                    peer_median=theirs_n[i] if theirs_n else None,
+                    peer_spread=0.0 if theirs_n else None,
+                    target=target,
+                )
             )
-        )
     return rows
 
 

@@ -29,15 +29,9 @@ import ctypes
 import errno
 import functools
 import os
-import signal
-import socket
-import subprocess
 import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-import attrs
 
 from noderole.clock import Clock
 from noderole.errors import WaitTimeout
@@ -50,9 +44,7 @@ from noderole.records import (
     WaitForTcp,
 )
 from noderole.root import NodeRoot
-
-if TYPE_CHECKING:
-    import ssl
+from noderole.supervisor import probes
 
 __all__ = [
     "COMMAND_POLL_CAP",
@@ -61,6 +53,7 @@ __all__ = [
     "SAFETY_RECHECK",
     "flush_closes",
     "missing",
+    "probe_for",
     "run_wait",
 ]
 
@@ -72,7 +65,7 @@ COMMAND_POLL_CAP = 0.100
 """Longest pause between runs of a command wait: each run forks and execs, about 2 ms of CPU."""
 SAFETY_RECHECK = 1.0
 """Seconds between re-checks of an inotify-driven wait when no event arrives."""
-ATTEMPT_TIMEOUT = 2.0
+ATTEMPT_TIMEOUT = probes.ATTEMPT_TIMEOUT
 """Longest single TCP connect or HTTP request, so a server that hangs cannot eat the whole wait."""
 
 # inotify(7) constants (linux/inotify.h); IN_NONBLOCK and IN_CLOEXEC equal the O_ flags.
@@ -118,7 +111,7 @@ def run_wait(
                     inotify_failed = inotify is None
                 if inotify is not None:
                     for path in state.watch:
-                        inotify.watch_around(path)
+                        inotify.watch_around(Path(path))
                     # Whatever appeared between the look and the watch sent no event we saw.
                     state = probe(deadline - clock.monotonic())
             if state.done:
@@ -154,188 +147,49 @@ def missing(wait: Wait, *, root: NodeRoot) -> list[str]:
 # --------------------------------------------------------------------------- probes
 
 
-@attrs.frozen
-class _State:
-    done: bool
-    """The condition holds."""
-    missing: tuple[str, ...] = ()
-    """What is lacking, for messages."""
-    watch: tuple[Path, ...] = ()
-    """Local paths whose appearance (or change) inotify can report; empty: poll instead."""
+def probe_for(wait: Wait, root: NodeRoot) -> probes.Probe:
+    """The probe that checks ``wait``'s condition under ``root`` (also used for readiness).
 
-
-_Probe = Callable[[float], _State]
-"""One look at the condition; the argument is the time left (bounds a network try or a command)."""
-
-
-def _prober(wait: Wait, root: NodeRoot) -> _Probe:
+    Paths are resolved under the root and named by their node paths in messages; a command's
+    argv[0] is the root's own if the root holds it, else the machine's (``/bin/sh``).
+    """
     if isinstance(wait, WaitForPaths):
-        return functools.partial(_probe_paths, wait, [(p, root.resolve(p)) for p in wait.paths])
+        return probes.PathProbe(
+            paths=tuple(os.fspath(root.resolve(p)) for p in wait.paths),
+            labels=wait.paths,
+            require=wait.require,
+            readable=wait.readable,
+        )
     if isinstance(wait, WaitForSocket):
-        return functools.partial(_probe_socket, wait.path, root.resolve(wait.path))
+        return probes.SocketProbe(path=os.fspath(root.resolve(wait.path)), label=wait.path)
     if isinstance(wait, WaitForTcp):
-        return functools.partial(_probe_tcp, wait.host, wait.port)
+        return probes.TcpProbe(host=wait.host, port=wait.port)
     if isinstance(wait, WaitForHttp):
-        return functools.partial(_probe_http, wait.url)
+        return probes.HttpProbe(url=wait.url)
     if isinstance(wait, WaitForCommand):
         argv = (_executable(root, wait.argv[0]), *wait.argv[1:])
-        env = {**os.environ, **root.environment()}
-        return functools.partial(_probe_command, argv, wait.argv, env)
+        return probes.CommandProbe(argv=argv, shown=wait.argv)
     raise TypeError(f"not a wait record: {wait!r}")
 
 
-def _probe_paths(wait: WaitForPaths, paths: list[tuple[str, Path]], _left: float) -> _State:
-    lacking: list[str] = []
-    local_lacking: list[Path] = []
-    for node_path, local in paths:
-        reason = _path_lacks(local, readable=wait.readable)
-        if reason is None:
-            if wait.require == "any":
-                return _State(done=True)
-            continue
-        lacking.append(node_path if not reason else f"{node_path} ({reason})")
-        local_lacking.append(local)
-    if not lacking:
-        return _State(done=True)
-    return _State(done=False, missing=tuple(lacking), watch=tuple(local_lacking))
+def _prober(wait: Wait, root: NodeRoot) -> _Probe:
+    probe = probe_for(wait, root)
+    env = {**os.environ, **root.environment()} if isinstance(wait, WaitForCommand) else None
+    return functools.partial(_look, probe, env)
 
 
-def _path_lacks(local: Path, *, readable: bool) -> str | None:
-    """None when the path is there (and readable if asked); "" when absent; else the reason."""
-    if not os.path.exists(local):
-        return ""
-    if readable and not os.access(local, os.R_OK):
-        return "not readable"
-    return None
+def _look(probe: probes.Probe, env: dict[str, str] | None, left: float) -> probes.Outcome:
+    return probes.attempt(probe, left=left, environment=env)
 
 
-def _probe_socket(node_path: str, local: Path, left: float) -> _State:
-    label = f"unix socket {node_path}"
-    if not os.path.lexists(local):
-        # Nothing can accept before the socket file exists: wait for it by inotify, not polling.
-        return _State(done=False, missing=(f"{label} (absent)",), watch=(local,))
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-        sock.settimeout(max(0.05, min(left, ATTEMPT_TIMEOUT)))
-        try:
-            sock.connect(os.fspath(local))
-        except OSError as error:
-            return _State(done=False, missing=(f"{label} ({_reason(error)})",))
-    return _State(done=True)
-
-
-def _probe_tcp(host: str, port: int, left: float) -> _State:
-    label = f"tcp {_endpoint(host, port)}"
-    try:
-        # Resolved on every try: at boot the name may start resolving, or change, mid-wait.
-        addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except OSError as error:
-        return _State(done=False, missing=(f"{label} ({_reason(error)})",))
-    reason = "no address"
-    for family, kind, proto, _, address in addresses:
-        # connect_ex, not create_connection: no exception per refusal, a third less CPU a try.
-        with socket.socket(family, kind, proto) as sock:
-            sock.settimeout(max(0.05, min(left, ATTEMPT_TIMEOUT)))
-            code = sock.connect_ex(address)
-        if code == 0:
-            return _State(done=True)
-        reason = "timed out" if code in (errno.EAGAIN, errno.EINPROGRESS) else os.strerror(code)
-    return _State(done=False, missing=(f"{label} ({reason.lower()})",))
-
-
-def _probe_http(url: str, left: float) -> _State:
-    import http.client
-    import urllib.parse
-
-    parts = urllib.parse.urlsplit(url)
-    timeout = max(0.05, min(left, ATTEMPT_TIMEOUT))
-    conn: http.client.HTTPConnection
-    if parts.scheme == "https":
-        conn = http.client.HTTPSConnection(
-            parts.hostname or "", parts.port, timeout=timeout, context=_insecure_tls()
-        )
-    else:
-        conn = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=timeout)
-    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-    try:
-        conn.request("GET", target, headers={"User-Agent": "noderole-wait", "Connection": "close"})
-        status = conn.getresponse().status
-    except (OSError, http.client.HTTPException) as error:
-        return _State(done=False, missing=(f"{url} ({_reason(error)})",))
-    finally:
-        conn.close()
-    if 200 <= status < 300:
-        return _State(done=True)
-    return _State(done=False, missing=(f"{url} (HTTP {status})",))
-
-
-@functools.cache
-def _insecure_tls() -> ssl.SSLContext:
-    # Like a kubelet HTTPS probe: the wait asks "is it up", sends nothing secret, and local
-    # services at boot serve certificates from CAs this process does not (yet) trust.
-    import ssl
-
-    context = ssl.create_default_context()
-    context.check_hostname = False
-    context.verify_mode = ssl.CERT_NONE
-    return context
-
-
-def _probe_command(
-    argv: tuple[str, ...], shown: tuple[str, ...], env: dict[str, str], left: float
-) -> _State:
-    label = f"`{' '.join(shown)}`"
-    try:
-        proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            env=env,
-            # Own process group: a timed-out try is killed with its children, not just the shell.
-            start_new_session=True,
-        )
-    except OSError as error:
-        return _State(done=False, missing=(f"{label} (cannot run: {_reason(error)})",))
-    try:
-        _, err = proc.communicate(timeout=max(0.05, left))
-    except subprocess.TimeoutExpired:
-        _kill_group(proc)
-        return _State(done=False, missing=(f"{label} (still running at the deadline)",))
-    if proc.returncode == 0:
-        return _State(done=True)
-    last = next(
-        (ln for ln in reversed(err.decode(errors="replace").splitlines()) if ln.strip()), ""
-    )
-    detail = f": {last.strip()[:200]}" if last else ""
-    return _State(done=False, missing=(f"{label} (exit {proc.returncode}{detail})",))
-
-
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    try:
-        proc.communicate(timeout=1.0)
-    except subprocess.TimeoutExpired:
-        # A grandchild that left the group still holds stderr open: stop reading, reap the child.
-        if proc.stderr is not None:
-            proc.stderr.close()
-        proc.wait()
+_Probe = Callable[[float], probes.Outcome]
+"""One look at the condition; the argument is the time left (bounds a network try or a command)."""
 
 
 def _executable(root: NodeRoot, node_path: str) -> str:
     """argv[0] under the root; a tool the root does not hold (``/bin/sh``) is the machine's own."""
     local = root.resolve(node_path)
     return os.fspath(local) if root.is_real or local.exists() else node_path
-
-
-def _endpoint(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
-def _reason(error: BaseException) -> str:
-    if isinstance(error, OSError) and error.strerror:
-        return error.strerror.lower()
-    return str(error) or type(error).__name__
 
 
 def _timeout_message(wait: Wait, waited: float, lacking: Iterable[str]) -> str:

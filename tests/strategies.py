@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from noderole.plan import KINDS, Kind
 from noderole.records import Service
 
-__all__ = ["ROLE", "acyclic_services", "cyclic_services"]
+__all__ = ["ROLE", "acyclic_services", "cyclic_services", "json_values", "state_documents"]
 
 ROLE = "r"
 """The role every graph strategy plans."""
@@ -132,3 +132,61 @@ def cyclic_services(draw: st.DrawFn, max_services: int = 10) -> list[Service]:
         if target not in declared[waiter][kind]:
             declared[waiter][kind].append(target)
     return _services(count, [(ROLE,)] * count, declared, virtuals)
+
+
+# --------------------------------------------------------------------------- supervisor state
+
+_JSON_SCALARS = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.text(max_size=8)
+)
+json_values = st.recursive(
+    _JSON_SCALARS,
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+"""Any JSON document (NaN, infinities and integers far past 64 bits included)."""
+
+_STATUS_FIELDS = (
+    "name",
+    "state",
+    "pid",
+    "pgid",
+    "start_ticks",
+    "started_at",
+    "restarts",
+    "last_exit",
+    "log",
+    "pidfile",
+    "fingerprint",
+    "reason",
+    "already_running",
+)
+
+
+@st.composite
+def state_documents(draw: st.DrawFn) -> object:
+    """A state.json document: valid, or valid but for a few fields of the wrong shape."""
+    services: dict[str, object] = {}
+    for i in range(draw(st.integers(0, 3))):
+        record: dict[str, object] = {
+            "name": f"s{i}",
+            "state": draw(st.sampled_from(["running", "ready", "backoff", "crashed", "stopped"])),
+            "pid": draw(st.none() | st.integers(2, 4_000_000)),
+            "start_ticks": draw(st.none() | st.integers(0, 2**40)),
+            "restarts": draw(st.integers(0, 1000)),
+            "fingerprint": "f",
+            "reason": "",
+        }
+        for key in draw(st.lists(st.sampled_from(_STATUS_FIELDS), max_size=2)):
+            record[key] = draw(json_values)
+        services[f"s{i}"] = record if draw(st.booleans()) else draw(json_values | st.just(record))
+    document: dict[str, object] = {"version": 1, "boot_id": "", "services": services}
+    for key in draw(st.lists(st.sampled_from(["version", "services", "supervisor"]), max_size=1)):
+        document[key] = draw(json_values)
+    return document if draw(st.integers(0, 9)) else draw(json_values)

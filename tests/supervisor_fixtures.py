@@ -20,7 +20,7 @@ import attrs
 import pytest
 
 from noderole.records import Supervision
-from noderole.supervisor import ProcessSpec, Supervisor
+from noderole.supervisor import ProcessSpec, SupervisionSpec, Supervisor
 from noderole.supervisor._proc import is_alive
 from noderole.testing import eventually, process_cmdline, process_environ
 from noderole.testing._processes import WATCHDOG_MARK
@@ -68,11 +68,12 @@ class Harness:
         """A /bin/sh service running ``script`` with the test marker in its environment."""
         env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", MARK: self.mark}
         env.update(kwargs.pop("environment", {}))
+        supervision = supervision or Supervision(respawn_delay=0.05, stop_timeout=2)
         return ProcessSpec(
             name=name,
             argv=("/bin/sh", "-c", script),
             environment=env,
-            supervision=supervision or Supervision(respawn_delay=0.05, stop_timeout=2),
+            supervision=SupervisionSpec(**attrs.asdict(supervision)),
             fingerprint=fingerprint,
             **kwargs,
         )

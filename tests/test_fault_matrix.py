@@ -745,11 +745,12 @@ class TestSecretsNeverWritten:
         leaks = [what for what, text in scene.outputs if SECRET_CORE.decode() in text]
         assert leaks == []
         run_dir = scene.root / RUN_DIR
-        assert (run_dir / "supervisor.log").stat().st_size > 0
+        supervisor_log = scene.root / "var/log/noderole/supervisor.log"
+        assert supervisor_log.stat().st_size > 0
         assert (run_dir / "state.json").exists()
         input_file = scene.root / env_file.lstrip("/")
         checked = list(_written_files(scene.root, exclude={input_file}))
-        assert run_dir / "supervisor.log" in checked
+        assert supervisor_log in checked
         assert run_dir / "state.json" in checked
         assert scene.root / "var/lib/noderole/applied.json" in checked
         assert scene.root / f"etc/init.d/{s}" in checked

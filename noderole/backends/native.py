@@ -2,27 +2,44 @@
 
 Works on any machine, in a container and under ``--root`` (where it is always the backend). This
 module turns a :class:`~noderole.records.Service` into the supervisor's
-:class:`~noderole.supervisor.ProcessSpec`: node paths resolved under the root, a clean
-environment (never the caller's shell environment, so a token exported in an operator's shell
-cannot leak into a daemon), secrets revealed only here.
+:class:`~noderole.supervisor.ProcessSpec` (the supervisor knows nothing of records or attrs):
+node paths resolved under the root, a clean environment (never the caller's shell environment,
+so a token exported in an operator's shell cannot leak into a daemon), secrets revealed only
+here. The supervisor's own log is ``ROOT/var/log/noderole/supervisor.log``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 
+import attrs
+
+from noderole.errors import BackendError
 from noderole.records import Service
 from noderole.root import NodeRoot
 from noderole.state import RUN_DIR
-from noderole.supervisor import ProcessSpec, ServiceStatus, Supervisor, readiness_check
+from noderole.supervisor import (
+    ProcessSpec,
+    ReadinessSpec,
+    ServiceStatus,
+    SupervisionSpec,
+    Supervisor,
+    SupervisorError,
+)
+from noderole.waits import probe_for
 
-__all__ = ["BASE_ENVIRONMENT", "NativeBackend", "process_spec"]
+__all__ = ["BASE_ENVIRONMENT", "LOG_PATH", "NativeBackend", "process_spec"]
+
 
 BASE_ENVIRONMENT = {
     "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
     "LANG": "C.UTF-8",
 }
 """What every child starts with, before the service's own environment (as an init system would)."""
+
+LOG_PATH = "/var/log/noderole/supervisor.log"
+"""The supervisor's own log (a node path): on disk, so it survives a reboot."""
 
 
 def process_spec(service: Service, *, root: NodeRoot, fingerprint: str) -> ProcessSpec:
@@ -34,6 +51,11 @@ def process_spec(service: Service, *, root: NodeRoot, fingerprint: str) -> Proce
         return None if path is None else str(root.resolve(path))
 
     environment = {**BASE_ENVIRONMENT, **root.environment(), **service.revealed_environment()}
+    readiness = None
+    if service.readiness is not None:
+        readiness = ReadinessSpec(
+            probe=probe_for(service.readiness, root), timeout=float(service.readiness.timeout)
+        )
     return ProcessSpec(
         name=service.name,
         argv=(str(root.resolve(service.command[0])), *service.command[1:]),
@@ -44,14 +66,18 @@ def process_spec(service: Service, *, root: NodeRoot, fingerprint: str) -> Proce
         pidfile=local(service.pidfile),
         stdout_log=local(service.output_log),
         stderr_log=local(service.error_log),
-        supervision=service.supervision,
-        readiness=(
-            None
-            if service.readiness is None
-            else readiness_check(service.readiness, lambda p: str(root.resolve(p)))
-        ),
+        supervision=SupervisionSpec(**attrs.asdict(service.supervision)),
+        readiness=readiness,
         fingerprint=fingerprint,
     )
+
+
+@contextmanager
+def _as_backend_error() -> Iterator[None]:
+    try:
+        yield
+    except SupervisorError as e:
+        raise BackendError(str(e)) from e
 
 
 class NativeBackend:
@@ -59,19 +85,25 @@ class NativeBackend:
 
     name = "native"
 
-    def __init__(self, root: NodeRoot) -> None:
+    def __init__(self, root: NodeRoot, *, warn: Callable[[str], None] | None = None) -> None:
         self.root = root
-        self.supervisor = Supervisor(root.resolve(RUN_DIR))
+        self.supervisor = Supervisor(
+            root.resolve(RUN_DIR), log_path=root.resolve(LOG_PATH), warn=warn
+        )
 
     def status(self, names: Sequence[str] | None = None) -> Mapping[str, ServiceStatus]:
         """Current status of the named services (all known ones when ``names`` is None)."""
-        return {s.name: s for s in self.supervisor.status(list(names) if names else None)}
+        with _as_backend_error():
+            return {s.name: s for s in self.supervisor.status(list(names) if names else None)}
 
     def start(self, service: Service, *, fingerprint: str) -> ServiceStatus:
         """Start or replace the service's process; the daemon is started on first use."""
-        self.supervisor.ensure_running()
-        return self.supervisor.start(process_spec(service, root=self.root, fingerprint=fingerprint))
+        spec = process_spec(service, root=self.root, fingerprint=fingerprint)
+        with _as_backend_error():
+            self.supervisor.ensure_running()
+            return self.supervisor.start(spec)
 
     def stop(self, names: Sequence[str]) -> list[ServiceStatus]:
         """Stop in the given order; returns when every process is gone."""
-        return self.supervisor.stop(list(names))
+        with _as_backend_error():
+            return self.supervisor.stop(list(names))

@@ -1,11 +1,53 @@
 """noderole's native supervisor: one small daemon per node keeps every service's process alive.
 
 Use :class:`Supervisor` (client) with :class:`ProcessSpec` records; read
-``docs/concepts/supervision.md`` for the semantics. The daemon itself lives in ``_daemon.py`` and
-imports only the standard library.
+``docs/concepts/supervision.md`` for the semantics. This package imports only the standard
+library and itself: the daemon (``_daemon.py``) runs from it with nothing else loaded. Names are
+imported on first use (PEP 562), so that the daemon, which imports ``noderole.supervisor._daemon``,
+does not load the client.
 """
 
-from noderole.supervisor._client import Supervisor
-from noderole.supervisor._spec import ProcessSpec, ServiceState, ServiceStatus, readiness_check
+from __future__ import annotations
 
-__all__ = ["ProcessSpec", "ServiceState", "ServiceStatus", "Supervisor", "readiness_check"]
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from noderole.supervisor._client import Supervisor, SupervisorError
+    from noderole.supervisor._spec import ProcessSpec, ReadinessSpec, SupervisionSpec
+    from noderole.supervisor._status import SchemaError, ServiceState, ServiceStatus
+
+_WHERE = {
+    "Supervisor": "_client",
+    "SupervisorError": "_client",
+    "ProcessSpec": "_spec",
+    "ReadinessSpec": "_spec",
+    "SupervisionSpec": "_spec",
+    "SchemaError": "_status",
+    "ServiceState": "_status",
+    "ServiceStatus": "_status",
+}
+
+__all__ = [
+    "ProcessSpec",
+    "ReadinessSpec",
+    "SchemaError",
+    "ServiceState",
+    "ServiceStatus",
+    "SupervisionSpec",
+    "Supervisor",
+    "SupervisorError",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'noderole.supervisor' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"noderole.supervisor.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_WHERE])

@@ -1,4 +1,4 @@
-"""Starting one supervised process, and the log files its output goes to.
+"""Starting one supervised process.
 
 The child gets exactly the spec's environment, its user/group (with the user's supplementary
 groups, as ``initgroups`` would), its working directory, stdin from /dev/null, a session and
@@ -6,80 +6,24 @@ process group of its own (so a stop reaches its grandchildren). It is started wi
 ``vfork`` path (~0.3 ms): no Python code runs in the child. Should the supervisor be SIGKILLed,
 its watchdog (:mod:`._watchdog`) ends the children's process groups.
 
-Output never goes straight to the log file: the child writes into a pipe the daemon drains. That
-is what lets SIGHUP reopen a rotated log (and size rotation happen) under a child that keeps
-running. When ``stdout_log == stderr_log`` both streams share one pipe, so their lines stay in
-order.
+Its output goes to pipes the daemon drains (:mod:`._sinks`).
 
 Standard library only (the daemon imports it).
 """
 
 from __future__ import annotations
 
-import contextlib
 import grp
 import os
 import pwd
 import subprocess
 from collections.abc import Mapping, Sequence
 
-__all__ = ["LogSink", "SpawnError", "spawn"]
+__all__ = ["SpawnError", "spawn"]
 
 
 class SpawnError(Exception):
     """The process could not be started; ``str()`` says why, naming the input."""
-
-
-class LogSink:
-    """One log file, appended to; reopened on SIGHUP; rotated by size when asked.
-
-    Size rotation keeps one old file: ``LOG`` becomes ``LOG.1`` (replacing the previous one).
-    """
-
-    def __init__(self, path: str, max_bytes: int | None = None) -> None:
-        self.path = path
-        self.max_bytes = max_bytes
-        self.users = 0
-        """How many streams (pipes) write here; the file closes when none is left."""
-        self.fd = self._open()
-        self.size = os.fstat(self.fd).st_size
-        self.failed = False
-
-    def _open(self) -> int:
-        os.makedirs(os.path.dirname(self.path) or "/", exist_ok=True)
-        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
-        return os.open(self.path, flags, 0o640)
-
-    def write(self, data: bytes) -> None:
-        """Append ``data`` (rotating first if the file would outgrow ``max_bytes``)."""
-        if self.max_bytes is not None and self.size + len(data) > self.max_bytes and self.size:
-            with contextlib.suppress(OSError):
-                os.replace(self.path, self.path + ".1")
-            self.reopen()
-        try:
-            view = memoryview(data)
-            while view:
-                n = os.write(self.fd, view)
-                view = view[n:]
-            self.size += len(data)
-            self.failed = False
-        except OSError:
-            # A full disk must not stop the supervisor; the output is lost, the service lives on.
-            self.failed = True
-
-    def reopen(self) -> None:
-        """Close and open the path again: after logrotate moved the file away."""
-        try:
-            fd = self._open()
-        except OSError:
-            return  # keep writing to the old file rather than nowhere
-        os.close(self.fd)
-        self.fd = fd
-        self.size = os.fstat(fd).st_size
-
-    def close(self) -> None:
-        """Close the file."""
-        os.close(self.fd)
 
 
 def _identity(user: str | None, group: str | None) -> dict[str, object]:

@@ -15,21 +15,24 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from noderole.errors import BackendError
-from noderole.supervisor import _protocol, _state
-from noderole.supervisor._spec import ProcessSpec, ServiceStatus
+from noderole.supervisor import _protocol, _state, _title
+from noderole.supervisor._spec import ProcessSpec
+from noderole.supervisor._status import SchemaError, ServiceStatus
 
-__all__ = ["Supervisor"]
+__all__ = ["SupervisorError", "Supervisor"]
 
-# Starts the daemon without executing noderole/__init__.py (attrs, pluggy): see bootstrap().
-_BOOTSTRAP = _protocol.bootstrap("_daemon")
+_LAUNCH = _protocol.launch_source("_daemon")
 
 _START_TIMEOUT = 30.0
 """Seconds to wait for a new daemon to answer (it may first kill a predecessor's leftovers)."""
+
+
+class SupervisorError(RuntimeError):
+    """The supervisor could not be reached or refused a request; ``str()`` says why and where."""
 
 
 class Supervisor:
@@ -37,15 +40,23 @@ class Supervisor:
 
     ``run_dir`` holds the control socket, the daemon's pid file, its lock and the state file
     (``ROOT/run/noderole``). ``log_path`` receives the daemon's own messages (default
-    ``run_dir/supervisor.log``). ``timeout`` bounds one request (a stop waits for processes).
+    ``ROOT/var/log/noderole/supervisor.log`` for a ``ROOT/run/noderole`` run dir, so the history
+    survives a reboot; else ``run_dir/supervisor.log``). ``timeout`` bounds one request (a stop
+    waits for processes). ``warn`` is told about a corrupt state file (default: stderr).
     """
 
     def __init__(
-        self, run_dir: Path, *, log_path: Path | None = None, timeout: float = 300.0
+        self,
+        run_dir: Path,
+        *,
+        log_path: Path | None = None,
+        timeout: float = 300.0,
+        warn: Callable[[str], None] | None = None,
     ) -> None:
         self.run_dir = Path(run_dir)
-        self.log_path = Path(log_path) if log_path is not None else self.run_dir / "supervisor.log"
+        self.log_path = Path(log_path) if log_path is not None else default_log_path(self.run_dir)
         self.timeout = timeout
+        self.warn = warn if warn is not None else _warn
 
     @property
     def socket_path(self) -> Path:
@@ -90,18 +101,20 @@ class Supervisor:
             os.close(lock)
 
     def _spawn_daemon(self) -> None:
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.log_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         package_parent = str(Path(__file__).resolve().parent.parent.parent)
         r, w = os.pipe2(os.O_CLOEXEC)
         try:
             with open(self.log_path, "ab") as log:
                 first = subprocess.Popen(
                     [
+                        # Not a made-up argv[0]: the interpreter finds its own standard library
+                        # from it. The daemon retitles itself once running (_title).
                         sys.executable,
                         "-I",
                         "-S",
                         "-c",
-                        _BOOTSTRAP,
+                        _LAUNCH,
                         package_parent,
                         str(self.run_dir),
                         str(w),
@@ -126,7 +139,7 @@ class Supervisor:
             return
         if message.startswith("another supervisor holds") and self.daemon_pid() is not None:
             return
-        raise BackendError(
+        raise SupervisorError(
             f"the native supervisor did not start in {self.run_dir}: "
             f"{message or 'it exited without a word'}. Its log: {self.log_path}"
             f"{_tail(self.log_path)}"
@@ -159,7 +172,7 @@ class Supervisor:
             except (BrokenPipeError, ConnectionResetError):
                 return None
             except TimeoutError:
-                raise BackendError(
+                raise SupervisorError(
                     f"the native supervisor ({self.socket_path}) did not answer "
                     f"{request['op']!r} within {timeout:g}s; see {self.log_path}"
                 ) from None
@@ -185,18 +198,22 @@ class Supervisor:
                 time.sleep(0.01)
                 continue
             if not answer.get("ok"):
-                raise BackendError(
+                raise SupervisorError(
                     f"the native supervisor refused {request['op']!r}: {answer.get('error')}"
                 )
             return answer
-        raise BackendError(
+        raise SupervisorError(
             f"the native supervisor in {self.run_dir} keeps exiting before it answers; "
             f"see {self.log_path}"
         )
 
-    @staticmethod
-    def _statuses(answer: dict[str, Any]) -> list[ServiceStatus]:
-        return [ServiceStatus.from_wire(s) for s in answer.get("statuses", [])]
+    def _statuses(self, answer: dict[str, Any]) -> list[ServiceStatus]:
+        try:
+            return [ServiceStatus.from_wire(s) for s in answer.get("statuses", [])]
+        except SchemaError as e:
+            raise SupervisorError(
+                f"the native supervisor in {self.run_dir} answered a malformed status: {e}"
+            ) from None
 
     def start(self, spec: ProcessSpec, *, wait_ready: bool = False) -> ServiceStatus:
         """Start the service's process (starting the daemon if needed).
@@ -253,31 +270,46 @@ class Supervisor:
 
     # ---- without a daemon
 
+    def _load(self) -> _state.State:
+        return _state.load_state(str(self.state_path), self.warn)
+
     def _leftovers(self) -> bool:
-        return bool(_state.leftover_groups(_state.read_state(str(self.state_path))))
+        return bool(_state.leftover_groups(self._load()))
 
     def _from_state(self, names: list[str] | None) -> list[ServiceStatus]:
-        data = _state.read_state(str(self.state_path))
-        records: dict[str, Any] = data["services"]
-        leftovers = _state.leftover_groups(data)
+        state = self._load()
+        leftovers = _state.leftover_groups(state)
         if names is None:
-            names = list(records)
+            names = list(state.services)
         out = []
         for name in names:
-            record = dict(records.get(name) or {"name": name, "reason": "not supervised"})
-            record["name"] = name
-            if record.get("state") in ("starting", "running", "ready", "backoff"):
-                record["state"] = "stopped"
-                record["reason"] = "the supervisor is not running (it was killed)"
+            status = state.services.get(name) or ServiceStatus(name=name, reason="not supervised")
+            if status.active:
+                status = status.but(
+                    state="stopped", reason="the supervisor is not running (it was killed)"
+                )
             if name in leftovers:
                 pids = " ".join(map(str, leftovers[name][1]))
-                record["reason"] += (
-                    f"; its processes {pids} survived it and will be killed at the next start"
+                status = status.but(
+                    reason=f"{status.reason}; its processes {pids} survived it and will be "
+                    "killed at the next start"
                 )
             else:
-                record["pid"] = None
-            out.append(ServiceStatus.from_wire(record))
+                status = status.but(pid=None)
+            out.append(status)
         return out
+
+
+def default_log_path(run_dir: Path) -> Path:
+    """The supervisor's log: ``ROOT/var/log/noderole/supervisor.log`` for ``ROOT/run/noderole``."""
+    root = _title.root_of(str(run_dir))
+    if root == str(run_dir):
+        return run_dir / "supervisor.log"
+    return Path(root) / "var/log/noderole/supervisor.log"
+
+
+def _warn(message: str) -> None:
+    sys.stderr.write(f"warning: {message}\n")
 
 
 def _daemon_environment() -> dict[str, str]:
@@ -293,7 +325,7 @@ def _flock(fd: int, timeout: float, what: str) -> None:
             return
         except BlockingIOError:
             if time.monotonic() >= deadline:
-                raise BackendError(f"{what} (lock held for {timeout:g}s)") from None
+                raise SupervisorError(f"{what} (lock held for {timeout:g}s)") from None
             time.sleep(0.01)
 
 

@@ -1,6 +1,7 @@
 """The control protocol: one JSON request, one JSON response, per unix-socket connection.
 
-Request: ``{"v": 1, "op": "start"|"stop"|"restart"|"status"|"shutdown"|"ping", ...}`` + newline.
+Request: ``{"v": 1, "op": "start"|"stop"|"restart"|"status"|"shutdown"|"ping"|"modules", ...}``
++ newline (``modules``, for diagnostics, answers the names of the daemon's loaded modules).
 Response: ``{"v": 1, "ok": true, "statuses": [...]}`` or ``{"v": 1, "ok": false, "error": "..."}``
 + newline, then the daemon closes the connection. A daemon that is about to exit answers
 ``{"ok": false, "retry": true}``: the client starts a new daemon and asks again.
@@ -17,37 +18,33 @@ from typing import Any
 __all__ = [
     "LOCK_NAME",
     "MAX_MESSAGE",
-    "PRELUDE",
     "PID_NAME",
     "PROTOCOL_VERSION",
     "SOCKET_NAME",
     "STARTER_LOCK_NAME",
     "STATE_NAME",
-    "bootstrap",
     "decode",
     "encode",
+    "launch_source",
     "socket_address",
 ]
 
 
-PRELUDE = (
-    "import sys, types\n"
-    "base = sys.argv[1]\n"
-    'for name, sub in (("noderole", "/noderole"),\n'
-    '                  ("noderole.supervisor", "/noderole/supervisor")):\n'
-    "    module = types.ModuleType(name)\n"
-    "    module.__path__ = [base + sub]\n"
-    "    sys.modules[name] = module\n"
-)
-"""Source that makes ``noderole.supervisor.*`` importable without executing noderole/__init__.py
-(attrs, pluggy): empty package modules stand in for ``noderole`` and ``noderole.supervisor``
-(``sys.argv[1]`` is the directory that holds the package). ~5 MB of RSS saved per process."""
+def launch_source(module: str) -> str:
+    """``python -I -S -c`` source that runs ``noderole.supervisor.MODULE.main(sys.argv[2:])``.
 
-
-def bootstrap(module: str) -> str:
-    """``python -I -S -c`` source running ``noderole.supervisor.MODULE.main(sys.argv[2:])``."""
+    The daemon runs with ``-I -S``: no site-packages, no ``.pth`` files, no environment
+    variables, so nothing but the standard library is importable by accident. ``sys.argv[1]`` is
+    the directory that holds the ``noderole`` package, put first on ``sys.path``; importing
+    ``noderole.supervisor.X`` then runs ``noderole/__init__.py``, which imports nothing but its
+    version until a name is asked for (~0.4 MB), and ``noderole/supervisor/__init__.py``, which
+    imports nothing at all until asked.
+    """
     return (
-        PRELUDE + f"from noderole.supervisor.{module} import main\nsys.exit(main(sys.argv[2:]))\n"
+        "import sys\n"
+        "sys.path.insert(0, sys.argv[1])\n"
+        f"from noderole.supervisor.{module} import main\n"
+        "sys.exit(main(sys.argv[2:]))\n"
     )
 
 

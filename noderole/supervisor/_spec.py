@@ -1,62 +1,95 @@
-"""What the engine hands the supervisor (:class:`ProcessSpec`) and what it gets back
-(:class:`ServiceStatus`). Both cross the control socket as JSON.
+"""What the supervisor is asked to run: :class:`ProcessSpec`, decoded once into typed records.
+
+The engine's side (``noderole/backends/native.py``) builds a spec from a
+:class:`~noderole.records.Service`; the spec crosses the control socket as JSON
+(:meth:`ProcessSpec.to_wire`) and the daemon decodes it with :meth:`ProcessSpec.from_wire`, which
+checks every field and names the first bad one. From then on the daemon reads attributes, never
+``dict.get``. Standard library only (the daemon imports it): frozen, slotted dataclasses.
 """
 
 from __future__ import annotations
 
-import types
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Literal, TypeAlias
+import math
+import signal
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
 
-import attrs
+from noderole.supervisor.probes import Probe, probe_from_wire, probe_to_wire
 
-from noderole.records import (
-    Supervision,
-    Wait,
-    WaitForCommand,
-    WaitForHttp,
-    WaitForPaths,
-    WaitForSocket,
-    WaitForTcp,
-)
+__all__ = ["DEFAULT_READINESS_TIMEOUT", "ProcessSpec", "ReadinessSpec", "SupervisionSpec"]
 
-__all__ = ["ProcessSpec", "ServiceState", "ServiceStatus", "readiness_check"]
-
-ServiceState: TypeAlias = Literal["starting", "running", "ready", "backoff", "crashed", "stopped"]
+DEFAULT_READINESS_TIMEOUT = 60.0
+"""Seconds a readiness check runs when the spec gives no timeout."""
 
 
-def _argv(value: Iterable[str]) -> tuple[str, ...]:
-    return (value,) if isinstance(value, str) else tuple(value)
+def _number(where: str, value: object, *, positive: bool = False, optional: bool = False) -> Any:
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ValueError(f"{where} must be a finite number, got {value!r}")
+    if value < 0 or (positive and value == 0):
+        raise ValueError(f"{where} must be {'> 0' if positive else '>= 0'}, got {value!r}")
+    return value
 
 
-def _frozen_env(value: Mapping[str, str]) -> Mapping[str, str]:
-    return types.MappingProxyType(dict(value))
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SupervisionSpec:
+    """Respawn and stop settings (the wire form of :class:`~noderole.records.Supervision`)."""
+
+    respawn_delay: float = 5.0
+    respawn_max: int = 0
+    respawn_period: float | None = None
+    backoff_max: float | None = None
+    stop_signal: str = "SIGTERM"
+    stop_timeout: float = 5.0
+
+    def __post_init__(self) -> None:
+        _number("supervision.respawn_delay", self.respawn_delay)
+        _number("supervision.stop_timeout", self.stop_timeout)
+        _number("supervision.respawn_period", self.respawn_period, positive=True, optional=True)
+        _number("supervision.backoff_max", self.backoff_max, positive=True, optional=True)
+        if type(self.respawn_max) is not int or not 0 <= self.respawn_max < 2**31:
+            raise ValueError(f"supervision.respawn_max must be a count, got {self.respawn_max!r}")
+        name = self.stop_signal
+        if not isinstance(name, str) or not isinstance(
+            getattr(signal, name if name.startswith("SIG") else f"SIG{name}", None), signal.Signals
+        ):
+            raise ValueError(f"supervision.stop_signal must name a signal, got {name!r}")
+
+    @property
+    def stop_signum(self) -> int:
+        """``stop_signal`` as a number."""
+        name = self.stop_signal
+        return int(getattr(signal, name if name.startswith("SIG") else f"SIG{name}"))
 
 
-def _check_argv(inst: ProcessSpec, attribute: attrs.Attribute[Any], value: tuple[str, ...]) -> None:
-    if not value or not all(isinstance(a, str) for a in value) or not value[0].startswith("/"):
-        raise ValueError(
-            f"ProcessSpec {inst.name!r}: argv must be strings starting with an absolute path, "
-            f"got {value!r}"
-        )
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReadinessSpec:
+    """When the service counts as ready: ``probe`` holds, checked until ``timeout``."""
+
+    probe: Probe
+    timeout: float = DEFAULT_READINESS_TIMEOUT
+
+    def __post_init__(self) -> None:
+        _number("readiness.timeout", self.timeout, positive=True)
 
 
-@attrs.frozen(kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ProcessSpec:
     """Everything the supervisor needs to run one service's process.
 
-    Paths are *local* (already resolved under ``--root`` by the engine). JSON-serialisable through
-    :meth:`to_wire`; the environment is sent to the daemon but never written to its state file.
+    Paths are *local* (already resolved under ``--root``). The environment is sent to the daemon
+    but never written to its state file, and hidden from ``repr``.
     """
 
     name: str
     """The service name; one process per name."""
-    argv: tuple[str, ...] = attrs.field(converter=_argv, validator=_check_argv)
+    argv: tuple[str, ...]
     """The command; ``argv[0]`` is a local absolute path."""
-    environment: Mapping[str, str] = attrs.field(
-        factory=dict, converter=_frozen_env, hash=False, repr=False
-    )
-    """The child's whole environment, exactly (secrets revealed; hidden from ``repr``)."""
+    environment: Mapping[str, str] = field(default_factory=dict, repr=False, hash=False)
+    """The child's whole environment, exactly (secrets revealed)."""
     user: str | None = None
     """Run as this user (name or uid); None: the supervisor's user."""
     group: str | None = None
@@ -66,24 +99,50 @@ class ProcessSpec:
     pidfile: str | None = None
     """Where the *child's* pid is written (rewritten on respawn, removed on stop).
 
-    Unlike OpenRC's supervise-daemon, which stores its own pid there (openrc#163).
-    """
+    Unlike OpenRC's supervise-daemon, which stores its own pid there (openrc#163)."""
     stdout_log: str | None = None
     """Append stdout here (parent directories are created); None: /dev/null."""
     stderr_log: str | None = None
     """Append stderr here; the same path as ``stdout_log`` shares one stream, in order."""
     log_max_bytes: int | None = None
     """Rotate a log past this size (one old copy, ``LOG.1``); None: never (logrotate + SIGHUP)."""
-    supervision: Supervision = attrs.field(factory=Supervision)
+    supervision: SupervisionSpec = field(default_factory=SupervisionSpec)
     """Respawn and stop settings."""
-    readiness: Mapping[str, Any] | None = attrs.field(default=None, hash=False)
-    """Optional readiness check, e.g. ``{"kind": "tcp", "host": "127.0.0.1", "port": 8092,
-    "timeout": 30}``; see :func:`readiness_check` and ``noderole/supervisor/_readiness.py``."""
+    readiness: ReadinessSpec | None = None
+    """Optional readiness check."""
     fingerprint: str = ""
     """Opaque hash of the service definition; a different one replaces the running process."""
 
+    def __post_init__(self) -> None:
+        argv: object = self.argv
+        if isinstance(argv, str) or not isinstance(argv, tuple | list):
+            raise ValueError(f"ProcessSpec {self.name!r}: argv must be a list, got {self.argv!r}")
+        object.__setattr__(self, "argv", tuple(self.argv))
+        object.__setattr__(self, "environment", MappingProxyType(dict(self.environment)))
+        argv = self.argv
+        if not argv or not all(isinstance(a, str) for a in argv) or not argv[0].startswith("/"):
+            raise ValueError(
+                f"ProcessSpec {self.name!r}: argv must be strings starting with an absolute path, "
+                f"got {argv!r}"
+            )
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"ProcessSpec: name must be a non-empty string, got {self.name!r}")
+        if self.log_max_bytes is not None and (
+            type(self.log_max_bytes) is not int or self.log_max_bytes <= 0
+        ):
+            raise ValueError(
+                f"ProcessSpec {self.name!r}: log_max_bytes must be a positive integer, "
+                f"got {self.log_max_bytes!r}"
+            )
+
+    @property
+    def log(self) -> str | None:
+        """Where its output goes (stdout's log, else stderr's)."""
+        return self.stdout_log or self.stderr_log
+
     def to_wire(self) -> dict[str, Any]:
         """The JSON form the daemon reads."""
+        sup = self.supervision
         return {
             "name": self.name,
             "argv": list(self.argv),
@@ -95,67 +154,62 @@ class ProcessSpec:
             "stdout_log": self.stdout_log,
             "stderr_log": self.stderr_log,
             "log_max_bytes": self.log_max_bytes,
-            "supervision": attrs.asdict(self.supervision),
-            "readiness": dict(self.readiness) if self.readiness is not None else None,
+            "supervision": {name: getattr(sup, name) for name in sup.__dataclass_fields__},
+            "readiness": None
+            if self.readiness is None
+            else {"probe": probe_to_wire(self.readiness.probe), "timeout": self.readiness.timeout},
             "fingerprint": self.fingerprint,
         }
 
-
-@attrs.frozen(kw_only=True)
-class ServiceStatus:
-    """One service as the supervisor sees it."""
-
-    name: str
-    """The service name."""
-    state: ServiceState
-    """``running`` (no readiness check, or not passed yet), ``ready``, ``backoff`` (waiting to
-    respawn), ``crashed`` (gave up), ``stopped``; ``starting`` while a replacement is under way."""
-    pid: int | None = None
-    """The current process (its process group has the same id)."""
-    started_at: float | None = None
-    """Wall-clock time the current process started."""
-    restarts: int = 0
-    """Respawns since the service was started."""
-    last_exit: str | None = None
-    """How the last process ended: ``exit 3``, ``signal SIGKILL``, or why it could not start."""
-    log: str | None = None
-    """Where its output goes (stdout's log, else stderr's)."""
-    fingerprint: str = ""
-    """The fingerprint of the running definition."""
-    reason: str = ""
-    """Why it is in this state, for people: ``gave up after 3 respawns``, ``not ready after 3s``."""
-    already_running: bool = False
-    """``start``: it was already running with this fingerprint; nothing was started."""
-
     @classmethod
-    def from_wire(cls, data: Mapping[str, Any]) -> ServiceStatus:
-        """Build from the daemon's (or the state file's) JSON."""
+    def from_wire(cls, data: object) -> ProcessSpec:
+        """Decode :meth:`to_wire`'s form; ValueError names the first bad field."""
+        if not isinstance(data, dict):
+            raise ValueError(f"a spec must be a JSON object, got {type(data).__name__}")
+        unknown = sorted(set(data) - set(cls.__dataclass_fields__))
+        if unknown:
+            raise ValueError(f"spec: unknown field {unknown[0]!r}")
+        name = data.get("name")
+        where = f"spec {name!r}"
+        for key in ("user", "group", "pidfile", "stdout_log", "stderr_log"):
+            if data.get(key) is not None and not isinstance(data[key], str):
+                raise ValueError(f"{where}: {key} must be a string or null, got {data[key]!r}")
+        for key in ("cwd", "fingerprint"):
+            if key in data and not isinstance(data[key], str):
+                raise ValueError(f"{where}: {key} must be a string, got {data[key]!r}")
+        env = data.get("environment") or {}
+        if not isinstance(env, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in env.items()
+        ):
+            raise ValueError(f"{where}: environment must map strings to strings")
+        sup = data.get("supervision") or {}
+        if not isinstance(sup, dict):
+            raise ValueError(f"{where}: supervision must be an object, got {sup!r}")
+        try:
+            supervision = SupervisionSpec(**sup)
+        except TypeError as e:
+            raise ValueError(f"{where}: supervision: {e}") from None
+        readiness = None
+        ready = data.get("readiness")
+        if ready is not None:
+            if not isinstance(ready, dict) or "probe" not in ready:
+                raise ValueError(f"{where}: readiness must be an object with a probe")
+            readiness = ReadinessSpec(
+                probe=probe_from_wire(ready["probe"]),
+                timeout=ready.get("timeout", DEFAULT_READINESS_TIMEOUT),
+            )
         return cls(
-            name=data["name"],
-            state=data.get("state", "stopped"),
-            pid=data.get("pid"),
-            started_at=data.get("started_at"),
-            restarts=int(data.get("restarts") or 0),
-            last_exit=data.get("last_exit"),
-            log=data.get("log"),
-            fingerprint=data.get("fingerprint") or "",
-            reason=data.get("reason") or "",
-            already_running=bool(data.get("already_running", False)),
+            name=name,  # type: ignore[arg-type]  # checked in __post_init__
+            argv=data.get("argv"),  # type: ignore[arg-type]
+            environment=env,
+            user=data.get("user"),
+            group=data.get("group"),
+            cwd=data.get("cwd", "/"),
+            pidfile=data.get("pidfile"),
+            stdout_log=data.get("stdout_log"),
+            stderr_log=data.get("stderr_log"),
+            log_max_bytes=data.get("log_max_bytes"),
+            supervision=supervision,
+            readiness=readiness,
+            fingerprint=data.get("fingerprint", ""),
         )
-
-
-def readiness_check(wait: Wait, local: Callable[[str], str]) -> dict[str, Any]:
-    """The readiness dict for a wait record (a ``Service.readiness``); ``local`` maps node paths."""
-    if isinstance(wait, WaitForTcp):
-        return {"kind": "tcp", "host": wait.host, "port": wait.port, "timeout": wait.timeout}
-    if isinstance(wait, WaitForHttp):
-        return {"kind": "http", "url": wait.url, "timeout": wait.timeout}
-    if isinstance(wait, WaitForPaths):
-        paths = [local(p) for p in wait.paths]
-        return {"kind": "file", "paths": paths, "require": wait.require, "timeout": wait.timeout}
-    if isinstance(wait, WaitForSocket):
-        return {"kind": "socket", "path": local(wait.path), "timeout": wait.timeout}
-    if isinstance(wait, WaitForCommand):
-        argv = [local(wait.argv[0]), *wait.argv[1:]]
-        return {"kind": "command", "argv": argv, "timeout": wait.timeout}
-    raise TypeError(f"not a wait record: {wait!r}")

@@ -4,13 +4,16 @@
 
     {"version": 1, "boot_id": "...",
      "supervisor": {"pid": 123, "start_ticks": 456},
-     "services": {"NAME": {"state": "running", "pid": 200, "pgid": 200, "start_ticks": 789,
-                           "fingerprint": "...", "restarts": 0, "last_exit": null, ...}}}
+     "services": {"NAME": <ServiceStatus.to_wire()>, ...}}
 
 It never holds a service's environment (secrets stay in memory). Two readers use it: the client,
 to answer ``status`` when no daemon runs, and a new daemon, to kill what a SIGKILLed predecessor
 left behind (:func:`kill_leftovers`) before it starts anything, so a restart never runs a
 duplicate next to an orphan.
+
+A file that is not valid JSON, or valid JSON of the wrong shape (a service that is not an object,
+``"restarts": "lots"``, ``NaN``, a pid of 10**30), is corrupt: :func:`load_state` moves it aside
+as ``state.json.corrupt-<UTC time>``, warns once, and answers an empty state.
 """
 
 from __future__ import annotations
@@ -18,62 +21,123 @@ from __future__ import annotations
 import json
 import os
 import signal
-from typing import Any
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from noderole.supervisor import _proc
+from noderole.supervisor._status import SchemaError, ServiceStatus
 
 __all__ = [
     "STATE_VERSION",
+    "State",
     "kill_leftovers",
     "leftover_groups",
+    "load_state",
     "parse_state",
-    "read_state",
     "write_state",
 ]
 
 STATE_VERSION = 1
 
 
-def read_state(path: str) -> dict[str, Any]:
-    """The state file's content; an empty state when it is missing, unreadable or from another boot.
+@dataclass(slots=True)
+class State:
+    """The decoded state file."""
 
-    Pids recorded in an earlier boot name nothing in this one.
+    services: dict[str, ServiceStatus] = field(default_factory=dict)
+    supervisor_pid: int | None = None
+    """The daemon that wrote it (None: none recorded, or another boot)."""
+    supervisor_ticks: int | None = None
+
+
+def _no_constant(name: str) -> object:
+    raise SchemaError(f"{name} is not a number a state file may hold")
+
+
+def parse_state(raw: bytes) -> State:
+    """The state from the file's bytes; SchemaError if it is not a state file of this version.
+
+    Pids recorded in an earlier boot name nothing in this one: they are dropped.
+    """
+    try:
+        data = json.loads(raw, parse_constant=_no_constant)
+    except SchemaError:
+        raise
+    except ValueError as e:  # not JSON, not UTF-8, an integer too long to convert
+        raise SchemaError(f"not JSON: {e}") from None
+    except RecursionError:
+        raise SchemaError("nested too deeply") from None
+    if not isinstance(data, dict):
+        raise SchemaError(f"expected an object, got {type(data).__name__}")
+    if data.get("version") != STATE_VERSION:
+        raise SchemaError(f"version must be {STATE_VERSION}, got {data.get('version')!r}")
+    services = data.get("services", {})
+    if not isinstance(services, dict):
+        raise SchemaError(f"services must be an object, got {type(services).__name__}")
+    state = State(
+        services={name: ServiceStatus.from_wire(rec, name=name) for name, rec in services.items()}
+    )
+    sup = data.get("supervisor")
+    if sup is not None:
+        pid, ticks = (sup.get("pid"), sup.get("start_ticks")) if isinstance(sup, dict) else (0, 0)
+        if type(pid) is not int or type(ticks) is not int or not 1 < pid < 1 << 22 or ticks < 0:
+            raise SchemaError(f"supervisor must be {{pid, start_ticks}}, got {sup!r}")
+        state.supervisor_pid, state.supervisor_ticks = pid, ticks
+    if data.get("boot_id") != _proc.boot_id():
+        state.supervisor_pid = state.supervisor_ticks = None
+        for name, status in state.services.items():
+            state.services[name] = status.but(pid=None, start_ticks=None)
+    return state
+
+
+def load_state(path: str, warn: Callable[[str], None]) -> State:
+    """The state file's content: empty when it is missing; a corrupt file is moved aside.
+
+    ``warn`` is told once, naming the file it was moved to (each corrupt file is moved once, so
+    the next reader finds no file and says nothing).
     """
     try:
         with open(path, "rb") as f:
             raw = f.read()
-    except OSError:
-        return {"version": STATE_VERSION, "services": {}}
-    return parse_state(raw)
-
-
-def parse_state(raw: bytes) -> dict[str, Any]:
-    """The state from the file's bytes (see :func:`read_state`)."""
+    except FileNotFoundError:
+        return State()
+    except OSError as e:
+        warn(f"cannot read {path}: {e}; going on without the recorded state")
+        return State()
     try:
-        data = json.loads(raw)
-    except ValueError:
-        return {"version": STATE_VERSION, "services": {}}
-    if not isinstance(data, dict) or data.get("version") != STATE_VERSION:
-        return {"version": STATE_VERSION, "services": {}}
-    if data.get("boot_id") != _proc.boot_id():
-        for record in data.get("services", {}).values():
-            record["pid"] = record["pgid"] = record["start_ticks"] = None
-        data.pop("supervisor", None)
-    data.setdefault("services", {})
-    return data
+        return parse_state(raw)
+    except SchemaError as e:
+        aside = f"{path}.corrupt-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
+        try:
+            os.replace(path, aside)
+        except FileNotFoundError:
+            return State()  # another reader moved it aside first (and warned)
+        except OSError as move_error:
+            warn(f"{path} is corrupt ({e}) and could not be moved aside: {move_error}")
+            return State()
+        warn(f"{path} is corrupt ({e}): moved it to {aside} and went on without it")
+        return State()
 
 
-def write_state(path: str, data: dict[str, Any]) -> None:
+def write_state(path: str, state: State) -> None:
     """Replace the state file atomically (a reader sees the old or the new file, never half)."""
-    data = {**data, "version": STATE_VERSION, "boot_id": _proc.boot_id()}
+    data = {
+        "version": STATE_VERSION,
+        "boot_id": _proc.boot_id(),
+        "supervisor": None
+        if state.supervisor_pid is None
+        else {"pid": state.supervisor_pid, "start_ticks": state.supervisor_ticks},
+        "services": {name: status.to_wire() for name, status in state.services.items()},
+    }
     tmp = f"{path}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
     with os.fdopen(fd, "w") as f:
-        json.dump(data, f, separators=(",", ":"))
+        json.dump(data, f, separators=(",", ":"), allow_nan=False)
     os.replace(tmp, path)
 
 
-def leftover_groups(data: dict[str, Any]) -> dict[str, tuple[int, list[int]]]:
+def leftover_groups(state: State) -> dict[str, tuple[int, list[int]]]:
     """Recorded process groups that still have running members: name -> (pgid, pids).
 
     A group counts as ours only if its leader is the recorded process (same start ticks) or, the
@@ -81,9 +145,9 @@ def leftover_groups(data: dict[str, Any]) -> dict[str, tuple[int, list[int]]]:
     group's number but another start time means the number was reused: not ours, left alone.
     """
     found: dict[str, tuple[int, list[int]]] = {}
-    for name, record in data.get("services", {}).items():
-        pgid, ticks = record.get("pgid"), record.get("start_ticks")
-        if not isinstance(pgid, int) or not isinstance(ticks, int) or pgid <= 1:
+    for name, status in state.services.items():
+        pgid, ticks = status.pid, status.start_ticks
+        if pgid is None or ticks is None or pgid <= 1:
             continue
         leader = _proc.proc_stat(pgid)
         if leader is not None and leader.start_ticks != ticks:
@@ -94,15 +158,15 @@ def leftover_groups(data: dict[str, Any]) -> dict[str, tuple[int, list[int]]]:
     return found
 
 
-def kill_leftovers(data: dict[str, Any], timeout: float = 5.0) -> dict[str, list[int]]:
+def kill_leftovers(state: State, timeout: float = 5.0) -> dict[str, list[int]]:
     """SIGKILL every recorded group that still runs and wait for it; name -> pids killed.
 
     Blocking and bounded: called by a daemon before it serves, or by a client with no daemon.
     """
-    groups = leftover_groups(data)
+    groups = leftover_groups(state)
     for pgid, _ in groups.values():
         _proc.kill_group(pgid, signal.SIGKILL)
     for name, (pgid, _) in groups.items():
-        ticks = data["services"][name]["start_ticks"]
+        ticks = state.services[name].start_ticks
         _proc.wait_group_gone(pgid, timeout, started_since=ticks)
     return {name: pids for name, (_, pids) in groups.items()}

@@ -1,55 +1,43 @@
 """The watchdog: a SIGKILLed supervisor's services must not run on unsupervised.
 
-The daemon starts one watchdog, in a session of its own, as soon as it serves. The watchdog does
+The daemon forks one watchdog, in a session of its own, before it serves. The watchdog does
 nothing but wait on a pidfd of the daemon. When the daemon is gone it reads the state file and
 SIGKILLs every process group the daemon recorded that still runs, verified by start time
 (:func:`noderole.supervisor._state.kill_leftovers`), grandchildren included. After a clean exit
-the daemon has stopped everything itself, so there is nothing left to kill.
+the daemon has stopped everything itself (and ended the watchdog), so there is nothing to kill.
+
+A fork, not a new interpreter: its memory pages are the daemon's, shared copy-on-write, so the
+watchdog costs the node a few hundred kB of proportional memory (PSS) instead of a second
+interpreter's ~5 MB. It closes every descriptor it inherited (above all the daemon's lock, which
+must die with the daemon), names itself ``noderole-supervisor-watchdog`` in ``ps``, turns the
+garbage collector off (a collection would touch, and so copy, the daemon's pages) and ends with
+``os._exit``.
 
 Why not ``PR_SET_PDEATHSIG`` on each child: it must be set in the child between fork and exec,
-which costs a full ``fork`` of the ~10 MB daemon and Python code in the child (~2.9 ms a start,
+which costs a full ``fork`` of the daemon and Python code in the child (~2.9 ms a start,
 measured), or an extra ``setpriv`` exec (~1.1 ms); and it reaches only the direct child, never
-its grandchildren. The watchdog costs one small process for the node and nothing per start.
-
-Standard library only, and as little of it as possible until the daemon is gone: the watchdog
-lives as long as the node, so its memory is the node's (~8.6 MB, a bare interpreter).
+its grandchildren. The watchdog costs one process for the node and nothing per start.
 """
 
 from __future__ import annotations
 
+import gc
 import os
 import select
-import sys
+import signal
 
-__all__ = ["STATE_NAME", "main"]
+from noderole.supervisor import _log, _proc, _state, _title
 
-STATE_NAME = "state.json"
-"""``_protocol.STATE_NAME``, repeated: importing _protocol (json, typing) would cost the watchdog
-memory for the node's whole life."""
+__all__ = ["NAME", "StateCopy", "fork_watchdog", "wait_for_exit"]
 
-
-def _log(message: str) -> None:
-    import time
-
-    stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
-    sys.stderr.write(f"{stamp} noderole-supervisor watchdog[{os.getpid()}]: {message}\n")
-    sys.stderr.flush()
+NAME = "noderole-supervisor-watchdog"
+"""Its name in ``ps`` (first word of its command line) and in the log."""
 
 
-def _start_ticks(pid: int) -> int | None:
-    """Field 22 of /proc/PID/stat (start time), or None when the process is gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            fields = f.read().rsplit(b")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return int(fields[19]) if fields[0] not in (b"Z", b"X") else None
-
-
-class _StateCopy:
+class StateCopy:
     """The last readable copy of the state file, refreshed when the file changes.
 
-    Read again each second while the daemon lives (a ``stat``; the file is read only when it
+    Looked at each second while the daemon lives (a ``stat``; the file is read only when it
     changed), so that what the daemon last recorded is known even if the file is gone or broken
     by the time the daemon dies.
     """
@@ -72,7 +60,7 @@ class _StateCopy:
             pass
 
 
-def wait_for_exit(pid: int, start_ticks: int, state: _StateCopy | None = None) -> None:
+def wait_for_exit(pid: int, start_ticks: int, state: StateCopy | None = None) -> None:
     """Block until process ``pid`` (started at ``start_ticks``) has exited."""
     try:
         fd = os.pidfd_open(pid)
@@ -80,7 +68,8 @@ def wait_for_exit(pid: int, start_ticks: int, state: _StateCopy | None = None) -
         return  # already gone
     try:
         # Checked after opening the pidfd: a pid reused by another process is not waited for.
-        if _start_ticks(pid) != start_ticks:
+        st = _proc.proc_stat(pid)
+        if st is None or not st.running or st.start_ticks != start_ticks:
             return
         while not select.select([fd], [], [], 1.0)[0]:
             if state is not None:
@@ -89,24 +78,62 @@ def wait_for_exit(pid: int, start_ticks: int, state: _StateCopy | None = None) -
         os.close(fd)
 
 
-def main(argv: list[str]) -> int:
-    """``_watchdog RUN_DIR DAEMON_PID DAEMON_START_TICKS``."""
-    run_dir, daemon_pid, daemon_ticks = argv[0], int(argv[1]), int(argv[2])
-    state = _StateCopy(os.path.join(run_dir, STATE_NAME))
-    state.refresh()
-    wait_for_exit(daemon_pid, daemon_ticks, state)
-    from noderole.supervisor import _state
+def fork_watchdog(run_dir: str, state_path: str, daemon_ticks: int) -> int:
+    """Fork the watchdog of this (daemon) process; returns its pid once it is under way."""
+    daemon_pid = os.getpid()
+    # Everything alive now is never collected again in the daemon (gc.freeze): a collection
+    # writes into every object it visits, which would copy the pages the watchdog shares.
+    gc.freeze()
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid:
+        os.close(w)
+        try:
+            os.read(r, 1)  # renamed and waiting: from now on ``ps`` shows what it is
+        finally:
+            os.close(r)
+        return pid
+    code = 1
+    try:
+        gc.disable()
+        os.setsid()
+        signal.set_wakeup_fd(-1)
+        for signum in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, signal.SIG_DFL)
+        # Above all the daemon's lock: it must be free the moment the daemon dies.
+        os.closerange(3, w)
+        os.closerange(w + 1, 1 << 20)
+        for fd in (0, 1):
+            null = os.open(os.devnull, os.O_RDWR)
+            os.dup2(null, fd)
+            os.close(null)
+        _title.set_title(_title.title_words(NAME, run_dir))
+        _log.set_role(NAME)
+        copy = StateCopy(state_path)
+        copy.refresh()
+        os.write(w, b"1")
+        os.close(w)
+        wait_for_exit(daemon_pid, daemon_ticks, copy)
+        code = watch_over(daemon_pid, copy)
+    except BaseException:
+        import traceback
 
-    state.refresh()  # the daemon's last word, if the file is still there
-    data = _state.parse_state(state.raw)
-    recorded = (data.get("supervisor") or {}).get("pid")
-    if recorded not in (None, daemon_pid):
+        _log.log("internal error:\n" + traceback.format_exc())
+    finally:
+        os._exit(code)
+
+
+def watch_over(daemon_pid: int, copy: StateCopy) -> int:
+    """The daemon is gone: kill what it recorded as running, unless a newer daemon took over."""
+    copy.refresh()  # the daemon's last word, if the file is still there
+    try:
+        state = _state.parse_state(copy.raw) if copy.raw else _state.State()
+    except ValueError as e:
+        _log.log(f"supervisor {daemon_pid} died and its state is unreadable ({e}): nothing killed")
+        return 1
+    if state.supervisor_pid not in (None, daemon_pid):
         return 0  # a newer daemon already took over (and recovered what was left)
-    killed = _state.kill_leftovers(data)
+    killed = _state.kill_leftovers(state)
     for name, pids in sorted(killed.items()):
-        _log(f"supervisor {daemon_pid} died; killed {name}: {' '.join(map(str, pids))}")
+        _log.log(f"supervisor {daemon_pid} died; killed {name}: {' '.join(map(str, pids))}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

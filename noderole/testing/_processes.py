@@ -31,8 +31,8 @@ __all__ = [
 
 T = TypeVar("T")
 
-WATCHDOG_MARK = b"from noderole.supervisor._watchdog import main"
-"""What only the supervisor's watchdog has in its command line."""
+WATCHDOG_MARK = b"noderole-supervisor-watchdog"
+"""The first word of the supervisor watchdog's command line (its process title)."""
 
 
 def _read(path: str) -> bytes:

@@ -1,0 +1,55 @@
+"""A service's pidfile: the *child's* pid, written on every (re)spawn, removed on stop.
+
+Unlike OpenRC's supervise-daemon, which stores its own pid there (openrc#163). A pidfile left by
+someone else is noted, never trusted: nothing is killed because a file names it. Standard library
+only.
+"""
+
+from __future__ import annotations
+
+import os
+
+from noderole.supervisor import _proc
+from noderole.supervisor._log import log
+
+__all__ = ["note_stale", "remove", "write"]
+
+
+def note_stale(name: str, path: str | None) -> None:
+    """Log a pidfile found before the first start (it is replaced)."""
+    if not path:
+        return
+    try:
+        with open(path) as f:
+            pid = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return
+    what = "a running process that is not ours" if _proc.is_alive(pid) else "no process"
+    log(f"{name}: stale pidfile {path} names {pid}, {what}: replacing it")
+
+
+def write(name: str, path: str | None, pid: int) -> None:
+    """Write ``pid`` atomically (temp file + rename); a failure is logged, not raised."""
+    if not path:
+        return
+    try:
+        os.makedirs(os.path.dirname(path) or "/", exist_ok=True)
+        tmp = f"{path}.tmp"
+        with open(tmp, "w") as f:
+            f.write(f"{pid}\n")
+        os.replace(tmp, path)
+    except OSError as e:
+        log(f"{name}: cannot write pidfile {path}: {e}")
+
+
+def remove(path: str | None, pid: int | None) -> None:
+    """Remove the pidfile if it still names ``pid`` (someone else may have rewritten it)."""
+    if not path:
+        return
+    try:
+        with open(path) as f:
+            content = f.read().strip()
+        if pid is None or content == str(pid):
+            os.unlink(path)
+    except OSError:
+        pass

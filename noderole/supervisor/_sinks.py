@@ -1,0 +1,136 @@
+"""Log sinks: where children's output goes, through pipes the daemon drains.
+
+Output never goes straight to the log file: the child writes into a pipe the daemon drains. That
+is what lets SIGHUP reopen a rotated log (and size rotation happen) under a child that keeps
+running. When ``stdout_log == stderr_log`` both streams share one pipe, so their lines stay in
+order. One :class:`LogSink` per path, shared by every stream that writes there and closed when
+the last one ends. Standard library only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+from noderole.supervisor._loop import Loop
+
+__all__ = ["LogSink", "Pipe", "Sinks"]
+
+
+class LogSink:
+    """One log file, appended to; reopened on SIGHUP; rotated by size when asked.
+
+    Size rotation keeps one old file: ``LOG`` becomes ``LOG.1`` (replacing the previous one).
+    """
+
+    def __init__(self, path: str, max_bytes: int | None = None) -> None:
+        self.path = path
+        self.max_bytes = max_bytes
+        self.users = 0
+        """How many streams (pipes) write here; the file closes when none is left."""
+        self.fd = self._open()
+        self.size = os.fstat(self.fd).st_size
+        self.failed = False
+
+    def _open(self) -> int:
+        os.makedirs(os.path.dirname(self.path) or "/", exist_ok=True)
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
+        return os.open(self.path, flags, 0o640)
+
+    def write(self, data: bytes) -> None:
+        """Append ``data`` (rotating first if the file would outgrow ``max_bytes``)."""
+        if self.max_bytes is not None and self.size + len(data) > self.max_bytes and self.size:
+            with contextlib.suppress(OSError):
+                os.replace(self.path, self.path + ".1")
+            self.reopen()
+        try:
+            view = memoryview(data)
+            while view:
+                n = os.write(self.fd, view)
+                view = view[n:]
+            self.size += len(data)
+            self.failed = False
+        except OSError:
+            # A full disk must not stop the supervisor; the output is lost, the service lives on.
+            self.failed = True
+
+    def reopen(self) -> None:
+        """Close and open the path again: after logrotate moved the file away."""
+        try:
+            fd = self._open()
+        except OSError:
+            return  # keep writing to the old file rather than nowhere
+        os.close(self.fd)
+        self.fd = fd
+        self.size = os.fstat(fd).st_size
+
+    def close(self) -> None:
+        """Close the file."""
+        os.close(self.fd)
+
+
+class Sinks:
+    """The open log sinks by path, counted by the pipes that write to them."""
+
+    def __init__(self, loop: Loop) -> None:
+        self.loop = loop
+        self.by_path: dict[str, LogSink] = {}
+
+    def output(self, path: str | None, max_bytes: int | None) -> int:
+        """A write fd for a child's stream: a pipe into ``path``'s sink, or /dev/null."""
+        if not path:
+            return os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
+        sink = self.by_path.get(path)
+        if sink is None:
+            sink = LogSink(path)
+            self.by_path[path] = sink
+        sink.users += 1
+        if max_bytes is not None:
+            sink.max_bytes = max_bytes
+        try:
+            r, w = os.pipe2(os.O_CLOEXEC)
+        except OSError:
+            self.release(sink)
+            raise
+        Pipe(self, r, sink)
+        return w
+
+    def release(self, sink: LogSink) -> None:
+        sink.users -= 1
+        if sink.users <= 0:
+            sink.close()
+            self.by_path.pop(sink.path, None)
+
+    def reopen_all(self) -> None:
+        """SIGHUP: reopen every log (after logrotate moved them away)."""
+        for sink in self.by_path.values():
+            sink.reopen()
+
+
+class Pipe:
+    """The read end of a child's output pipe, copied into a sink until the writers are gone."""
+
+    def __init__(self, sinks: Sinks, fd: int, sink: LogSink) -> None:
+        self.sinks = sinks
+        self.fd = fd
+        self.sink = sink
+        self.closed = False
+        os.set_blocking(fd, False)
+        sinks.loop.add_reader(fd, self.on_readable)
+
+    def on_readable(self) -> None:
+        if self.closed:
+            return  # the fd number may already belong to someone else
+        try:
+            data = os.read(self.fd, 65536)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if data:
+            self.sink.write(data)
+            return
+        self.closed = True
+        self.sinks.loop.remove_reader(self.fd)
+        os.close(self.fd)
+        self.sinks.release(self.sink)

@@ -1,0 +1,328 @@
+"""One supervised service: its spec, its current process, and the state machine between them.
+
+States (:data:`noderole.supervisor._status.STATES`)::
+
+    start -> running --(readiness passes)--> ready
+    running/ready --(exits)--> backoff --(delay)--> running      (respawn)
+                           \\-> crashed                           (respawn limit reached)
+    any --(stop)--> stopping... -> stopped
+
+A process that exits takes its process group with it (SIGKILL to the group): a leftover
+grandchild would hold the port the respawned process needs. Standard library only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+from noderole.supervisor import _child, _pidfile, _proc
+from noderole.supervisor._log import log
+from noderole.supervisor._loop import Loop, Timer
+from noderole.supervisor._policy import RespawnPolicy
+from noderole.supervisor._readiness import INTERVAL, ReadinessCheck
+from noderole.supervisor._sinks import Sinks
+from noderole.supervisor._spec import ProcessSpec
+from noderole.supervisor._status import ACTIVE, ServiceState, ServiceStatus
+
+__all__ = ["GROUP_POLL", "KILL_GRACE", "Host", "Unit"]
+
+KILL_GRACE = 5.0
+"""Seconds to wait for a group to vanish after SIGKILL before reporting survivors."""
+GROUP_POLL = 0.01
+"""Seconds between two looks at a stopping process group."""
+
+
+class Host(Protocol):
+    """What a unit needs from the daemon."""
+
+    loop: Loop
+    sinks: Sinks
+
+    def persist(self) -> None:
+        """The state changed: write the state file soon."""
+
+
+class Unit:
+    """One service: its spec, its current process, its counters and its state."""
+
+    def __init__(self, spec: ProcessSpec, host: Host) -> None:
+        self.spec = spec
+        self.host = host
+        sup = spec.supervision
+        self.policy = RespawnPolicy(
+            respawn_delay=sup.respawn_delay,
+            respawn_max=sup.respawn_max,
+            respawn_period=sup.respawn_period,
+            backoff_max=sup.backoff_max,
+        )
+        self.state: ServiceState = "starting"
+        self.reason = ""
+        self.popen: subprocess.Popen[bytes] | None = None
+        self.pidfd: int | None = None
+        self.pid: int | None = None
+        self.start_ticks: int | None = None
+        self.started_at: float | None = None
+        self.started_mono = 0.0
+        self.restarts = 0
+        self.last_exit: str | None = None
+        self.timer: Timer | None = None
+        self.stopping = False
+        self.stop_waiters: list[Callable[[], None]] = []
+        self.ready_waiters: list[Callable[[], None]] = []
+        self.check: ReadinessCheck | None = None
+        self.check_deadline = 0.0
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def active(self) -> bool:
+        return self.state in ACTIVE or self.stopping
+
+    def status(self) -> ServiceStatus:
+        """What the state file and a status response say about this service."""
+        return ServiceStatus(
+            name=self.name,
+            state=self.state,
+            pid=self.pid,
+            start_ticks=self.start_ticks,
+            started_at=self.started_at,
+            restarts=self.restarts,
+            last_exit=self.last_exit,
+            log=self.spec.log,
+            pidfile=self.spec.pidfile,
+            fingerprint=self.spec.fingerprint,
+            reason=self.reason,
+        )
+
+    # ---- starting
+
+    def spawn(self, *, first: bool = False) -> None:
+        """Start the process; on failure, count it as an exit (or fail the first start)."""
+        spec, sinks = self.spec, self.host.sinks
+        write_fds: list[int] = []
+        try:
+            out_fd = sinks.output(spec.stdout_log, spec.log_max_bytes)
+            write_fds.append(out_fd)
+            if spec.stderr_log and spec.stderr_log == spec.stdout_log:
+                err_fd = out_fd
+            else:
+                err_fd = sinks.output(spec.stderr_log, spec.log_max_bytes)
+                write_fds.append(err_fd)
+            popen = _child.spawn(
+                argv=spec.argv,
+                environment=spec.environment,
+                cwd=spec.cwd,
+                user=spec.user,
+                group=spec.group,
+                stdout=out_fd,
+                stderr=err_fd,
+            )
+        except (_child.SpawnError, OSError) as e:
+            reason = str(e) if isinstance(e, _child.SpawnError) else f"cannot open a log: {e}"
+            log(f"{self.name}: {reason}")
+            if first:
+                self.state = "crashed"
+                self.reason = reason
+                self.host.persist()
+                self._finish_waiters()
+            else:
+                self.last_exit = reason
+                self._after_exit(ran_for=0.0)
+            return
+        finally:
+            # The child has its copies; the pipes' read ends live on in the loop.
+            for fd in write_fds:
+                os.close(fd)
+        self.popen = popen
+        self.pid = popen.pid
+        st = _proc.proc_stat(popen.pid)
+        self.start_ticks = st.start_ticks if st else None
+        self.started_at = time.time()
+        self.started_mono = time.monotonic()
+        self.state = "running"
+        self.reason = ""
+        self.pidfd = os.pidfd_open(popen.pid)
+        self.host.loop.add_reader(self.pidfd, self.on_exit)
+        _pidfile.write(self.name, spec.pidfile, popen.pid)
+        if spec.readiness is not None:
+            self.check = ReadinessCheck(spec.readiness.probe, spec.environment)
+            self.check_deadline = time.monotonic() + spec.readiness.timeout
+            self._check_tick()
+        self.host.persist()
+
+    def _check_tick(self) -> None:
+        check = self.check
+        if check is None or self.state != "running" or self.stopping:
+            return
+        left = self.check_deadline - time.monotonic()
+        if check.poll(left):
+            self._end_check()
+            self.state = "ready"
+            self.reason = ""
+            self.host.persist()
+            self._finish_ready_waiters()
+            return
+        if left <= 0:
+            self._end_check()
+            assert self.spec.readiness is not None
+            lacking = ", ".join(check.last_missing)
+            self.reason = f"not ready after {self.spec.readiness.timeout:g}s" + (
+                f": {lacking}" if lacking else ""
+            )
+            self.host.persist()
+            self._finish_ready_waiters()
+            return
+        self.timer = self.host.loop.call_later(min(INTERVAL, left), self._check_tick)
+
+    def _end_check(self) -> None:
+        if self.check is not None:
+            self.check.close()
+            self.check = None
+
+    def _finish_ready_waiters(self) -> None:
+        waiters, self.ready_waiters = self.ready_waiters, []
+        for waiter in waiters:
+            waiter()
+
+    def _finish_waiters(self) -> None:
+        self._finish_ready_waiters()
+        waiters, self.stop_waiters = self.stop_waiters, []
+        for waiter in waiters:
+            waiter()
+
+    # ---- exits and respawns
+
+    def _reap(self) -> int | None:
+        """Collect the child's exit status if it has exited (never blocks)."""
+        if self.popen is None:
+            return None
+        code = self.popen.poll()
+        if code is None:
+            return None
+        if self.pidfd is not None:
+            self.host.loop.remove_reader(self.pidfd)
+            os.close(self.pidfd)
+            self.pidfd = None
+        self.last_exit = _proc.describe_status(code)
+        self.popen = None
+        return code
+
+    def on_exit(self) -> None:
+        """The pidfd is readable: the process exited."""
+        if self._reap() is None:
+            return
+        self._end_check()
+        if self.stopping:
+            return  # the stop's own poll sees the group empty and finishes
+        if self.timer is not None:
+            self.timer.cancel()
+        pgid = self.pid
+        ran_for = time.monotonic() - self.started_mono
+        if pgid is not None:
+            # Processes meant to outlive it (containerd shims) leave the group with setsid.
+            _proc.kill_group(pgid, signal.SIGKILL)
+        self._after_exit(ran_for)
+        # Logged after the respawn so that the write is not part of the respawn latency.
+        log(f"{self.name}: pid {pgid} exited ({self.last_exit}) after {ran_for:.3f}s")
+
+    def _after_exit(self, ran_for: float) -> None:
+        delay = self.policy.on_exit(time.monotonic(), ran_for)
+        if delay is None:
+            _pidfile.remove(self.spec.pidfile, self.pid)
+            self.state = "crashed"
+            n = self.policy.respawn_max
+            period = self.policy.respawn_period
+            within = f" within {period:g}s" if period is not None else ""
+            self.reason = f"gave up after {n} respawn{'s' if n != 1 else ''}{within}"
+            self.pid = self.start_ticks = None
+            self.started_at = None
+            log(f"{self.name}: {self.reason} (last: {self.last_exit})")
+            self.host.persist()
+            self._finish_waiters()
+            return
+        self.state = "backoff"
+        self.reason = f"respawn in {delay:g}s"
+        self._finish_ready_waiters()
+        if delay <= 0:
+            self._respawn()  # persists once the new child runs: one write, not two
+        else:
+            self.host.persist()
+            self.timer = self.host.loop.call_later(delay, self._respawn)
+
+    def _respawn(self) -> None:
+        if self.stopping or self.state != "backoff":
+            return  # a stop came first: never start a new child (openrc#375)
+        self.restarts += 1
+        self.spawn()
+
+    # ---- stopping
+
+    def stop(self, then: Callable[[], None]) -> None:
+        """stop_signal to the group, SIGKILL after stop_timeout, until no member is left."""
+        self.stop_waiters.append(then)
+        if self.stopping:
+            return
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        self._end_check()
+        pgid = self.pid if self.popen is not None or self.state in ACTIVE else None
+        if pgid is None:
+            self._stopped([])
+            return
+        self.stopping = True
+        self.reason = "stopping"
+        ticks = self.start_ticks
+        sup = self.spec.supervision
+        _proc.kill_group(pgid, sup.stop_signum)
+        _proc.kill_group(pgid, signal.SIGCONT)  # a stopped (T) process cannot act on SIGTERM
+        kill_at = time.monotonic() + sup.stop_timeout
+        give_up_at = kill_at + KILL_GRACE
+        killed = [False]
+
+        def poll() -> None:
+            self._reap()
+            left = _proc.group_members(pgid, started_since=ticks)
+            leader_alive = self.popen is not None and _proc.is_alive(pgid)
+            if not left and not leader_alive:
+                self._reap_blocking()
+                self._stopped([])
+                return
+            now = time.monotonic()
+            if now >= kill_at and not killed[0]:
+                killed[0] = True
+                log(f"{self.name}: still running {sup.stop_timeout:g}s after stop: SIGKILL")
+                _proc.kill_group(pgid, signal.SIGKILL)
+            elif now >= give_up_at:
+                self._reap_blocking()
+                self._stopped(left)
+                return
+            self.timer = self.host.loop.call_later(GROUP_POLL, poll)
+
+        poll()
+
+    def _reap_blocking(self) -> None:
+        if self.popen is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.popen.wait(timeout=1.0)
+            self._reap()
+
+    def _stopped(self, survivors: list[int]) -> None:
+        _pidfile.remove(self.spec.pidfile, self.pid)
+        self.stopping = False
+        self.state = "stopped"
+        self.reason = "stopped"
+        if survivors:
+            self.reason = f"processes survived SIGKILL: {' '.join(map(str, survivors))}"
+        self.pid = self.start_ticks = None
+        self.started_at = None
+        self.host.persist()
+        self._finish_waiters()

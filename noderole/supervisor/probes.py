@@ -1,0 +1,366 @@
+"""One look at a condition: a path, a unix socket, a TCP port, an HTTP URL or a command.
+
+Both users of a probe share this module, so a condition means the same thing to both:
+
+- pre-start waits (``noderole/waits.py``) look again and again, woken by inotify or a short
+  poll, until the wait's timeout;
+- the supervisor's readiness checks (``noderole/supervisor/_readiness.py``) look on a timer from
+  the daemon's event loop until the service's readiness timeout.
+
+It lives in the supervisor package because the daemon imports it and must not leave the standard
+library (no attrs, no ``noderole`` records); waits convert their records to these probes.
+
+One meaning, whoever asks:
+
+- ``readable``: a path counts only if this process may read it (``os.access(R_OK)``, as
+  ``[ -r ]``); on by default, as in :class:`~noderole.records.WaitForPaths`.
+- HTTP: one ``GET``; a 2xx status is ready; redirects are **not** followed (a 3xx is "not
+  ready: HTTP 302"), as a kubelet probe would not follow one to another host; https does not
+  verify the certificate (the question is "does it answer", and nothing secret is sent).
+- timeouts: a single attempt (a connect, a request, a command run) lasts at most
+  :data:`ATTEMPT_TIMEOUT` seconds and never longer than the time the caller has left, so a
+  server that hangs cannot eat a whole wait.
+
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import signal
+import socket
+import subprocess
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Literal, TypeAlias
+
+__all__ = [
+    "ATTEMPT_TIMEOUT",
+    "MIN_ATTEMPT",
+    "CommandProbe",
+    "HttpProbe",
+    "Outcome",
+    "PathProbe",
+    "Probe",
+    "SocketProbe",
+    "TcpProbe",
+    "attempt",
+    "probe_from_wire",
+    "probe_to_wire",
+]
+
+ATTEMPT_TIMEOUT = 2.0
+"""Longest single connect, request or command run."""
+MIN_ATTEMPT = 0.05
+"""Shortest attempt: at a deadline one last quick look is still worth it."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PathProbe:
+    """Every path (``require="all"``) or one (``"any"``) exists, and is readable if asked."""
+
+    paths: tuple[str, ...]
+    """Local paths (already under the root)."""
+    require: Literal["all", "any"] = "all"
+    readable: bool = True
+    labels: tuple[str, ...] = ()
+    """How each path is named in messages (node paths); defaults to ``paths``."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SocketProbe:
+    """A unix stream socket accepts a connection."""
+
+    path: str
+    label: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TcpProbe:
+    """A TCP port accepts a connection (the host is resolved on every attempt)."""
+
+    host: str
+    port: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HttpProbe:
+    """``GET url`` answers 2xx (redirects not followed)."""
+
+    url: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CommandProbe:
+    """The command exits 0."""
+
+    argv: tuple[str, ...]
+    """What is run (argv[0] a local path)."""
+    shown: tuple[str, ...] = ()
+    """How it is named in messages; defaults to ``argv``."""
+
+
+Probe: TypeAlias = PathProbe | SocketProbe | TcpProbe | HttpProbe | CommandProbe
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """The result of one look."""
+
+    done: bool
+    """The condition holds."""
+    missing: tuple[str, ...] = ()
+    """What is lacking, for messages (``tcp 127.0.0.1:80 (connection refused)``)."""
+    watch: tuple[str, ...] = ()
+    """Local paths whose appearance inotify can report; empty: poll instead."""
+
+
+_DONE = Outcome(done=True)
+
+
+def attempt(
+    probe: Probe,
+    *,
+    left: float,
+    environment: Mapping[str, str] | None = None,
+    started: Callable[[subprocess.Popen[bytes]], None] | None = None,
+) -> Outcome:
+    """Look once; a network try or command run lasts at most ``min(left, ATTEMPT_TIMEOUT)``.
+
+    ``environment`` is a command's whole environment (default: this process's). ``started``
+    is handed a command's process as soon as it runs, so a caller that gives up can kill it.
+    """
+    timeout = max(MIN_ATTEMPT, min(left, ATTEMPT_TIMEOUT))
+    if isinstance(probe, PathProbe):
+        return _paths(probe)
+    if isinstance(probe, SocketProbe):
+        return _socket(probe, timeout)
+    if isinstance(probe, TcpProbe):
+        return _tcp(probe, timeout)
+    if isinstance(probe, HttpProbe):
+        return _http(probe.url, timeout)
+    # A command may legitimately take longer than a connect: it gets all the time left.
+    return _command(probe, max(MIN_ATTEMPT, left), environment, started)
+
+
+def _paths(probe: PathProbe) -> Outcome:
+    labels = probe.labels or probe.paths
+    lacking: list[str] = []
+    watch: list[str] = []
+    for local, label in zip(probe.paths, labels, strict=True):
+        if not os.path.exists(local):
+            reason = ""
+        elif probe.readable and not os.access(local, os.R_OK):
+            reason = "not readable"
+        else:
+            if probe.require == "any":
+                return _DONE
+            continue
+        lacking.append(f"{label} ({reason})" if reason else label)
+        watch.append(local)
+    if not lacking:
+        return _DONE
+    return Outcome(done=False, missing=tuple(lacking), watch=tuple(watch))
+
+
+def _socket(probe: SocketProbe, timeout: float) -> Outcome:
+    label = f"unix socket {probe.label or probe.path}"
+    if not os.path.lexists(probe.path):
+        # Nothing can accept before the socket file exists: wait for it by inotify, not polling.
+        return Outcome(done=False, missing=(f"{label} (absent)",), watch=(probe.path,))
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(timeout)
+        try:
+            sock.connect(probe.path)
+        except OSError as error:
+            return Outcome(done=False, missing=(f"{label} ({_reason(error)})",))
+    return _DONE
+
+
+def _tcp(probe: TcpProbe, timeout: float) -> Outcome:
+    host, port = probe.host, probe.port
+    label = f"tcp {f'[{host}]' if ':' in host else host}:{port}"
+    try:
+        # Resolved on every try: at boot the name may start resolving, or change, mid-wait.
+        addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError as error:
+        return Outcome(done=False, missing=(f"{label} ({_reason(error)})",))
+    reason = "no address"
+    for family, kind, proto, _, address in addresses:
+        # connect_ex, not create_connection: no exception per refusal, a third less CPU a try.
+        with socket.socket(family, kind, proto) as sock:
+            sock.settimeout(timeout)
+            code = sock.connect_ex(address)
+        if code == 0:
+            return _DONE
+        reason = "timed out" if code in (errno.EAGAIN, errno.EINPROGRESS) else os.strerror(code)
+    return Outcome(done=False, missing=(f"{label} ({reason.lower()})",))
+
+
+def _http(url: str, timeout: float) -> Outcome:
+    import http.client
+    import urllib.parse
+
+    parts = urllib.parse.urlsplit(url)
+    conn: http.client.HTTPConnection
+    if parts.scheme == "https":
+        import ssl
+
+        # Like a kubelet HTTPS probe: local services at boot serve certificates from CAs this
+        # process does not (yet) trust, and the probe sends nothing secret.
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+        conn = http.client.HTTPSConnection(
+            parts.hostname or "", parts.port, timeout=timeout, context=context
+        )
+    else:
+        conn = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=timeout)
+    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    try:
+        conn.request("GET", target, headers={"User-Agent": "noderole-probe", "Connection": "close"})
+        status = conn.getresponse().status
+    except (OSError, http.client.HTTPException) as error:
+        return Outcome(done=False, missing=(f"{url} ({_reason(error)})",))
+    finally:
+        conn.close()
+    if 200 <= status < 300:
+        return _DONE
+    return Outcome(done=False, missing=(f"{url} (HTTP {status})",))
+
+
+def _command(
+    probe: CommandProbe,
+    timeout: float,
+    environment: Mapping[str, str] | None,
+    started: Callable[[subprocess.Popen[bytes]], None] | None,
+) -> Outcome:
+    label = f"`{' '.join(probe.shown or probe.argv)}`"
+    try:
+        proc = subprocess.Popen(
+            list(probe.argv),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            env=dict(environment) if environment is not None else None,
+            # Own process group: a timed-out try is killed with its children, not just the shell.
+            start_new_session=True,
+        )
+    except OSError as error:
+        return Outcome(done=False, missing=(f"{label} (cannot run: {_reason(error)})",))
+    if started is not None:
+        started(proc)
+    try:
+        _, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        kill_group(proc)
+        return Outcome(done=False, missing=(f"{label} (still running at the deadline)",))
+    except ValueError:  # the caller gave up and closed our pipe: not ready
+        kill_group(proc)
+        return Outcome(done=False, missing=(f"{label} (cancelled)",))
+    if proc.returncode == 0:
+        return _DONE
+    last = next(
+        (ln for ln in reversed(err.decode(errors="replace").splitlines()) if ln.strip()), ""
+    )
+    detail = f": {last.strip()[:200]}" if last else ""
+    return Outcome(done=False, missing=(f"{label} (exit {proc.returncode}{detail})",))
+
+
+def kill_group(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL a command attempt's process group and reap it."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    try:
+        proc.communicate(timeout=1.0)
+    except (subprocess.TimeoutExpired, ValueError):
+        # A grandchild that left the group still holds stderr open: stop reading, reap the child.
+        if proc.stderr is not None:
+            with contextlib.suppress(OSError):
+                proc.stderr.close()
+        proc.wait()
+
+
+def _reason(error: BaseException) -> str:
+    if isinstance(error, OSError) and error.strerror:
+        return error.strerror.lower()
+    return str(error) or type(error).__name__
+
+
+# --------------------------------------------------------------------------- wire form
+
+_KINDS: dict[str, type[Probe]] = {
+    "paths": PathProbe,
+    "socket": SocketProbe,
+    "tcp": TcpProbe,
+    "http": HttpProbe,
+    "command": CommandProbe,
+}
+
+
+def probe_to_wire(probe: Probe) -> dict[str, object]:
+    """The JSON form of a probe (``{"kind": "tcp", "host": ..., "port": ...}``)."""
+    kind = next(k for k, cls in _KINDS.items() if isinstance(probe, cls))
+    fields: dict[str, object] = {"kind": kind}
+    for name in type(probe).__dataclass_fields__:
+        value = getattr(probe, name)
+        fields[name] = list(value) if isinstance(value, tuple) else value
+    return fields
+
+
+def probe_from_wire(data: object) -> Probe:
+    """Decode :func:`probe_to_wire`'s form; ValueError names the bad key."""
+    if not isinstance(data, dict):
+        raise ValueError(f"a probe must be a JSON object, got {data!r}")
+    kind = data.get("kind")
+    cls = _KINDS.get(kind) if isinstance(kind, str) else None
+    if cls is None:
+        raise ValueError(f"probe kind {kind!r} is unknown (use one of {', '.join(_KINDS)})")
+    known = cls.__dataclass_fields__
+    unknown = sorted(set(data) - set(known) - {"kind"})
+    if unknown:
+        raise ValueError(f"{kind} probe: unknown key {unknown[0]!r}")
+    values: dict[str, object] = {}
+    for name, value in data.items():
+        if name != "kind":
+            values[name] = _field(str(kind), name, value)
+    try:
+        probe = cls(**values)  # type: ignore[arg-type]
+    except TypeError as e:
+        raise ValueError(f"{kind} probe: {e}") from None
+    _check(probe)
+    return probe
+
+
+def _field(kind: str, name: str, value: object) -> object:
+    if name in ("paths", "labels", "argv", "shown"):
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ValueError(f"{kind} probe: {name!r} must be a list of strings, got {value!r}")
+        return tuple(value)
+    if name == "port":
+        if type(value) is not int or not 1 <= value <= 65535:
+            raise ValueError(f"{kind} probe: 'port' must be an integer 1-65535, got {value!r}")
+        return value
+    if name == "readable":
+        if not isinstance(value, bool):
+            raise ValueError(f"{kind} probe: 'readable' must be true or false, got {value!r}")
+        return value
+    if not isinstance(value, str):
+        raise ValueError(f"{kind} probe: {name!r} must be a string, got {value!r}")
+    return value
+
+
+def _check(probe: Probe) -> None:
+    if isinstance(probe, PathProbe):
+        if not probe.paths:
+            raise ValueError("paths probe: 'paths' must not be empty")
+        if probe.require not in ("all", "any"):
+            raise ValueError(f"paths probe: 'require' must be all or any, got {probe.require!r}")
+        if probe.labels and len(probe.labels) != len(probe.paths):
+            raise ValueError("paths probe: 'labels' must name every path")
+    elif isinstance(probe, CommandProbe) and not probe.argv:
+        raise ValueError("command probe: 'argv' must not be empty")
+    elif isinstance(probe, HttpProbe) and not probe.url.startswith(("http://", "https://")):
+        raise ValueError(f"http probe: 'url' must be http:// or https://, got {probe.url!r}")
