@@ -38,8 +38,6 @@ from noderole.records import (
 )
 from noderole.steps import StepContext
 from noderole.testing import (
-    K3S_CA_CERT,
-    K3S_CA_KEY,
     RecordingBackend,
     ScratchRoot,
     apply_recorded,
@@ -55,6 +53,7 @@ from noderole.testing import (
     services_from_plugins,
     standins_from_plugins,
 )
+from noderole_k3s.testing import K3S_CA_CERT, K3S_CA_KEY, make_k3s_ca
 
 
 def _plugin(name: str, **hooks: Callable[..., Any]) -> types.ModuleType:
@@ -123,7 +122,7 @@ class TestScratchRoot:
 class TestClusterCA:
     def test_k3s_shaped_ca_at_k3s_paths(self, scratch: ScratchRoot) -> None:
         """Serial 0, P-256, CA:TRUE, SEC1 key with mode 0600, CN k3s-server-ca@<time>."""
-        ca = make_cluster_ca(scratch)
+        ca = make_k3s_ca(scratch)
         assert (ca.cert_path, ca.key_path) == (K3S_CA_CERT, K3S_CA_KEY)
         cert = ca.certificate()
         assert ca.serial_number == 0
@@ -136,24 +135,22 @@ class TestClusterCA:
 
     def test_noderole_accepts_it_as_a_signing_ca(self, scratch: ScratchRoot) -> None:
         """noderole.certs.load_ca loads the pair: the key matches, the CA is valid now."""
-        ca = make_cluster_ca(scratch)
+        ca = make_k3s_ca(scratch)
         clock = new_fake_clock()
         now = dt.datetime.fromtimestamp(clock.time(), tz=dt.UTC)
         loaded = load_ca(ca.cert_file, ca.key_file, now=now)
         assert loaded.cert.subject == ca.certificate().subject
 
     def test_random_serial_and_other_paths_on_request(self, scratch: ScratchRoot) -> None:
-        """serial_zero=False gives a positive serial; the files go where asked."""
-        ca = make_cluster_ca(
-            scratch, cert_path="/etc/pki/ca.pem", key_path="/etc/pki/ca-key.pem", serial_zero=False
-        )
+        """The core kit's CA has a positive serial by default; the files go where asked."""
+        ca = make_cluster_ca(scratch, cert_path="/etc/pki/ca.pem", key_path="/etc/pki/ca-key.pem")
         assert ca.serial_number > 0
         assert scratch.exists("/etc/pki/ca.pem")
         assert scratch.exists("/etc/pki/ca-key.pem")
 
     def test_signed_tells_this_cas_leaves_from_others(self, scratch: ScratchRoot) -> None:
         """signed() is True for a leaf this CA minted and False for one another CA minted."""
-        ours = make_cluster_ca(scratch)
+        ours = make_k3s_ca(scratch)
         theirs = make_cluster_ca(scratch, cert_path="/other/ca.crt", key_path="/other/ca.key")
         mint = MintCertificate(
             directory="/var/lib/x",
@@ -169,14 +166,14 @@ class TestClusterCA:
 
     def test_serial_zero_reads_raise_no_warning(self, scratch: ScratchRoot) -> None:
         """load_certificate and serial_number silence the serial-0 warning (suite runs -W error)."""
-        ca = make_cluster_ca(scratch)
+        ca = make_k3s_ca(scratch)
         assert serial_number(load_certificate(ca.cert_file)) == 0
 
 
 class TestRunPrestart:
     def test_reports_waits_files_and_minted_certificate(self, scratch: ScratchRoot) -> None:
         """A passing run lists what it waited for, what it wrote and the certificate minted."""
-        make_cluster_ca(scratch)
+        make_k3s_ca(scratch)
         service = Service(
             name="demo",
             pre_start=[
@@ -444,12 +441,12 @@ class TestRecordingBackend:
 
 
 PROBE = """
-from noderole.testing import ClusterCA, RecordingBackend, ScratchRoot
+from noderole.testing import RecordingBackend, ScratchRoot, StandInRunner
 
 
-def test_fixtures(node_root, fake_clock, cluster_ca, recording_backend):
+def test_fixtures(node_root, fake_clock, recording_backend, standin_runner):
     assert isinstance(node_root, ScratchRoot)
-    assert isinstance(cluster_ca, ClusterCA) and node_root.exists(cluster_ca.cert_path)
+    assert isinstance(standin_runner, StandInRunner)
     assert isinstance(recording_backend, RecordingBackend)
     assert recording_backend.root == node_root.root
     before = fake_clock.monotonic()

@@ -27,7 +27,7 @@ from noderole.testing import (
     services_from_plugins,
     standins_from_plugins,
 )
-from noderole_k3s import ConfigFile, Manifest
+from noderole_k3s import ConfigFile, ConfigKeys, Manifest
 from noderole_k3s import plugin as k3s_plugin
 
 CONFIG = "/etc/rancher/k3s/config.yaml"
@@ -59,7 +59,8 @@ class Contributor:
     def noderole_k3s_config(self, node: NodeContext) -> Any:
         if self.raises is not None:
             raise self.raises
-        return self.config
+        # A mapping is the server's keys; anything else (records, wrong types) as given.
+        return ConfigKeys(keys=self.config) if isinstance(self.config, dict) else self.config
 
     @noderole.hookimpl(optionalhook=True)
     def noderole_k3s_manifests(self, node: NodeContext) -> Any:
@@ -204,7 +205,7 @@ class TestContributions:
         ("contributor", "hook"),
         [
             (Contributor(config=["not", "a", "mapping"]), "noderole_k3s_config"),
-            (Contributor(config={"k": {"nested": 1}}), "sets k3s key 'k'"),
+            (Contributor(config={"k": {"nested": 1}}), "k3s key 'k' is set to"),
             (Contributor(manifests=["text"]), "noderole_k3s_manifests"),
             (Contributor(files=[manifest()]), "noderole_k3s_files"),
         ],
@@ -398,7 +399,8 @@ class TestAgent:
         assert env["K3S_TOKEN"].reveal() == TOKEN
         assert env["K3S_NODE_NAME"] == "w1"
         assert TOKEN not in repr(agent)
-        assert agent.pre_start == ()
+        # Only the (empty) drop-in of what other plugins contribute to agents.
+        assert [step.path for step in agent.pre_start] == [DROPIN]  # type: ignore[attr-defined]
         assert agent.pidfile == "/run/k3s-agent.pid"
         assert agent.output_log == agent.error_log == "/var/log/k3s-agent.log"
 
