@@ -22,7 +22,7 @@ from noderole.backends.native import BASE_ENVIRONMENT
 from noderole.certs import load_ca
 from noderole.config import load_config
 from noderole.envfile import read_env_file
-from noderole.errors import ConfigError, PlanError, StepError
+from noderole.errors import ConfigError, PlanError, PluginError, StepError
 from noderole.records import (
     Call,
     Fail,
@@ -40,17 +40,22 @@ from noderole.steps import StepContext
 from noderole.testing import (
     RecordingBackend,
     ScratchRoot,
+    StandInRunner,
     apply_recorded,
     assert_in_plan,
     assert_not_in_plan,
     assert_starts_before,
+    call_hook,
     load_certificate,
     make_cluster_ca,
     new_fake_clock,
+    node_context,
     plan_from_plugins,
+    process_environ,
     run_prestart,
     serial_number,
     services_from_plugins,
+    stage_standins,
     standins_from_plugins,
 )
 from noderole_k3s.testing import K3S_CA_CERT, K3S_CA_KEY, make_k3s_ca
@@ -483,3 +488,89 @@ class TestOptIn:
         """No installed distribution auto-loads the kit into every pytest run."""
         values = [ep.value for ep in importlib.metadata.entry_points(group="pytest11")]
         assert not [v for v in values if v.startswith("noderole")]
+
+
+class TestCallHook:
+    def _plugin(self) -> types.ModuleType:
+        def noderole_services(node: Any) -> Any:
+            port = node.settings("demo")["port"]
+            yield Service(name=f"demo-{node.role}", roles=["agent"], command=["/bin/x", str(port)])
+
+        def noderole_settings() -> Any:
+            return SettingsTable(
+                table="demo", settings=[noderole.Setting(name="port", type=int, default=1)]
+            )
+
+        return _plugin(
+            "demo", noderole_services=noderole_services, noderole_settings=noderole_settings
+        )
+
+    def test_one_hook_with_a_node_built_for_the_test(self, scratch: ScratchRoot) -> None:
+        """call_hook runs the plugin's hook alone, with config and role, origin stamped."""
+        (service,) = call_hook(
+            ("demo", self._plugin()),
+            "noderole_services",
+            node_root=scratch,
+            config_text="[demo]\nport = 7\n",
+            role="agent",
+        )
+        assert service.name == "demo-agent"
+        assert service.command == ("/bin/x", "7")
+        assert service.origin == "demo"
+
+    def test_only_that_plugins_implementation_runs(self, scratch: ScratchRoot) -> None:
+        """Other plugins' implementations of the same hook are not called."""
+        plugin = self._plugin()
+        other = _plugin("other", noderole_services=lambda node: 1 / 0)
+        node = node_context(("demo", plugin), ("other", other), node_root=scratch)
+        assert [s.name for s in call_hook("demo", "noderole_services", node=node)] == ["demo-None"]
+
+    def test_failures_are_the_ones_plan_shows(self, scratch: ScratchRoot) -> None:
+        """A raising hook gives the PluginError noderole would, naming plugin and hook."""
+        broken = _plugin("broken", noderole_services=lambda node: 1 / 0)
+        with pytest.raises(PluginError, match=r"plugin 'broken' hook noderole_services raised"):
+            call_hook(("broken", broken), "noderole_services", node_root=scratch)
+
+    def test_a_hook_the_plugin_lacks_is_named(self, scratch: ScratchRoot) -> None:
+        """Asking for a hook the plugin does not implement is a LookupError naming both."""
+        with pytest.raises(
+            LookupError, match=r"plugin 'demo' does not implement noderole_standins"
+        ):
+            call_hook(("demo", self._plugin()), "noderole_standins", node_root=scratch)
+
+
+SLEEPER = "#!/usr/bin/env python3\nimport time\nprint('up', flush=True)\ntime.sleep(60)\n"
+
+
+class TestStandInRunner:
+    def test_runs_under_the_root_and_ends_everything(self, scratch: ScratchRoot) -> None:
+        """A started stand-in sees NODEROLE_ROOT; close() kills it and finds nothing left."""
+        scratch.write("/usr/bin/sleeper", SLEEPER, mode=0o755)
+        runner = StandInRunner(scratch)
+        try:
+            proc = runner.start(["/usr/bin/sleeper"])
+            assert proc.stdout is not None
+            assert proc.stdout.readline() == b"up\n"
+            assert f"NODEROLE_ROOT={scratch.path}".encode() in process_environ(proc.pid)
+        finally:
+            leftover = runner.close()
+        assert leftover == []
+        assert proc.returncode is not None
+
+    def test_stage_standins_writes_what_a_rehearsal_writes(self, scratch: ScratchRoot) -> None:
+        """stage_standins writes programs, input files and config.toml with the chosen port."""
+        from noderole.rehearsal import FreePort, RehearsalFile
+
+        def noderole_standins(node: Any) -> Any:
+            return [
+                StandIn(path="/usr/bin/demo", content=SLEEPER),
+                RehearsalFile(path="/etc/demo.env", content="A=1\n"),
+                FreePort(table="demo", key="port"),
+            ]
+
+        plugin = _plugin("demo", noderole_standins=noderole_standins)
+        staged = stage_standins(("demo", plugin), node_root=scratch, pick_port=lambda: 4321)
+        assert staged.settings["demo"] == {"port": 4321}
+        assert scratch.mode("/usr/bin/demo") == 0o755
+        assert scratch.read("/etc/demo.env") == "A=1\n"
+        assert "port = 4321" in scratch.read("/etc/noderole/config.toml")
