@@ -60,3 +60,21 @@ class TestCommittedReference:
         )
         assert docs.main(["gen"], reference=tmp_path) == 0
         assert docs.main(["gen", "--check"], reference=tmp_path) == 0
+
+
+class TestTutorialPin:
+    def test_pin_matches_the_package_version(self) -> None:
+        """The version pin the tutorial shows is this noderole's version."""
+        import re
+
+        from noderole.__about__ import __version__
+
+        text = (REPO / "docs/tutorial.md").read_text()
+        pins = re.findall(r'"noderole>=([^,"]+),<([^"]+)"', text)
+        assert pins, "the tutorial shows no noderole>=X,<Y pin"
+        major, minor = __version__.split(".")[:2]
+        for low, high in pins:
+            assert low == __version__, (
+                f"tutorial pins noderole>={low}; the package is {__version__}"
+            )
+            assert high == f"{major}.{int(minor) + 1}", f"upper bound <{high} for {__version__}"
