@@ -22,6 +22,7 @@ rehearsal alone; a file or program at its path is refused.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import socket
 import tempfile
@@ -56,7 +57,7 @@ __all__ = [
     "stage_rehearsal",
 ]
 
-_NAME = r"^[A-Za-z0-9_-]+$"
+_NAME = re.compile(r"[A-Za-z0-9_-]+\Z")
 
 
 def _check_absolute(inst: Any, attribute: attrs.Attribute[Any], value: str) -> None:
@@ -68,9 +69,7 @@ def _check_absolute(inst: Any, attribute: attrs.Attribute[Any], value: str) -> N
 
 
 def _check_name(inst: Any, attribute: attrs.Attribute[Any], value: str) -> None:
-    import re
-
-    if not isinstance(value, str) or not re.match(_NAME, value):
+    if not isinstance(value, str) or not _NAME.match(value):
         raise DefinitionError(
             f"{type(inst).__name__}: field {attribute.name!r} must be a settings name (letters, "
             f"digits, '_' and '-'), got {value!r}"
@@ -237,7 +236,8 @@ def merge_inputs(records: Sequence[Any], *, pick_port: Callable[[], int] = free_
         files[path] = (text, mode)
     tables: dict[str, dict[str, Any]] = {}
     for (table, key), group in sorted(settings.items()):
-        values = {r.value for r in group if isinstance(r, RehearsalSetting)}
+        # Keyed by type too: TOML's true and 1 are different values (Python's True == 1).
+        values = {_typed(r.value): r.value for r in group if isinstance(r, RehearsalSetting)}
         ports = [r for r in group if isinstance(r, FreePort)]
         if len(values) > 1 or (values and ports):
             shown = ", ".join(
@@ -250,9 +250,15 @@ def merge_inputs(records: Sequence[Any], *, pick_port: Callable[[], int] = free_
                 f"rehearsal setting [{table}] {key} is given different values: {shown}; the "
                 "plugins disagree: change one, or disable one with --disable-plugin NAME"
             )
-        value = next(iter(values)) if values else pick_port()
+        value = next(iter(values.values())) if values else pick_port()
         tables.setdefault(table, {})[key] = list(value) if isinstance(value, tuple) else value
     return Staging(files=files, settings=tables)
+
+
+def _typed(value: Any) -> Any:
+    if isinstance(value, tuple):
+        return tuple(_typed(item) for item in value)
+    return (type(value).__name__, value)
 
 
 def _toml_value(value: Any) -> str:

@@ -86,6 +86,13 @@ class TestMerge:
         assert "1 from plugin 'alpha'" in message
         assert "2 from plugin 'beta'" in message
 
+    def test_true_and_one_are_different_values(self) -> None:
+        """true and 1 differ in TOML, so two plugins giving them for one key conflict."""
+        a = stamped(RehearsalSetting(table="t", key="k", value=True), "a")
+        b = stamped(RehearsalSetting(table="t", key="k", value=1), "b")
+        with pytest.raises(PluginError, match=r"True from plugin 'a', 1 from plugin 'b'"):
+            merge_inputs([a, b])
+
     def test_the_core_setting_conflicts_too(self) -> None:
         """A plugin may not turn the rehearsal's own net_check back on."""
         a = stamped(RehearsalSetting(table="noderole", key="net_check", value=True), "a")
