@@ -410,3 +410,27 @@ class TestResolveRole:
         """A resolver returning something other than a role name is refused, naming it."""
         with pytest.raises(PluginError, match=r"plugin 'odd' hook noderole_resolve_role"):
             self._resolve(tmp_path, odd=3)
+
+
+class TestPluginSetOver:
+    def test_the_loaded_set_is_found_again(self) -> None:
+        """A NodeContext built from a loaded manager calls hooks through the same PluginSet
+        (same descriptions, same timeout)."""
+        plugins = load_plugins(autoload=False, hook_timeout=7.0)
+        assert PluginSet.over(plugins.manager) is plugins
+
+    def test_a_bare_manager_gets_a_set_with_the_default_timeout(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A manager noderole did not load still gets collect(), named after its plugins."""
+        import pluggy
+
+        from noderole import hookspecs
+
+        monkeypatch.setenv("NODEROLE_HOOK_TIMEOUT", "9")
+        manager = pluggy.PluginManager(hookspecs.PROJECT)
+        manager.add_hookspecs(hookspecs)
+        manager.register(_module("solo"), name="solo")
+        bare = PluginSet.over(manager)
+        assert bare.names() == ["solo"]
+        assert bare.hook_timeout == 9.0
