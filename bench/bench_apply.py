@@ -50,7 +50,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import shutil
 import signal
 import socket
@@ -376,16 +375,12 @@ def _noderole_argv() -> list[str]:
 def _stage(root: Path, port: int) -> None:
     """The scratch root: stand-ins, first-boot.env, k3s skeleton, and k3s's CA + kubeconfig."""
     from noderole.cli._app import App
-    from noderole.cli._rehearse import stage_rehearsal
+    from noderole.rehearsal import stage_rehearsal
     from noderole.root import NodeRoot
 
-    stage_rehearsal(App(root=NodeRoot("/"), disabled_plugins=DISABLED), root)
-    # The rehearsal picked a free health port of its own; both sides here share this one.
-    config = root / "etc/noderole/config.toml"
-    text, found = re.subn(r"(?m)^health_port = \d+$", f"health_port = {port}", config.read_text())
-    if not found:
-        text += f"\n[konnectivity]\nhealth_port = {port}\n"
-    config.write_text(text)
+    app = App(root=NodeRoot(root), disabled_plugins=DISABLED)
+    # The rehearsal's free port is this one: both sides here share it.
+    stage_rehearsal(app.root, app.plugins, app.node, pick_port=lambda: port)
     # The inputs, made by the k3s stand-in itself (as k3s would have on an earlier boot).
     env = {**os.environ, "NODEROLE_ROOT": str(root), "NODEROLE_K3S_STANDIN_DELAY": "0"}
     k3s = subprocess.Popen(

@@ -70,6 +70,9 @@ if TYPE_CHECKING:
     from noderole.records import WaitForTcp as WaitForTcp
     from noderole.records import Warn as Warn
     from noderole.records import WriteFile as WriteFile
+    from noderole.rehearsal import FreePort as FreePort
+    from noderole.rehearsal import RehearsalFile as RehearsalFile
+    from noderole.rehearsal import RehearsalSetting as RehearsalSetting
     from noderole.render import render_openrc as render_openrc
     from noderole.render import render_systemd as render_systemd
     from noderole.render import write_rendered as write_rendered

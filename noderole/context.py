@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from noderole.clock import Clock, SystemClock
 from noderole.root import NodeRoot
@@ -14,8 +14,11 @@ if TYPE_CHECKING:
 
     from noderole.config import Config
     from noderole.envfile import EnvFile
+    from noderole.plugins import PluginSet
 
 __all__ = ["NodeContext"]
+
+R = TypeVar("R")
 
 
 class NodeContext:
@@ -33,6 +36,7 @@ class NodeContext:
         pluginmanager: pluggy.PluginManager,
         clock: Clock | None = None,
         role: str | None = None,
+        plugins: PluginSet | None = None,
     ) -> None:
         self.root = root
         """The node root (``/`` at boot, a scratch directory under ``--root``)."""
@@ -47,12 +51,33 @@ class NodeContext:
         under ``hook`` and ``exec``, the role last applied. None when no role is in question
         (``noderole list``, ``config``) or none was ever applied. A service whose definition
         differs between roles can read it instead of being defined twice."""
+        self._plugins = plugins
         self._env_cache: dict[str, EnvFile] = {}
 
     @property
     def hook(self) -> Any:
         """Call other plugins' hooks, including hookspecs added by plugins (``node.hook.x()``)."""
         return self.pluginmanager.hook
+
+    def collect(self, hook_name: str, kind: type[R], **kwargs: Any) -> list[R]:
+        """Call every plugin's ``hook_name`` and return the ``kind`` records they give, flattened.
+
+        The way a plugin calls hooks it added with ``noderole_addhooks``: each implementation is
+        called on its own, bounded by the hook timeout, every item is checked to be a ``kind``
+        and stamped with the plugin that returned it (its ``origin``), exactly as noderole calls
+        its own hooks. ``node`` is passed as this context; pass the hook's other arguments by
+        keyword. A failure raises :class:`noderole.errors.PluginError` (or the plugin's own
+        :class:`noderole.errors.NoderoleError`) naming the plugin and the hook.
+
+        Example (the k3s plugin)::
+
+            keys = node.collect("noderole_k3s_config", ConfigKeys)
+        """
+        if self._plugins is None:
+            from noderole.plugins import PluginSet
+
+            self._plugins = PluginSet.over(self.pluginmanager)
+        return self._plugins.collect(hook_name, kind, {"node": self, **kwargs})
 
     def settings(self, table: str) -> Mapping[str, Any]:
         """Effective values of one settings table (defaults overridden by config.toml)."""

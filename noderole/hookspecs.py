@@ -4,6 +4,9 @@ Hooks that contribute something return records (or a list of them); noderole sta
 with the plugin that returned it, checks its type, and flattens the results. It never relies on
 pluggy's call order: services are ordered by their declared dependencies (:mod:`noderole.plan`).
 
+``noderole_resolve_role`` returns a role name rather than records; the first answer wins (see
+:func:`noderole.plugins.resolve_role`).
+
 Hooks are called once per invocation with keyword arguments; a hook implementation may declare
 any subset of them. Record hooks do not support ``wrapper=True`` implementations: they are called
 one plugin at a time so that any failure names its plugin.
@@ -19,6 +22,7 @@ import pluggy
 if TYPE_CHECKING:
     from noderole.context import NodeContext
     from noderole.records import Service, SettingsTable, StandIn
+    from noderole.rehearsal import FreePort, RehearsalFile, RehearsalSetting
 
 __all__ = ["PROJECT", "hookimpl", "hookspec"]
 
@@ -123,28 +127,68 @@ def noderole_services(node: NodeContext) -> Service | Iterable[Service] | None:
 
 
 @hookspec
-def noderole_standins(node: NodeContext) -> StandIn | Iterable[StandIn] | None:
-    """Supply stand-in executables for ``noderole rehearse``.
+def noderole_standins(
+    node: NodeContext,
+) -> (
+    StandIn
+    | RehearsalFile
+    | RehearsalSetting
+    | FreePort
+    | Iterable[StandIn | RehearsalFile | RehearsalSetting | FreePort]
+    | None
+):
+    """Supply what ``noderole rehearse`` needs: stand-in programs, input files and settings.
 
-    A stand-in replaces one of your commands in a scratch root and behaves like the real program
-    where it matters to the boot (writes the files your dependents wait for, answers your readiness
-    check). The rehearsal writes each stand-in at ``root + path`` with mode 0755. A stand-in sees
-    ``NODEROLE_ROOT`` in its environment and must write only under it.
+    A :class:`noderole.StandIn` replaces one of your commands in a scratch root and behaves like
+    the real program where it matters to the boot (writes the files your dependents wait for,
+    answers your readiness check); the rehearsal writes it at ``root + path`` with mode 0755. A
+    stand-in sees ``NODEROLE_ROOT`` in its environment and must write only under it.
+
+    Inputs are data too: a :class:`noderole.RehearsalFile` is a file a boot would
+    find (texts several plugins give for one path are joined), a ``RehearsalSetting`` one key of
+    the rehearsal's ``config.toml`` (merged per table and key; plugins disagreeing is an error
+    naming both), a ``FreePort`` a setting the rehearsal fills, once, with a free port.
 
     Example::
 
         import noderole
 
         STANDIN = '''#!/usr/bin/env python3
-        import http.server, os
+        import http.server, sys
         class H(http.server.BaseHTTPRequestHandler):
             def do_GET(self):
                 self.send_response(200); self.end_headers(); self.wfile.write(b"ok")
-        http.server.HTTPServer(("127.0.0.1", 9100), H).serve_forever()
+        port = int(sys.argv[-1].rsplit(":", 1)[1])  # --web.listen-address=127.0.0.1:PORT
+        http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
         '''
 
         @noderole.hookimpl
         def noderole_standins(node):
-            return noderole.StandIn(path="/usr/local/bin/node_exporter", content=STANDIN,
-                                    description="answers /metrics on 127.0.0.1:9100")
+            return [
+                noderole.StandIn(path="/usr/local/bin/node_exporter", content=STANDIN,
+                                 description="answers /metrics on its port"),
+                noderole.RehearsalFile(path="/etc/node-exporter.env", content="COLLECTORS=cpu\\n"),
+                noderole.FreePort(table="node-exporter", key="port"),
+            ]
+    """
+
+
+@hookspec
+def noderole_resolve_role(node: NodeContext) -> str | None:
+    """Say which role this node takes, from its first-boot inputs; None when you cannot tell.
+
+    Used when ``apply`` is given no role (at boot). Every plugin is asked; the first answer that
+    is not None wins, and two plugins answering differently is an error naming both, so the role
+    never depends on load order. Raise :class:`noderole.errors.UsageError` (or another
+    :class:`noderole.errors.NoderoleError`) for an input that names no valid role: nothing is
+    then written or started. ``node.role`` is None during this call.
+
+    Example::
+
+        import noderole
+
+        @noderole.hookimpl
+        def noderole_resolve_role(node):
+            env = node.read_env("/etc/my-image/role.env")
+            return env.values.get("NODE_ROLE") or None
     """

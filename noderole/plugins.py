@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib.metadata
 import os
 import threading
+import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -23,7 +24,7 @@ import pluggy
 
 from noderole import hookspecs
 from noderole.errors import DefinitionError, NoderoleError, PluginError
-from noderole.records import Service, SettingsTable, StandIn
+from noderole.records import Service, SettingsTable
 
 __all__ = [
     "AUTOLOAD_ENV",
@@ -32,6 +33,7 @@ __all__ = [
     "PluginInfo",
     "PluginSet",
     "load_plugins",
+    "resolve_role",
 ]
 
 PLUGIN_GROUP = "noderole"
@@ -43,6 +45,10 @@ HOOK_TIMEOUT_ENV = "NODEROLE_HOOK_TIMEOUT"
 DEFAULT_HOOK_TIMEOUT = 60.0
 
 R = TypeVar("R")
+
+# The PluginSet each manager was loaded into, so a NodeContext built from a bare manager calls
+# hooks with the same descriptions and timeout as the core.
+_SETS: weakref.WeakKeyDictionary[pluggy.PluginManager, PluginSet] = weakref.WeakKeyDictionary()
 
 
 @attrs.frozen(kw_only=True)
@@ -87,6 +93,15 @@ class PluginSet:
         """Seconds one hook call may take."""
         self._by_name = {info.name: info for info in self.infos}
 
+    @classmethod
+    def over(cls, manager: pluggy.PluginManager) -> PluginSet:
+        """The set ``manager`` was loaded into by :func:`load_plugins`, or a bare one over it."""
+        known = _SETS.get(manager)
+        if known is not None:
+            return known
+        infos = [PluginInfo(name=name, module=name) for name, _ in manager.list_name_plugin()]
+        return cls(manager, infos, hook_timeout=_hook_timeout())
+
     def names(self) -> list[str]:
         """Names of the loaded plugins, in load order."""
         return [info.name for info in self.infos]
@@ -115,29 +130,43 @@ class PluginSet:
         """Every service every plugin contributes (duplicates are the plan's to report)."""
         return self.collect("noderole_services", Service, {"node": node})
 
-    def standins(self, node: Any) -> list[StandIn]:
-        """Every stand-in executable plugins supply for rehearsals."""
-        return self.collect("noderole_standins", StandIn, {"node": node})
+    def standins(self, node: Any) -> list[Any]:
+        """Every rehearsal record plugins supply: stand-in programs, input files, settings."""
+        from noderole.rehearsal import INPUT_KINDS
+
+        return self.collect_any("noderole_standins", INPUT_KINDS, {"node": node})
 
     def collect(self, hook_name: str, kind: type[R], kwargs: Mapping[str, Any]) -> list[R]:
         """Call ``hook_name`` on each plugin, check every item is a ``kind``, stamp its origin."""
-        hook = getattr(self.manager.hook, hook_name)
-        records: list[R] = []
+        return self.collect_any(hook_name, (kind,), kwargs)
+
+    def collect_any(
+        self, hook_name: str, kinds: tuple[type[Any], ...], kwargs: Mapping[str, Any]
+    ) -> list[Any]:
+        """:meth:`collect` for a hook that returns records of several ``kinds``."""
+        hook = getattr(self.manager.hook, hook_name, None)
+        if hook is None:
+            raise PluginError(
+                f"no hook named {hook_name!r}: a plugin's own hooks exist only once it added "
+                "them with noderole_addhooks; check the spelling and that the plugin is loaded"
+            )
+        expected = " or ".join(kind.__name__ for kind in kinds)
+        records: list[Any] = []
         for impl in hook.get_hookimpls():
             if impl.hookwrapper or impl.wrapper:
                 continue  # wrappers observe other calls; record hooks are called one by one
             plugin = self.manager.get_name(impl.plugin) or repr(impl.plugin)
             items = self._call(impl, plugin, hook_name, kwargs)
             for item in items:
-                if not isinstance(item, kind):
+                if not isinstance(item, kinds):
                     raise PluginError(
                         f"{self._describe(plugin)} hook {hook_name} returned {item!r} "
-                        f"({type(item).__name__}); it must return {kind.__name__} records "
+                        f"({type(item).__name__}); it must return {expected} records "
                         f"(a single one, a list, or None). Fix the plugin, or disable it with "
                         f"--disable-plugin {plugin}"
                     )
                 if attrs.has(type(item)) and hasattr(item, "origin"):
-                    item = attrs.evolve(item, origin=plugin)  # type: ignore[misc]
+                    item = attrs.evolve(item, origin=plugin)
                 records.append(item)
         return records
 
@@ -146,6 +175,12 @@ class PluginSet:
         return info.describe() if info else f"plugin {plugin!r}"
 
     def _call(self, impl: Any, plugin: str, hook_name: str, kwargs: Mapping[str, Any]) -> list[Any]:
+        missing = [name for name in impl.argnames if name not in kwargs]
+        if missing:
+            raise PluginError(
+                f"{self._describe(plugin)} hook {hook_name} takes {', '.join(missing)}, which "
+                f"the caller did not pass (it passed {', '.join(sorted(kwargs)) or 'nothing'})"
+            )
         args = [kwargs[name] for name in impl.argnames]
         outcome: dict[str, Any] = {}
 
@@ -292,9 +327,46 @@ def load_plugins(
             "spelling against the hook reference; a hook of another plugin that may be absent "
             "must be marked @noderole.hookimpl(optionalhook=True)"
         ) from exc
-    return PluginSet(
+    plugin_set = PluginSet(
         manager, infos, hook_timeout=hook_timeout if hook_timeout is not None else _hook_timeout()
     )
+    _SETS[manager] = plugin_set
+    return plugin_set
+
+
+def resolve_role(plugins: PluginSet, node: Any) -> str | None:
+    """The role the plugins resolve for this node (``noderole_resolve_role``), or None.
+
+    Every plugin is asked, one at a time and bounded by the hook timeout; the first answer that
+    is not None wins. Two plugins giving different answers is an error naming both, so a role
+    never depends on the order plugins were loaded in. A non-string answer is an error naming the
+    plugin.
+    """
+    answers: list[tuple[str, str]] = []
+    hook = plugins.manager.hook.noderole_resolve_role
+    for impl in hook.get_hookimpls():
+        if impl.hookwrapper or impl.wrapper:
+            continue
+        plugin = plugins.manager.get_name(impl.plugin) or repr(impl.plugin)
+        for role in plugins._call(impl, plugin, "noderole_resolve_role", {"node": node}):
+            if not isinstance(role, str) or not role:
+                raise PluginError(
+                    f"{plugins._describe(plugin)} hook noderole_resolve_role returned "
+                    f"{role!r}; it must return a role name (a string) or None"
+                )
+            answers.append((plugin, role))
+    if not answers:
+        return None
+    first_plugin, first = answers[0]
+    for plugin, role in answers[1:]:
+        if role != first:
+            raise PluginError(
+                f"plugins disagree on this node's role: {plugins._describe(first_plugin)} "
+                f"resolves {first!r}, {plugins._describe(plugin)} resolves {role!r}; fix the "
+                "inputs they read, pass the role explicitly, or disable one with "
+                "--disable-plugin NAME"
+            )
+    return first
 
 
 def _entry_points() -> list[importlib.metadata.EntryPoint]:

@@ -11,7 +11,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import attrs
 import pytest
 from click.testing import CliRunner, Result
 
@@ -451,40 +450,3 @@ class TestRender:
         assert not wants.is_symlink()
         assert (node.root / "etc/systemd/system/a.service").exists()
         assert user_file.exists()  # only what noderole wrote is ever removed
-
-
-class TestRehearseInputs:
-    def test_input_files_from_several_plugins_are_joined(self) -> None:
-        """Two plugins' input stand-ins for one env file are joined, with the strictest mode."""
-        from noderole.cli._rehearse import merge_standins
-
-        a = attrs.evolve(noderole.StandIn(path="/etc/x.env", content="A=1", mode=0o644), origin="a")
-        b = attrs.evolve(
-            noderole.StandIn(path="/etc/x.env", content="B=2\n", mode=0o600), origin="b"
-        )
-        assert merge_standins([b, a]) == {"/etc/x.env": ("A=1\nB=2\n", 0o600)}
-
-    def test_two_programs_at_one_path_name_both_plugins(self) -> None:
-        """Two plugins supplying the same stand-in program is an error naming both."""
-        from noderole.cli._rehearse import merge_standins
-        from noderole.errors import PluginError
-
-        a = attrs.evolve(noderole.StandIn(path="/usr/bin/x", content="#!/bin/sh\n"), origin="a")
-        b = attrs.evolve(noderole.StandIn(path="/usr/bin/x", content="#!/bin/sh\n"), origin="b")
-        with pytest.raises(PluginError, match="plugin 'a' and plugin 'b' both supply"):
-            merge_standins([a, b])
-
-    def test_noderole_config_comes_first_in_a_joined_config(self) -> None:
-        """The rehearsal's own config.toml part comes before plugins' tables."""
-        from noderole.cli._rehearse import merge_standins
-
-        core = attrs.evolve(
-            noderole.StandIn(path="/etc/noderole/config.toml", content="[noderole]\n", mode=0o644),
-            origin="builtin",
-        )
-        plugin = attrs.evolve(
-            noderole.StandIn(path="/etc/noderole/config.toml", content="[a]\n", mode=0o644),
-            origin="a",
-        )
-        merged = merge_standins([plugin, core])
-        assert merged["/etc/noderole/config.toml"] == ("[noderole]\n[a]\n", 0o644)

@@ -671,14 +671,15 @@ def scene(request: pytest.FixtureRequest, node: Node) -> SecretScene:
         return scene
     if importlib.util.find_spec("noderole_k3s") is None:
         pytest.skip("the k3s plugin is not installed")
-    from noderole.cli._rehearse import stage_rehearsal
+    from noderole.rehearsal import stage_rehearsal
     from noderole_k3s import plugin as k3s_plugin
 
     def make_app() -> App:
         return App(root=NodeRoot(node.root), plugin_objects=(("k3s", k3s_plugin),), autoload=False)
 
     # The stand-ins `noderole rehearse` writes: a k3s that stays up, config, agent.env.
-    stage_rehearsal(make_app(), node.root)
+    staging = make_app()
+    stage_rehearsal(staging.root, staging.plugins, staging.node)
     scene = SecretScene(
         node.root,
         "agent",

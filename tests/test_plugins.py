@@ -269,3 +269,168 @@ class TestCollect:
         )
         with pytest.raises(PluginError, match=r"'one' and plugin 'two'|'two' and plugin 'one'"):
             plugins.settings_tables()
+
+
+def _host_with_hook() -> types.ModuleType:
+    """A plugin adding ``noderole_test_extra(node)`` for other plugins to implement."""
+    specs = types.ModuleType("specs")
+
+    def noderole_test_extra(node: Any) -> Any:
+        """Services other plugins offer the host."""
+
+    specs.noderole_test_extra = noderole.hookspec(noderole_test_extra)  # type: ignore[attr-defined]
+
+    def noderole_addhooks(pluginmanager: Any) -> None:
+        pluginmanager.add_hookspecs(specs)
+
+    return _module("host", noderole_addhooks=noderole_addhooks)
+
+
+def _service(name: str) -> Service:
+    return Service(name=name, roles=["agent"], command=["/bin/true"])
+
+
+class TestNodeCollect:
+    def _node(self, tmp_path: Path, timeout: float = 5.0, **contributors: Any) -> NodeContext:
+        pairs = [("host", _host_with_hook())]
+        pairs += [
+            (name, _module(name, noderole_test_extra=function))
+            for name, function in contributors.items()
+        ]
+        plugins = load_plugins(autoload=False, plugins=pairs, hook_timeout=timeout)
+        return _node(plugins, tmp_path)
+
+    def test_records_flattened_and_stamped(self, tmp_path: Path) -> None:
+        """collect() flattens every plugin's answer and stamps each record with its plugin."""
+        node = self._node(
+            tmp_path,
+            one=lambda node: _service("a"),
+            two=lambda node: (_service(n) for n in ("b", "c")),
+            three=lambda node: None,
+        )
+        found = node.collect("noderole_test_extra", Service)
+        assert sorted((s.name, s.origin) for s in found) == [
+            ("a", "one"),
+            ("b", "two"),
+            ("c", "two"),
+        ]
+
+    def test_wrong_type_names_plugin_and_hook(self, tmp_path: Path) -> None:
+        """A record of the wrong kind is a PluginError naming the plugin, the hook and the kind."""
+        node = self._node(tmp_path, odd=lambda node: {"name": "a"})
+        with pytest.raises(PluginError, match=r"plugin 'odd' hook noderole_test_extra .*Service"):
+            node.collect("noderole_test_extra", Service)
+
+    def test_raising_hook_names_plugin(self, tmp_path: Path) -> None:
+        """An exception in a contributor is reported naming it and the hook."""
+
+        def boom(node: Any) -> None:
+            raise RuntimeError("boom")
+
+        node = self._node(tmp_path, broken=boom)
+        with pytest.raises(PluginError, match=r"plugin 'broken' hook noderole_test_extra raised"):
+            node.collect("noderole_test_extra", Service)
+
+    def test_hung_hook_is_bounded_by_the_core_timeout(self, tmp_path: Path) -> None:
+        """A contributor that blocks is reported after the invocation's hook timeout."""
+        import threading
+
+        release = threading.Event()
+        node = self._node(tmp_path, timeout=0.05, stuck=lambda node: release.wait(30))
+        try:
+            with pytest.raises(PluginError, match=r"plugin 'stuck' .*did not return within 0.05s"):
+                node.collect("noderole_test_extra", Service)
+        finally:
+            release.set()
+
+    def test_unknown_hook_is_a_clear_error(self, tmp_path: Path) -> None:
+        """Collecting a hook nobody added says so, instead of an AttributeError."""
+        node = self._node(tmp_path)
+        with pytest.raises(PluginError, match=r"no hook named 'noderole_nope'"):
+            node.collect("noderole_nope", Service)
+
+    def test_extra_arguments_reach_the_hook(self, tmp_path: Path) -> None:
+        """A hook argument the caller does not pass is named, not a KeyError."""
+        specs = types.ModuleType("specs2")
+
+        def noderole_test_args(node: Any, flavour: Any) -> Any:
+            """A hook with a second argument."""
+
+        specs.noderole_test_args = noderole.hookspec(noderole_test_args)  # type: ignore[attr-defined]
+        host = _module(
+            "host2", noderole_addhooks=lambda pluginmanager: pluginmanager.add_hookspecs(specs)
+        )
+        user = _module("user", noderole_test_args=lambda node, flavour: _service(flavour))
+        plugins = load_plugins(autoload=False, plugins=[("host2", host), ("user", user)])
+        node = _node(plugins, tmp_path)
+        assert [s.name for s in node.collect("noderole_test_args", Service, flavour="x")] == ["x"]
+        with pytest.raises(PluginError, match=r"plugin 'user' .*takes flavour"):
+            node.collect("noderole_test_args", Service)
+
+    def test_role_defaults_to_none(self, tmp_path: Path) -> None:
+        """node.role is None unless the invocation is about one role."""
+        plugins = load_plugins(autoload=False)
+        assert _node(plugins, tmp_path).role is None
+        root = NodeRoot(tmp_path)
+        config = load_config(root, plugins.settings_tables())
+        node = NodeContext(root=root, config=config, pluginmanager=plugins.manager, role="agent")
+        assert node.role == "agent"
+
+
+class TestResolveRole:
+    def _resolve(self, tmp_path: Path, **answers: Any) -> str | None:
+        from noderole.plugins import resolve_role
+
+        pairs = [
+            (name, _module(name, noderole_resolve_role=lambda node, value=value: value))
+            for name, value in answers.items()
+        ]
+        plugins = load_plugins(autoload=False, plugins=pairs)
+        return resolve_role(plugins, _node(plugins, tmp_path))
+
+    def test_no_resolver_is_none(self, tmp_path: Path) -> None:
+        """Without any plugin answering, there is no role."""
+        assert self._resolve(tmp_path) is None
+        assert self._resolve(tmp_path, quiet=None) is None
+
+    def test_first_answer_wins_and_agreement_is_fine(self, tmp_path: Path) -> None:
+        """One answer, or several that agree, give the role; None answers are skipped."""
+        assert self._resolve(tmp_path, a=None, b="server") == "server"
+        assert self._resolve(tmp_path, a="agent", b="agent") == "agent"
+
+    def test_disagreement_names_both_plugins(self, tmp_path: Path) -> None:
+        """Two plugins resolving different roles is an error naming both and both roles."""
+        with pytest.raises(PluginError) as excinfo:
+            self._resolve(tmp_path, alpha="server", beta="agent")
+        message = str(excinfo.value)
+        assert "plugin 'alpha' resolves 'server'" in message
+        assert "plugin 'beta' resolves 'agent'" in message
+
+    def test_a_non_string_answer_names_the_plugin(self, tmp_path: Path) -> None:
+        """A resolver returning something other than a role name is refused, naming it."""
+        with pytest.raises(PluginError, match=r"plugin 'odd' hook noderole_resolve_role"):
+            self._resolve(tmp_path, odd=3)
+
+
+class TestPluginSetOver:
+    def test_the_loaded_set_is_found_again(self) -> None:
+        """A NodeContext built from a loaded manager calls hooks through the same PluginSet
+        (same descriptions, same timeout)."""
+        plugins = load_plugins(autoload=False, hook_timeout=7.0)
+        assert PluginSet.over(plugins.manager) is plugins
+
+    def test_a_bare_manager_gets_a_set_with_the_default_timeout(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A manager noderole did not load still gets collect(), named after its plugins."""
+        import pluggy
+
+        from noderole import hookspecs
+
+        monkeypatch.setenv("NODEROLE_HOOK_TIMEOUT", "9")
+        manager = pluggy.PluginManager(hookspecs.PROJECT)
+        manager.add_hookspecs(hookspecs)
+        manager.register(_module("solo"), name="solo")
+        bare = PluginSet.over(manager)
+        assert bare.names() == ["solo"]
+        assert bare.hook_timeout == 9.0

@@ -22,7 +22,7 @@ from noderole.backends.native import BASE_ENVIRONMENT
 from noderole.certs import load_ca
 from noderole.config import load_config
 from noderole.envfile import read_env_file
-from noderole.errors import ConfigError, PlanError, StepError
+from noderole.errors import ConfigError, PlanError, PluginError, StepError
 from noderole.records import (
     Call,
     Fail,
@@ -38,23 +38,27 @@ from noderole.records import (
 )
 from noderole.steps import StepContext
 from noderole.testing import (
-    K3S_CA_CERT,
-    K3S_CA_KEY,
     RecordingBackend,
     ScratchRoot,
+    StandInRunner,
     apply_recorded,
     assert_in_plan,
     assert_not_in_plan,
     assert_starts_before,
+    call_hook,
     load_certificate,
     make_cluster_ca,
     new_fake_clock,
+    node_context,
     plan_from_plugins,
+    process_environ,
     run_prestart,
     serial_number,
     services_from_plugins,
+    stage_standins,
     standins_from_plugins,
 )
+from noderole_k3s.testing import K3S_CA_CERT, K3S_CA_KEY, make_k3s_ca
 
 
 def _plugin(name: str, **hooks: Callable[..., Any]) -> types.ModuleType:
@@ -123,7 +127,7 @@ class TestScratchRoot:
 class TestClusterCA:
     def test_k3s_shaped_ca_at_k3s_paths(self, scratch: ScratchRoot) -> None:
         """Serial 0, P-256, CA:TRUE, SEC1 key with mode 0600, CN k3s-server-ca@<time>."""
-        ca = make_cluster_ca(scratch)
+        ca = make_k3s_ca(scratch)
         assert (ca.cert_path, ca.key_path) == (K3S_CA_CERT, K3S_CA_KEY)
         cert = ca.certificate()
         assert ca.serial_number == 0
@@ -136,24 +140,22 @@ class TestClusterCA:
 
     def test_noderole_accepts_it_as_a_signing_ca(self, scratch: ScratchRoot) -> None:
         """noderole.certs.load_ca loads the pair: the key matches, the CA is valid now."""
-        ca = make_cluster_ca(scratch)
+        ca = make_k3s_ca(scratch)
         clock = new_fake_clock()
         now = dt.datetime.fromtimestamp(clock.time(), tz=dt.UTC)
         loaded = load_ca(ca.cert_file, ca.key_file, now=now)
         assert loaded.cert.subject == ca.certificate().subject
 
     def test_random_serial_and_other_paths_on_request(self, scratch: ScratchRoot) -> None:
-        """serial_zero=False gives a positive serial; the files go where asked."""
-        ca = make_cluster_ca(
-            scratch, cert_path="/etc/pki/ca.pem", key_path="/etc/pki/ca-key.pem", serial_zero=False
-        )
+        """The core kit's CA has a positive serial by default; the files go where asked."""
+        ca = make_cluster_ca(scratch, cert_path="/etc/pki/ca.pem", key_path="/etc/pki/ca-key.pem")
         assert ca.serial_number > 0
         assert scratch.exists("/etc/pki/ca.pem")
         assert scratch.exists("/etc/pki/ca-key.pem")
 
     def test_signed_tells_this_cas_leaves_from_others(self, scratch: ScratchRoot) -> None:
         """signed() is True for a leaf this CA minted and False for one another CA minted."""
-        ours = make_cluster_ca(scratch)
+        ours = make_k3s_ca(scratch)
         theirs = make_cluster_ca(scratch, cert_path="/other/ca.crt", key_path="/other/ca.key")
         mint = MintCertificate(
             directory="/var/lib/x",
@@ -169,14 +171,14 @@ class TestClusterCA:
 
     def test_serial_zero_reads_raise_no_warning(self, scratch: ScratchRoot) -> None:
         """load_certificate and serial_number silence the serial-0 warning (suite runs -W error)."""
-        ca = make_cluster_ca(scratch)
+        ca = make_k3s_ca(scratch)
         assert serial_number(load_certificate(ca.cert_file)) == 0
 
 
 class TestRunPrestart:
     def test_reports_waits_files_and_minted_certificate(self, scratch: ScratchRoot) -> None:
         """A passing run lists what it waited for, what it wrote and the certificate minted."""
-        make_cluster_ca(scratch)
+        make_k3s_ca(scratch)
         service = Service(
             name="demo",
             pre_start=[
@@ -444,12 +446,12 @@ class TestRecordingBackend:
 
 
 PROBE = """
-from noderole.testing import ClusterCA, RecordingBackend, ScratchRoot
+from noderole.testing import RecordingBackend, ScratchRoot, StandInRunner
 
 
-def test_fixtures(node_root, fake_clock, cluster_ca, recording_backend):
+def test_fixtures(node_root, fake_clock, recording_backend, standin_runner):
     assert isinstance(node_root, ScratchRoot)
-    assert isinstance(cluster_ca, ClusterCA) and node_root.exists(cluster_ca.cert_path)
+    assert isinstance(standin_runner, StandInRunner)
     assert isinstance(recording_backend, RecordingBackend)
     assert recording_backend.root == node_root.root
     before = fake_clock.monotonic()
@@ -486,3 +488,89 @@ class TestOptIn:
         """No installed distribution auto-loads the kit into every pytest run."""
         values = [ep.value for ep in importlib.metadata.entry_points(group="pytest11")]
         assert not [v for v in values if v.startswith("noderole")]
+
+
+class TestCallHook:
+    def _plugin(self) -> types.ModuleType:
+        def noderole_services(node: Any) -> Any:
+            port = node.settings("demo")["port"]
+            yield Service(name=f"demo-{node.role}", roles=["agent"], command=["/bin/x", str(port)])
+
+        def noderole_settings() -> Any:
+            return SettingsTable(
+                table="demo", settings=[noderole.Setting(name="port", type=int, default=1)]
+            )
+
+        return _plugin(
+            "demo", noderole_services=noderole_services, noderole_settings=noderole_settings
+        )
+
+    def test_one_hook_with_a_node_built_for_the_test(self, scratch: ScratchRoot) -> None:
+        """call_hook runs the plugin's hook alone, with config and role, origin stamped."""
+        (service,) = call_hook(
+            ("demo", self._plugin()),
+            "noderole_services",
+            node_root=scratch,
+            config_text="[demo]\nport = 7\n",
+            role="agent",
+        )
+        assert service.name == "demo-agent"
+        assert service.command == ("/bin/x", "7")
+        assert service.origin == "demo"
+
+    def test_only_that_plugins_implementation_runs(self, scratch: ScratchRoot) -> None:
+        """Other plugins' implementations of the same hook are not called."""
+        plugin = self._plugin()
+        other = _plugin("other", noderole_services=lambda node: 1 / 0)
+        node = node_context(("demo", plugin), ("other", other), node_root=scratch)
+        assert [s.name for s in call_hook("demo", "noderole_services", node=node)] == ["demo-None"]
+
+    def test_failures_are_the_ones_plan_shows(self, scratch: ScratchRoot) -> None:
+        """A raising hook gives the PluginError noderole would, naming plugin and hook."""
+        broken = _plugin("broken", noderole_services=lambda node: 1 / 0)
+        with pytest.raises(PluginError, match=r"plugin 'broken' hook noderole_services raised"):
+            call_hook(("broken", broken), "noderole_services", node_root=scratch)
+
+    def test_a_hook_the_plugin_lacks_is_named(self, scratch: ScratchRoot) -> None:
+        """Asking for a hook the plugin does not implement is a LookupError naming both."""
+        with pytest.raises(
+            LookupError, match=r"plugin 'demo' does not implement noderole_standins"
+        ):
+            call_hook(("demo", self._plugin()), "noderole_standins", node_root=scratch)
+
+
+SLEEPER = "#!/usr/bin/env python3\nimport time\nprint('up', flush=True)\ntime.sleep(60)\n"
+
+
+class TestStandInRunner:
+    def test_runs_under_the_root_and_ends_everything(self, scratch: ScratchRoot) -> None:
+        """A started stand-in sees NODEROLE_ROOT; close() kills it and finds nothing left."""
+        scratch.write("/usr/bin/sleeper", SLEEPER, mode=0o755)
+        runner = StandInRunner(scratch)
+        try:
+            proc = runner.start(["/usr/bin/sleeper"])
+            assert proc.stdout is not None
+            assert proc.stdout.readline() == b"up\n"
+            assert f"NODEROLE_ROOT={scratch.path}".encode() in process_environ(proc.pid)
+        finally:
+            leftover = runner.close()
+        assert leftover == []
+        assert proc.returncode is not None
+
+    def test_stage_standins_writes_what_a_rehearsal_writes(self, scratch: ScratchRoot) -> None:
+        """stage_standins writes programs, input files and config.toml with the chosen port."""
+        from noderole.rehearsal import FreePort, RehearsalFile
+
+        def noderole_standins(node: Any) -> Any:
+            return [
+                StandIn(path="/usr/bin/demo", content=SLEEPER),
+                RehearsalFile(path="/etc/demo.env", content="A=1\n"),
+                FreePort(table="demo", key="port"),
+            ]
+
+        plugin = _plugin("demo", noderole_standins=noderole_standins)
+        staged = stage_standins(("demo", plugin), node_root=scratch, pick_port=lambda: 4321)
+        assert staged.settings["demo"] == {"port": 4321}
+        assert scratch.mode("/usr/bin/demo") == 0o755
+        assert scratch.read("/etc/demo.env") == "A=1\n"
+        assert "port = 4321" in scratch.read("/etc/noderole/config.toml")

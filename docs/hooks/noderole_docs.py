@@ -84,14 +84,19 @@ def _inline(line: str) -> str:
 # --------------------------------------------------------------------------- hooks
 
 
-def render_hooks() -> str:
-    """One section per hookspec: signature, whether it is historic, and its documentation."""
-    from noderole import hookspecs
+def render_hooks(module_name: str = "noderole.hookspecs", level: str = "2") -> str:
+    """One section per hookspec of ``module_name`` (a heading of ``level``): signature, whether
+    it is historic, and its documentation."""
+    import importlib
 
+    from noderole.hookspecs import PROJECT
+
+    hookspecs = importlib.import_module(module_name)
+    heading = "#" * int(level)
     parts = [rst_to_markdown(hookspecs.__doc__ or "")]
     for name, function in _hookspecs(hookspecs):
-        options = getattr(function, f"{hookspecs.PROJECT}_spec", {}) or {}
-        parts.append(f"## `{name}`\n")
+        options = getattr(function, f"{PROJECT}_spec", {}) or {}
+        parts.append(f"{heading} `{name}`\n")
         parts.append(f"```python\n@noderole.hookimpl\ndef {name}{_signature(function)}: ...\n```\n")
         if options.get("historic"):
             parts.append(
@@ -126,21 +131,31 @@ def _signature(function: Callable[..., Any]) -> str:
 # --------------------------------------------------------------------------- settings
 
 
-def _example_entry_points() -> list[str]:
-    """Entry-point names of the example distributions under docs/examples (not shipped)."""
-    names: list[str] = []
-    for pyproject in sorted((REPO / "docs" / "examples").glob("*/pyproject.toml")):
+def _shipped_entry_points() -> set[str]:
+    """Entry-point names of the plugins shipped in this repository (plugins/*)."""
+    names: set[str] = set()
+    for pyproject in sorted((REPO / "plugins").glob("*/pyproject.toml")):
         project = tomllib.loads(pyproject.read_text()).get("project", {})
-        names += list(project.get("entry-points", {}).get("noderole", {}))
+        names |= set(project.get("entry-points", {}).get("noderole", {}))
     return names
 
 
+def _not_shipped() -> list[str]:
+    """Every installed entry point that is not a shipped plugin (the tutorial's example, a
+    developer's own): left out, so the pages do not depend on what this machine has installed."""
+    import importlib.metadata
+
+    shipped = _shipped_entry_points()
+    installed = {ep.name for ep in importlib.metadata.entry_points(group="noderole")}
+    return sorted(installed - shipped)
+
+
 def render_settings(only: str | None = None) -> str:
-    """Every installed plugin's settings table (or only the table named ``only``): keys, types,
+    """Every shipped plugin's settings table (or only the table named ``only``): keys, types,
     defaults, descriptions. A plugin's own page uses ``<!-- noderole:settings TABLE -->``."""
     from noderole.plugins import load_plugins
 
-    plugins = load_plugins(disabled=_example_entry_points(), autoload=True)
+    plugins = load_plugins(disabled=_not_shipped(), autoload=True)
     parts: list[str] = []
     tables = [t for t in plugins.settings_tables() if only is None or t.table == only]
     if only is not None and not tables:
@@ -316,3 +331,58 @@ _RENDERERS: dict[str, Callable[..., str]] = {
     "include": render_include,
     "source": render_source,
 }
+
+
+# --------------------------------------------------------------------------- committed pages
+
+TEMPLATES = REPO / "docs" / "hooks" / "reference"
+"""The reference pages with their markers; the generated pages go to docs/reference."""
+REFERENCE = REPO / "docs" / "reference"
+REGENERATE = "python docs/hooks/noderole_docs.py"
+"""The command that rewrites the generated pages."""
+
+
+def reference_pages() -> dict[Path, str]:
+    """Each generated reference page (docs/reference/NAME.md) and the text it must hold."""
+    pages: dict[Path, str] = {}
+    for template in sorted(TEMPLATES.glob("*.md")):
+        header = (
+            f"<!-- Generated from docs/hooks/reference/{template.name} and the code by "
+            f"`{REGENERATE}`: edit those, not this file. -->\n\n"
+        )
+        pages[REFERENCE / template.name] = header + on_page_markdown(template.read_text())
+    return pages
+
+
+def stale_pages(reference: Path = REFERENCE) -> list[Path]:
+    """The generated pages (in ``reference``) whose text differs from what the code gives now."""
+    stale = []
+    for path, text in reference_pages().items():
+        committed = reference / path.name
+        if not committed.exists() or committed.read_text() != text:
+            stale.append(committed)
+    return stale
+
+
+def main(argv: list[str], reference: Path = REFERENCE) -> int:
+    """Write the reference pages; with ``--check``, only say which are out of date (exit 1)."""
+    if argv[1:] == ["--check"]:
+        stale = stale_pages(reference)
+        for path in stale:
+            print(f"docs/reference/{path.name} is out of date: run {REGENERATE}")
+        return 1 if stale else 0
+    if argv[1:]:
+        print(f"usage: {REGENERATE} [--check]")
+        return 2
+    for path, text in reference_pages().items():
+        target = reference / path.name
+        if not target.exists() or target.read_text() != text:
+            target.write_text(text)
+            print(f"wrote docs/reference/{path.name}")
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main(sys.argv))

@@ -1,6 +1,6 @@
-"""A throwaway cluster CA shaped like k3s's, written where a plugin expects to find it.
+"""A throwaway cluster CA, written where a plugin expects to find it.
 
-k3s makes its server CA with serial number 0. cryptography's certificate builder refuses a serial
+Some CAs (k3s's server CA) have serial number 0. cryptography's certificate builder refuses a serial
 number <= 0, so the certificate is made by the ``openssl`` command line (as k3s's own tests of
 other tools do); the key is generated in-process and stored as ``EC PRIVATE KEY`` (SEC1), like
 k3s's. Loading a serial-0 certificate, and reading its serial number, make cryptography emit a
@@ -27,18 +27,11 @@ if TYPE_CHECKING:
     from cryptography import x509
 
 __all__ = [
-    "K3S_CA_CERT",
-    "K3S_CA_KEY",
     "ClusterCA",
     "load_certificate",
     "make_cluster_ca",
     "serial_number",
 ]
-
-K3S_CA_CERT = "/var/lib/rancher/k3s/server/tls/server-ca.crt"
-"""Node path of k3s's server CA certificate."""
-K3S_CA_KEY = "/var/lib/rancher/k3s/server/tls/server-ca.key"
-"""Node path of k3s's server CA key (only servers have it)."""
 
 _OPENSSL_CONFIG = """\
 [req]
@@ -130,16 +123,18 @@ def serial_number(certificate: x509.Certificate) -> int:
 def make_cluster_ca(
     node_root: RootLike,
     *,
-    cert_path: str = K3S_CA_CERT,
-    key_path: str = K3S_CA_KEY,
-    serial_zero: bool = True,
+    cert_path: str,
+    key_path: str,
+    serial_zero: bool = False,
     common_name: str | None = None,
     days: int = 3650,
 ) -> ClusterCA:
-    """Write a fresh ECDSA P-256 CA (like k3s's server CA) at ``cert_path`` and ``key_path``.
+    """Write a fresh ECDSA P-256 CA at ``cert_path`` and ``key_path`` (node paths).
 
     The certificate is valid from now (the real time) for ``days`` days, with serial number 0
-    when ``serial_zero`` (k3s's habit) and a random one otherwise. The key is written with mode
+    when ``serial_zero`` (k3s's habit) and a random one otherwise. The common name defaults to
+    ``noderole-test-ca@<unix time>``. (The k3s plugin's ``noderole_k3s.testing.make_k3s_ca``
+    makes one at k3s's paths, shaped like k3s's.) The key is written with mode
     0600 as ``EC PRIVATE KEY``. Needs the ``openssl`` command.
     """
     from cryptography.hazmat.primitives import serialization
@@ -152,7 +147,7 @@ def make_cluster_ca(
             "(cryptography refuses serial 0); install it (apt-get install openssl)"
         )
     root = as_node_root(node_root)
-    name = common_name or f"k3s-server-ca@{int(time.time())}"
+    name = common_name or f"noderole-test-ca@{int(time.time())}"
     key = ec.generate_private_key(ec.SECP256R1())
     key_pem = key.private_bytes(
         serialization.Encoding.PEM,

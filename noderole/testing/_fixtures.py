@@ -8,11 +8,10 @@ import pytest
 
 from noderole.clock import FakeClock
 from noderole.testing._backend import RecordingBackend
-from noderole.testing._ca import ClusterCA, make_cluster_ca
 from noderole.testing._prestart import new_fake_clock
 from noderole.testing._root import ScratchRoot
 
-__all__ = ["cluster_ca", "fake_clock", "node_root", "recording_backend"]
+__all__ = ["fake_clock", "node_root", "recording_backend"]
 
 
 @pytest.fixture
@@ -25,12 +24,6 @@ def node_root(tmp_path: Path) -> ScratchRoot:
 def fake_clock() -> FakeClock:
     """A fake clock: sleeping advances it instantly; its wall time starts at the real time."""
     return new_fake_clock()
-
-
-@pytest.fixture
-def cluster_ca(node_root: ScratchRoot) -> ClusterCA:
-    """A k3s-style server CA (ECDSA P-256, serial 0) at k3s's paths in ``node_root``."""
-    return make_cluster_ca(node_root)
 
 
 @pytest.fixture

@@ -1,6 +1,7 @@
 """The k3s plugin's tests use noderole's plugin-author kit (noderole.testing).
 
-Its fixtures (``node_root``, ``fake_clock``, ``cluster_ca``, ``recording_backend``) come from the
+Its fixtures (``node_root``, ``fake_clock``, ``recording_backend``, ``standin_runner``, and
+``k3s_ca`` from ``noderole_k3s.testing``) come from the
 repository's top-level ``conftest.py`` (``pytest_plugins = ["noderole.testing"]``): pytest
 honours ``pytest_plugins`` only in the rootdir's top-level conftest, and that one is loaded
 however these tests are run (``pytest`` at the top, ``pytest plugins``, or

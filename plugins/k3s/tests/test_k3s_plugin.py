@@ -22,12 +22,13 @@ from noderole.testing import (
     apply_recorded,
     assert_not_in_plan,
     assert_starts_before,
+    call_hook,
     plan_from_plugins,
     run_prestart,
     services_from_plugins,
     standins_from_plugins,
 )
-from noderole_k3s import ConfigFile, Manifest
+from noderole_k3s import ConfigFile, ConfigKeys, Manifest
 from noderole_k3s import plugin as k3s_plugin
 
 CONFIG = "/etc/rancher/k3s/config.yaml"
@@ -59,7 +60,8 @@ class Contributor:
     def noderole_k3s_config(self, node: NodeContext) -> Any:
         if self.raises is not None:
             raise self.raises
-        return self.config
+        # A mapping is the server's keys; anything else (records, wrong types) as given.
+        return ConfigKeys(keys=self.config) if isinstance(self.config, dict) else self.config
 
     @noderole.hookimpl(optionalhook=True)
     def noderole_k3s_manifests(self, node: NodeContext) -> Any:
@@ -204,7 +206,7 @@ class TestContributions:
         ("contributor", "hook"),
         [
             (Contributor(config=["not", "a", "mapping"]), "noderole_k3s_config"),
-            (Contributor(config={"k": {"nested": 1}}), "sets k3s key 'k'"),
+            (Contributor(config={"k": {"nested": 1}}), "k3s key 'k' is set to"),
             (Contributor(manifests=["text"]), "noderole_k3s_manifests"),
             (Contributor(files=[manifest()]), "noderole_k3s_files"),
         ],
@@ -398,7 +400,8 @@ class TestAgent:
         assert env["K3S_TOKEN"].reveal() == TOKEN
         assert env["K3S_NODE_NAME"] == "w1"
         assert TOKEN not in repr(agent)
-        assert agent.pre_start == ()
+        # Only the (empty) drop-in of what other plugins contribute to agents.
+        assert [step.path for step in agent.pre_start] == [DROPIN]  # type: ignore[attr-defined]
         assert agent.pidfile == "/run/k3s-agent.pid"
         assert agent.output_log == agent.error_log == "/var/log/k3s-agent.log"
 
@@ -454,3 +457,155 @@ class TestRehearsalInputs:
         by_name = services(node_root)
         for name in ("k3s", "k3s-agent"):
             assert not any(isinstance(s, noderole.Fail) for s in by_name[name].pre_start)
+
+
+class TestAgentContributions:
+    def test_agent_keys_and_files_reach_k3s_agent_only(self, node_root: ScratchRoot) -> None:
+        """applies_to="agent" is written by k3s-agent's pre-start, not by the server's."""
+        node_root.write(CONFIG, "")
+        node_root.write_env(AGENT_ENV, {"K3S_URL": "https://s:6443", "K3S_TOKEN": "t"})
+        contributor = Contributor(
+            config=[
+                ConfigKeys(keys={"kubelet-arg": ["max-pods=200"]}, applies_to="agent"),
+                ConfigKeys(keys={"tls-san": ["k.example"]}),
+            ],
+            files=ConfigFile(
+                path="/etc/rancher/k3s/registries.yaml",
+                documents={"mirrors": {}},
+                applies_to="agent",
+            ),
+        )
+        written = succeeded(prestart(node_root, "k3s-agent", ("c", contributor)))
+        assert written.index("/etc/rancher/k3s/registries.yaml") < written.index(DROPIN)
+        assert read_yaml(node_root, DROPIN) == {"kubelet-arg": ["max-pods=200"]}
+        server = services(node_root, ("c", contributor))["k3s"]
+        assert not any(
+            getattr(step, "path", "") == "/etc/rancher/k3s/registries.yaml"
+            for step in server.pre_start
+        )
+
+    def test_all_reaches_both(self, node_root: ScratchRoot) -> None:
+        """applies_to="all" keys reach the server's and the agent's drop-in alike."""
+        node_root.write(CONFIG, "kubelet-arg: [v=2]\n")
+        node_root.write_env(AGENT_ENV, {"K3S_URL": "https://s:6443", "K3S_TOKEN": "t"})
+        both = Contributor(
+            config=ConfigKeys(keys={"kubelet-arg": ["max-pods=200"]}, applies_to="all")
+        )
+        succeeded(prestart(node_root, "k3s-agent", ("c", both)))
+        agent_dropin = read_yaml(node_root, DROPIN)
+        succeeded(prestart(node_root, "k3s", ("c", both)))
+        # config.yaml's own list comes first in both.
+        assert (
+            agent_dropin == read_yaml(node_root, DROPIN) == {"kubelet-arg": ["v=2", "max-pods=200"]}
+        )
+
+    def test_agent_conflict_fails_the_agent_naming_both(self, node_root: ScratchRoot) -> None:
+        """Two plugins disagreeing on an agent key fail k3s-agent, naming both plugins."""
+        node_root.write_env(AGENT_ENV, {"K3S_URL": "https://s:6443", "K3S_TOKEN": "t"})
+        alpha = Contributor(config=ConfigKeys(keys={"node-ip": "10.0.0.1"}, applies_to="agent"))
+        beta = Contributor(config=ConfigKeys(keys={"node-ip": "10.0.0.2"}, applies_to="agent"))
+        outcome = prestart(node_root, "k3s-agent", ("alpha", alpha), ("beta", beta))
+        message = failed(outcome)
+        assert "plugin 'alpha'" in message
+        assert "plugin 'beta'" in message
+        assert outcome.written == []
+
+    def test_bad_applies_to_is_refused(self) -> None:
+        """applies_to is server, agent or all."""
+        with pytest.raises(noderole.DefinitionError, match="applies_to"):
+            ConfigKeys(keys={}, applies_to="workers")
+
+
+RESTORE_BLOCK = "/run/spinifex-eks/k3s-restore-block"
+
+
+class TestRestoreGuard:
+    def _apply(self, node_root: ScratchRoot, fake_clock: FakeClock) -> Any:
+        node_root.write(CONFIG, "")
+        plan = plan_from_plugins(
+            "server", ("k3s", k3s_plugin), config_text=NO_NET_CHECK, node_root=node_root
+        )
+        return apply_recorded(plan, node_root, clock=fake_clock)
+
+    def test_marker_refuses_to_start_k3s(
+        self, node_root: ScratchRoot, fake_clock: FakeClock
+    ) -> None:
+        """While the restore marker exists, apply fails k3s before it starts or writes a drop-in."""
+        node_root.write(RESTORE_BLOCK, "")
+        report, backend = self._apply(node_root, fake_clock)
+        assert not report.ok
+        assert "k3s" not in backend.names()
+        (failure,) = [r for r in report.services if r.name == "k3s"]
+        assert failure.reason.startswith("refusing to start k3s on an empty datastore")
+        assert RESTORE_BLOCK in failure.reason
+        assert not node_root.exists(DROPIN)
+
+    def test_without_marker_k3s_starts(self, node_root: ScratchRoot, fake_clock: FakeClock) -> None:
+        """Without the marker the same apply starts k3s."""
+        report, backend = self._apply(node_root, fake_clock)
+        assert report.ok, report.failed
+        assert "k3s" in backend.names()
+
+    def test_marker_path_is_a_setting(self, node_root: ScratchRoot, fake_clock: FakeClock) -> None:
+        """[k3s] restore_block moves the marker; the default path then no longer blocks."""
+        node_root.write(RESTORE_BLOCK, "")
+        node_root.write("/var/lib/restore/blocked", "")
+        config = NO_NET_CHECK + '[k3s]\nrestore_block = "/var/lib/restore/blocked"\n'
+        node_root.write(CONFIG, "")
+        plan = plan_from_plugins(
+            "server", ("k3s", k3s_plugin), config_text=config, node_root=node_root
+        )
+        report, _ = apply_recorded(plan, node_root, clock=fake_clock)
+        assert "/var/lib/restore/blocked exists" in str(report.failed)
+
+
+class TestResolveRole:
+    def resolve(self, node_root: ScratchRoot) -> Any:
+        (answer,) = call_hook(
+            ("k3s", k3s_plugin), "noderole_resolve_role", node_root=node_root
+        ) or [None]
+        return answer
+
+    @pytest.mark.parametrize("role", ["server", "server-join", "agent"])
+    def test_role_from_first_boot(self, node_root: ScratchRoot, role: str) -> None:
+        """SPINIFEX_K3S_ROLE in first-boot.env names the role."""
+        node_root.write_env(FIRST_BOOT, {"SPINIFEX_K3S_ROLE": role, "OTHER": "x"})
+        assert self.resolve(node_root) == role
+
+    def test_agent_when_only_agent_env_exists(self, node_root: ScratchRoot) -> None:
+        """Without first-boot.env, an agent.env means the node is an agent."""
+        node_root.write_env(AGENT_ENV, {"K3S_URL": "https://s:6443"})
+        assert self.resolve(node_root) == "agent"
+
+    def test_no_inputs_no_answer(self, node_root: ScratchRoot) -> None:
+        """With neither file the plugin cannot tell, and says nothing."""
+        assert call_hook(("k3s", k3s_plugin), "noderole_resolve_role", node_root=node_root) == []
+
+    def test_invalid_role_names_file_and_key(self, node_root: ScratchRoot) -> None:
+        """An unknown role is an error naming the file, the key and the valid roles."""
+        node_root.write_env(FIRST_BOOT, {"SPINIFEX_K3S_ROLE": "master"})
+        with pytest.raises(noderole.EnvFileError) as excinfo:
+            self.resolve(node_root)
+        message = str(excinfo.value)
+        assert "SPINIFEX_K3S_ROLE='master'" in message
+        assert FIRST_BOOT in message
+        assert "server, server-join, agent" in message
+
+    def test_missing_key_names_file_and_key(self, node_root: ScratchRoot) -> None:
+        """A first-boot.env without the key (and no agent.env) is an error, not a guess."""
+        node_root.write_env(FIRST_BOOT, {"EKS_KONNECTIVITY_SANS": "a"})
+        with pytest.raises(
+            noderole.EnvFileError, match=f"SPINIFEX_K3S_ROLE missing from {FIRST_BOOT}"
+        ):
+            self.resolve(node_root)
+
+    def test_key_is_a_setting(self, node_root: ScratchRoot) -> None:
+        """[k3s] role_key names another key."""
+        node_root.write_env(FIRST_BOOT, {"NODE_ROLE": "server-join"})
+        (answer,) = call_hook(
+            ("k3s", k3s_plugin),
+            "noderole_resolve_role",
+            node_root=node_root,
+            config_text='[k3s]\nrole_key = "NODE_ROLE"\n',
+        )
+        assert answer == "server-join"

@@ -3,28 +3,25 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from noderole.clock import SystemClock
-from noderole.records import WaitForPaths
+from noderole.records import StandIn, WaitForPaths
 from noderole.testing import (
-    K3S_CA_CERT,
-    K3S_CA_KEY,
     ScratchRoot,
-    end_node_processes,
+    StandInRunner,
     load_certificate,
     serial_number,
     standins_from_plugins,
 )
 from noderole.waits import run_wait
 from noderole_k3s import plugin as k3s_plugin
+from noderole_k3s.testing import K3S_CA_CERT, K3S_CA_KEY
 
 KUBECONFIG = "/etc/rancher/k3s/k3s.yaml"
 
@@ -35,42 +32,24 @@ Start = Callable[..., subprocess.Popen[bytes]]
 def standin(node_root: ScratchRoot) -> Path:
     """The stand-in written where a rehearsal would put it (mode 0755)."""
     (record,) = [
-        s for s in standins_from_plugins(("k3s", k3s_plugin)) if s.path == "/usr/local/bin/k3s"
+        s
+        for s in standins_from_plugins(("k3s", k3s_plugin))
+        if isinstance(s, StandIn) and s.path == "/usr/local/bin/k3s"
     ]
     return node_root.write(record.path, record.content, mode=record.mode)
 
 
 @pytest.fixture
-def start(node_root: ScratchRoot, standin: Path) -> Iterator[Start]:
-    """Start the stand-in under the root; every process is ended at the end, pass or fail."""
-    started: list[subprocess.Popen[bytes]] = []
+def start(standin_runner: StandInRunner, standin: Path) -> Start:
+    """Start the stand-in (``k3s ARGS``) under the root, with no start-up delay; the kit's
+    runner ends every process at the end, pass or fail."""
 
     def run(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-        environment = {
-            **os.environ,
-            "NODEROLE_ROOT": str(node_root.path),
-            "NODEROLE_K3S_STANDIN_DELAY": "0",
-            **(env or {}),
-        }
-        proc = subprocess.Popen(
-            [sys.executable, str(standin), *args],
-            env=environment,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
+        return standin_runner.start(
+            ["/usr/local/bin/k3s", *args], env={"NODEROLE_K3S_STANDIN_DELAY": "0", **(env or {})}
         )
-        started.append(proc)
-        return proc
 
-    yield run
-    for proc in started:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
-        for stream in (proc.stdout, proc.stderr):
-            if stream is not None:
-                stream.close()
-    # Anything a stand-in left behind under this root (it carries NODEROLE_ROOT) is a bug.
-    assert end_node_processes(node_root) == []
+    return run
 
 
 def wait_for(node_root: ScratchRoot, *paths: str) -> None:

@@ -1,6 +1,7 @@
 """Fixtures for the konnectivity plugin's tests, on top of noderole's plugin-author kit.
 
-The kit's fixtures (``node_root``, ``fake_clock``, ``cluster_ca``, ``recording_backend``) come
+The kit's fixtures (``node_root``, ``fake_clock``, ``recording_backend``, ``standin_runner``)
+and the k3s plugin's ``k3s_ca`` come
 from the repository's top-level ``conftest.py`` (``pytest_plugins = ["noderole.testing"]``):
 pytest honours ``pytest_plugins`` only in the rootdir's top-level conftest, and that one is
 loaded however these tests are run (``pytest`` at the top, ``pytest plugins``, or
@@ -19,8 +20,8 @@ KUBECONFIG = "/etc/rancher/k3s/k3s.yaml"
 
 
 @pytest.fixture
-def k3s_server(node_root: ScratchRoot, cluster_ca: ClusterCA) -> ClusterCA:
+def k3s_server(node_root: ScratchRoot, k3s_ca: ClusterCA) -> ClusterCA:
     """What a running k3s server leaves for konnectivity: its CA (the kit's serial-0 k3s-style
     CA, at k3s's paths) and the admin kubeconfig."""
     node_root.write(KUBECONFIG, "apiVersion: v1\nkind: Config\n", mode=0o600)
-    return cluster_ca
+    return k3s_ca

@@ -22,13 +22,13 @@ from typing import Any
 import pytest
 
 from noderole.testing import (
-    K3S_CA_CERT,
     ScratchRoot,
     end_node_processes,
     node_processes,
-    standins_from_plugins,
+    stage_standins,
 )
 from noderole_k3s import plugin as k3s_plugin
+from noderole_k3s.testing import K3S_CA_CERT
 from noderole_konnectivity import plugin as konnectivity_plugin
 
 pytestmark = pytest.mark.slow
@@ -60,9 +60,9 @@ def stage(root: ScratchRoot, health_port: int) -> None:
         f"[konnectivity]\nhealth_port = {health_port}\nrespawn_delay = 0.2\n"
     )
     plugins = [("k3s", k3s_plugin), ("konnectivity", konnectivity_plugin)]
-    for standin in standins_from_plugins(*plugins, config_text=config, node_root=root):
-        root.write(standin.path, standin.content, mode=standin.mode)
-    # The rehearsal's config fragment (a free health port) gives way to this test's own config.
+    staged = stage_standins(*plugins, node_root=root, pick_port=lambda: health_port)
+    assert staged.settings["konnectivity"] == {"health_port": health_port}
+    # The rehearsal's config.toml gives way to this test's own (a quick respawn).
     root.write_config(config)
     set_sans(root, SANS)
 

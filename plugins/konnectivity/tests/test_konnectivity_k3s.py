@@ -123,7 +123,7 @@ class TestK3sWiring:
         pod = daemonset["spec"]["template"]["spec"]
         assert pod["serviceAccountName"] == "konnectivity-agent"
         (container,) = pod["containers"]
-        assert container["image"] == "registry.k8s.io/kas-network-proxy/proxy-agent:v0.31.0"
+        assert container["image"] == "registry.k8s.io/kas-network-proxy/proxy-agent:v0.30.3"
         assert "--proxy-server-host=nlb.example.com" in container["args"]
         assert "--proxy-server-port=8132" in container["args"]
         assert "--ca-cert=/var/run/secrets/kubernetes.io/serviceaccount/ca.crt" in container["args"]

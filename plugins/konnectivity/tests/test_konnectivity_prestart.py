@@ -4,7 +4,7 @@ Covers the behaviours the OpenRC script's own prestart test checked: the default
 server count, empty SANs, the CA wait timing out, a failed mint leaving nothing behind, and the
 SANs reaching the certificate exactly. Tested with noderole's plugin-author kit: the service
 comes from the plugin object alone, its steps run against a scratch root on a fake clock
-(``run_prestart``), and the k3s CA is the kit's serial-0 ``cluster_ca``.
+(``run_prestart``), and the k3s CA is the k3s plugin's serial-0 ``k3s_ca``.
 """
 
 from __future__ import annotations
@@ -22,8 +22,6 @@ import noderole
 from noderole.clock import FakeClock
 from noderole.records import Service
 from noderole.testing import (
-    K3S_CA_CERT,
-    K3S_CA_KEY,
     ClusterCA,
     PrestartOutcome,
     ScratchRoot,
@@ -33,6 +31,7 @@ from noderole.testing import (
     run_prestart,
     services_from_plugins,
 )
+from noderole_k3s.testing import K3S_CA_CERT, K3S_CA_KEY
 from noderole_konnectivity import plugin as konnectivity_plugin
 
 FIRST_BOOT = "/etc/spinifex-eks/first-boot.env"
@@ -196,9 +195,7 @@ class TestWaitAndMint:
         assert outcome.seconds == pytest.approx(120, abs=1)
         assert outcome.minted == []
 
-    def test_missing_kubeconfig_times_out(
-        self, node_root: ScratchRoot, cluster_ca: ClusterCA
-    ) -> None:
+    def test_missing_kubeconfig_times_out(self, node_root: ScratchRoot, k3s_ca: ClusterCA) -> None:
         """CA and key alone are not enough: the admin kubeconfig is waited for too."""
         sans(node_root, SANS)
         assert prestart(node_root).reason == CA_WAIT

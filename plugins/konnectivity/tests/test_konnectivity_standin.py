@@ -3,22 +3,20 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import socket
 import subprocess
-import sys
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 
 from noderole.clock import SystemClock
-from noderole.records import WaitForHttp
+from noderole.records import StandIn, WaitForHttp
 from noderole.testing import (
     ScratchRoot,
-    end_node_processes,
+    StandInRunner,
     services_from_plugins,
     standins_from_plugins,
 )
@@ -57,7 +55,7 @@ def argv(node_root: ScratchRoot, port: int) -> list[str]:
     (standin,) = [
         s
         for s in standins_from_plugins(KONNECTIVITY, node_root=node_root)
-        if s.path == service.command[0]
+        if isinstance(s, StandIn) and s.path == service.command[0]
     ]
     assert standin.mode == 0o755
     node_root.write(standin.path, standin.content, mode=standin.mode)
@@ -65,30 +63,9 @@ def argv(node_root: ScratchRoot, port: int) -> list[str]:
 
 
 @pytest.fixture
-def start(node_root: ScratchRoot) -> Iterator[Start]:
-    """Start the stand-in under the root; every process is ended at the end, pass or fail."""
-    started: list[subprocess.Popen[bytes]] = []
-
-    def run(command: list[str]) -> subprocess.Popen[bytes]:
-        proc = subprocess.Popen(
-            [sys.executable, str(node_root.resolve(command[0])), *command[1:]],
-            env={**os.environ, "NODEROLE_ROOT": str(node_root.path)},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-        )
-        started.append(proc)
-        return proc
-
-    yield run
-    for proc in started:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
-        for stream in (proc.stdout, proc.stderr):
-            if stream is not None:
-                stream.close()
-    # Anything a stand-in left behind under this root (it carries NODEROLE_ROOT) is a bug.
-    assert end_node_processes(node_root) == []
+def start(standin_runner: StandInRunner) -> Start:
+    """Start the stand-in under the root (the kit's runner ends every process, pass or fail)."""
+    return standin_runner.start
 
 
 def k3s_outputs(node_root: ScratchRoot) -> None:

@@ -1,3 +1,3 @@
-"""Load noderole's plugin-author kit (node_root, fake_clock, cluster_ca, recording_backend)."""
+"""Load noderole's plugin-author kit (node_root, fake_clock, recording_backend, ...)."""
 
 pytest_plugins = ["noderole.testing"]

@@ -11,6 +11,7 @@ from noderole.testing import (
     apply_recorded,
     assert_in_plan,
     assert_starts_before,
+    call_hook,
     plan_from_plugins,
     run_prestart,
 )
@@ -19,6 +20,24 @@ TEXTFILES = "/var/lib/node-exporter/textfile"
 # The built-in `net` check looks at the real machine's interfaces: off, so tests do not depend
 # on the network of the machine they run on.
 NO_NET_CHECK = "[noderole]\nnet_check = false\n"
+
+
+# --8<-- [start:hook]
+class TestHook:
+    def test_the_port_setting_reaches_the_command(self, node_root: ScratchRoot) -> None:
+        """[node-exporter] port is the port the exporter listens on."""
+        (service,) = call_hook(
+            ("node-exporter", plugin),
+            "noderole_services",
+            node_root=node_root,
+            config_text="[node-exporter]\nport = 9200\n",
+            role="agent",
+        )
+        assert service.origin == "node-exporter"
+        assert "--web.listen-address=127.0.0.1:9200" in (service.command or ())
+
+
+# --8<-- [end:hook]
 
 
 # --8<-- [start:plan]

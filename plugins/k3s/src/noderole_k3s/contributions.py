@@ -1,24 +1,25 @@
-"""What other plugins contribute to k3s, collected one plugin at a time and merged.
+"""What other plugins contribute to k3s, collected through noderole's front door and merged.
 
-The k3s hooks are called plugin by plugin (not through pluggy's combined call) so every problem
-names the plugin that caused it: a conflicting key names both plugins, a hook that raises or
-returns the wrong type names its plugin and hook. Problems are returned, not raised: the k3s
-plugin turns them into a ``noderole.Fail`` step, so only k3s fails (and ``plan`` shows why), never
-the whole definition of the node.
+The k3s hooks are called with :meth:`noderole.context.NodeContext.collect`, as noderole calls its
+own hooks: one plugin at a time, bounded by the hook timeout, every item type-checked and stamped
+with its plugin. Problems are returned, not raised: the k3s plugin turns them into a
+``noderole.Fail`` step, so only the k3s service concerned fails (and ``plan`` shows why), never
+the whole definition of the node. A conflicting key names both plugins.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import attrs
 import yaml
 
-from noderole_k3s.records import ConfigFile, Manifest
+from noderole import NoderoleError
+from noderole_k3s.records import ConfigFile, ConfigKeys, Manifest
 
 if TYPE_CHECKING:
-    from noderole.context import NodeContext
+    from noderole import NodeContext
 
 __all__ = [
     "Contributions",
@@ -29,62 +30,31 @@ __all__ = [
     "with_base_lists",
 ]
 
-_SCALARS = (str, int, float, bool, type(None))
+R = TypeVar("R")
 
 
 @attrs.frozen(kw_only=True)
 class Contributions:
-    """Everything the other plugins contribute, merged, plus the problems found on the way."""
+    """Everything the other plugins contribute to one k3s, merged, plus the problems found."""
 
     config: Mapping[str, Any]
     """Merged configuration keys (lists concatenated, duplicates dropped; no base applied)."""
     files: tuple[ConfigFile, ...]
     """Files to write before k3s starts, sorted by path."""
     manifests: tuple[Manifest, ...]
-    """Manifests to stage, sorted by name."""
+    """Manifests to stage, sorted by name (the server only)."""
     problems: tuple[str, ...]
-    """One sentence per problem; any problem keeps k3s from starting."""
+    """One sentence per problem; any problem keeps this k3s from starting."""
 
 
-def _results(node: NodeContext, hook_name: str) -> tuple[list[tuple[str, Any]], list[str]]:
-    """``(plugin, result)`` for every implementation of ``hook_name``, sorted by plugin name."""
-    caller = getattr(node.hook, hook_name)
-    results: list[tuple[str, Any]] = []
-    problems: list[str] = []
-    impls = sorted(caller.get_hookimpls(), key=lambda impl: impl.plugin_name)
-    for impl in impls:
-        if impl.hookwrapper or impl.wrapper:
-            continue
-        kwargs = {"node": node}
-        try:
-            result = impl.function(*[kwargs[name] for name in impl.argnames])
-        except Exception as exc:
-            problems.append(
-                f"plugin {impl.plugin_name!r} hook {hook_name} raised {type(exc).__name__}: {exc}"
-            )
-            continue
-        if result is not None:
-            results.append((impl.plugin_name, result))
-    return results, problems
-
-
-def _records(
-    results: Iterable[tuple[str, Any]], kind: type[Any], hook_name: str, problems: list[str]
-) -> list[Any]:
-    records = []
-    for plugin, result in results:
-        items = [result] if isinstance(result, kind) else result
-        if not isinstance(items, Iterable) or isinstance(items, str | bytes | Mapping):
-            items = [items]
-        for item in items:
-            if not isinstance(item, kind):
-                problems.append(
-                    f"plugin {plugin!r} hook {hook_name} returned {item!r}; it must return "
-                    f"{kind.__name__} records (one, a list, or None)"
-                )
-                continue
-            records.append(attrs.evolve(item, origin=plugin))
-    return records
+def _collect(node: NodeContext, hook_name: str, kind: type[R], problems: list[str]) -> list[R]:
+    """The hook's records, sorted by plugin (stable), or none and a problem."""
+    try:
+        records = node.collect(hook_name, kind)
+    except NoderoleError as exc:
+        problems.append(str(exc))
+        return []
+    return sorted(records, key=lambda record: str(getattr(record, "origin", "")))
 
 
 def _unique(records: Sequence[Any], attribute: str, what: str, problems: list[str]) -> list[Any]:
@@ -102,28 +72,20 @@ def _unique(records: Sequence[Any], attribute: str, what: str, problems: list[st
     return [seen[key] for key in sorted(seen)]
 
 
-def collect_contributions(node: NodeContext) -> Contributions:
-    """Call every plugin's k3s hooks and merge what they return."""
+def collect_contributions(node: NodeContext, side: str = "server") -> Contributions:
+    """Call every plugin's k3s hooks and merge what they return for ``side`` (server or agent)."""
     problems: list[str] = []
-    config_results, found = _results(node, "noderole_k3s_config")
+
+    def for_side(records: list[Any]) -> list[Any]:
+        return [r for r in records if r.applies_to in (side, "all")]
+
+    keys = for_side(_collect(node, "noderole_k3s_config", ConfigKeys, problems))
+    config, found = merge_config(keys)
     problems += found
-    mappings: list[tuple[str, Mapping[str, Any]]] = []
-    for plugin, result in config_results:
-        if isinstance(result, Mapping):
-            mappings.append((plugin, result))
-        else:
-            problems.append(
-                f"plugin {plugin!r} hook noderole_k3s_config returned {result!r}; it must return "
-                "a mapping of k3s configuration keys (or None)"
-            )
-    config, found = merge_config(mappings)
-    problems += found
-    file_results, found = _results(node, "noderole_k3s_files")
-    problems += found
-    files = _records(file_results, ConfigFile, "noderole_k3s_files", problems)
-    manifest_results, found = _results(node, "noderole_k3s_manifests")
-    problems += found
-    manifests = _records(manifest_results, Manifest, "noderole_k3s_manifests", problems)
+    files = for_side(_collect(node, "noderole_k3s_files", ConfigFile, problems))
+    manifests: list[Manifest] = []
+    if side == "server":  # agents have no auto-deploy directory
+        manifests = _collect(node, "noderole_k3s_manifests", Manifest, problems)
     return Contributions(
         config=config,
         files=tuple(_unique(files, "path", "file", problems)),
@@ -132,35 +94,20 @@ def collect_contributions(node: NodeContext) -> Contributions:
     )
 
 
-def _shown(value: Any) -> str:
-    return repr(value)
-
-
-def merge_config(
-    contributions: Sequence[tuple[str, Mapping[str, Any]]],
-) -> tuple[dict[str, Any], list[str]]:
-    """Merge ``(plugin, keys)`` pairs: equal scalars agree, lists concatenate; else a problem.
+def merge_config(contributions: Sequence[ConfigKeys]) -> tuple[dict[str, Any], list[str]]:
+    """Merge the records' keys: equal scalars agree, lists concatenate; else a problem.
 
     Returns the merged keys (in first-contribution order) and the problems, each naming the key
-    and both plugins.
+    and both plugins. Value types are checked by :class:`ConfigKeys` itself.
     """
     merged: dict[str, Any] = {}
     owner: dict[str, str] = {}
     problems: list[str] = []
-    for plugin, mapping in contributions:
-        for key, value in mapping.items():
-            if not isinstance(key, str) or not key:
-                problems.append(f"plugin {plugin!r} contributes k3s key {key!r}: keys are strings")
-                continue
+    for record in contributions:
+        plugin = record.origin
+        for key, value in record.keys.items():
             is_list = isinstance(value, list | tuple)
             items = list(value) if is_list else [value]
-            bad = [item for item in items if not isinstance(item, _SCALARS)]
-            if bad:
-                problems.append(
-                    f"plugin {plugin!r} sets k3s key {key!r} to {value!r}: values are strings, "
-                    "numbers, booleans or lists of them"
-                )
-                continue
             if key not in merged:
                 merged[key] = items if is_list else value
                 owner[key] = plugin
@@ -169,9 +116,10 @@ def merge_config(
             if is_list and isinstance(previous, list):
                 previous.extend(item for item in items if item not in previous)
             elif is_list or isinstance(previous, list) or not _same(previous, value):
+                shown = list(value) if is_list else value
                 problems.append(
-                    f"k3s configuration key {key!r} is set to {_shown(previous)} by plugin "
-                    f"{owner[key]!r} and to {_shown(value)} by plugin {plugin!r}; the plugins "
+                    f"k3s configuration key {key!r} is set to {previous!r} by plugin "
+                    f"{owner[key]!r} and to {shown!r} by plugin {plugin!r}; the plugins "
                     "disagree: change one plugin's settings or disable one with "
                     "--disable-plugin NAME"
                 )

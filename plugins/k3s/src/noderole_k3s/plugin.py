@@ -13,15 +13,23 @@ Services:
   (``cluster-init: true``, or the join URL and token), and a join without URL or token fails
   there, so ``k3s`` is never started as a new cluster by mistake.
 - ``k3s-agent`` (role ``agent``): ``k3s agent`` with ``K3S_URL``, ``K3S_TOKEN`` (a
-  :class:`noderole.Secret`) and ``K3S_NODE_NAME`` from ``agent.env`` in its environment.
+  :class:`noderole.Secret`) and ``K3S_NODE_NAME`` from ``agent.env`` in its environment. Its
+  pre-start writes the agent-side files and configuration drop-in other plugins contribute.
+
+``noderole_resolve_role`` answers the node's role from ``first-boot.env`` (``SPINIFEX_K3S_ROLE``),
+or ``agent`` when only ``agent.env`` exists. The ``k3s`` server refuses to start while the restore
+marker exists (``restore_block``), so a node restoring its datastore never comes up as a fresh
+cluster.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import noderole
+from noderole import EnvFileError, RehearsalFile, StepError
 from noderole_k3s import hookspecs
 from noderole_k3s.contributions import (
     collect_contributions,
@@ -34,13 +42,14 @@ from noderole_k3s.standins import K3S_STANDIN
 if TYPE_CHECKING:
     import pluggy
 
-    from noderole.context import NodeContext
-    from noderole.records import Step
+    from noderole import NodeContext, Step, StepContext
 
 __all__ = [
     "ROLE_DROPIN",
     "TABLE",
+    "ROLES",
     "noderole_addhooks",
+    "noderole_resolve_role",
     "noderole_services",
     "noderole_settings",
     "noderole_standins",
@@ -51,6 +60,8 @@ ROLE_DROPIN = "40-noderole-role.yaml"
 """Drop-in the role milestones write (``cluster-init``, or ``server`` and ``token``)."""
 CONTRIBUTED_DROPIN = "50-noderole.yaml"
 """Drop-in holding the keys other plugins contribute; rewritten on every apply."""
+ROLES = ("server", "server-join", "agent")
+"""The roles ``SPINIFEX_K3S_ROLE`` may name."""
 
 _HEADER = (
     "# Written by noderole (plugin k3s) on every apply; edits here are lost.\n"
@@ -146,6 +157,18 @@ SETTINGS = noderole.SettingsTable(
             "Seconds the server may take to write `kubeconfig` before it counts as not ready.",
             **_SECONDS,
         ),
+        _setting(
+            "role_key",
+            str,
+            "SPINIFEX_K3S_ROLE",
+            "Key of `first_boot_env` naming the node's role (server, server-join or agent).",
+        ),
+        _setting(
+            "restore_block",
+            str,
+            "/run/spinifex-eks/k3s-restore-block",
+            "While this file exists the k3s server is not started (a datastore restore runs).",
+        ),
     ],
 )
 
@@ -172,7 +195,30 @@ def noderole_services(node: NodeContext) -> list[noderole.Service]:
 
 
 @noderole.hookimpl
-def noderole_standins(node: NodeContext) -> list[noderole.StandIn]:
+def noderole_resolve_role(node: NodeContext) -> str | None:
+    """The role from first-boot.env's role key; ``agent`` when only agent.env exists."""
+    cfg = node.settings(TABLE)
+    env_path, key = cfg["first_boot_env"], cfg["role_key"]
+    if node.resolve(env_path).exists():
+        role = node.read_env(env_path).values.get(key, "").strip()
+        if role in ROLES:
+            return role
+        if role:
+            raise EnvFileError(
+                f"{key}={role!r} in {env_path} is not a role: set it to one of {', '.join(ROLES)}"
+            )
+        if not node.resolve(cfg["agent_env"]).exists():
+            raise EnvFileError(
+                f"{key} missing from {env_path}: set it to one of {', '.join(ROLES)}, or pass "
+                "the role to apply"
+            )
+    if node.resolve(cfg["agent_env"]).exists():
+        return "agent"
+    return None
+
+
+@noderole.hookimpl
+def noderole_standins(node: NodeContext) -> list[noderole.StandIn | RehearsalFile]:
     cfg = node.settings(TABLE)
     return [
         noderole.StandIn(
@@ -185,13 +231,13 @@ def noderole_standins(node: NodeContext) -> list[noderole.StandIn]:
         ),
         # Inputs a rehearsal needs and that k3s's own files are: a configuration skeleton, and
         # the agent's join values (first-boot.env belongs to the launcher, not to k3s).
-        noderole.StandIn(
+        RehearsalFile(
             path=cfg["config_skel"],
             content="# noderole rehearsal\nwrite-kubeconfig-mode: '0600'\n",
             description="a minimal k3s configuration skeleton",
             mode=0o600,
         ),
-        noderole.StandIn(
+        RehearsalFile(
             path=cfg["first_boot_env"],
             content=(
                 f"{cfg['join_url_key']}=https://127.0.0.1:6443\n"
@@ -200,7 +246,7 @@ def noderole_standins(node: NodeContext) -> list[noderole.StandIn]:
             description="server-join values for a rehearsal (other plugins add their own keys)",
             mode=0o600,
         ),
-        noderole.StandIn(
+        RehearsalFile(
             path=cfg["agent_env"],
             content="K3S_URL=https://127.0.0.1:6443\nK3S_TOKEN=rehearsal-token\n",
             description="agent join values for a rehearsal",
@@ -320,37 +366,64 @@ def _base_config(
         return {}, [], [str(exc)]
 
 
-def _server(node: NodeContext, cfg: Mapping[str, Any]) -> noderole.Service:
-    base, steps, problems = _base_config(node, cfg)
-    contributed = collect_contributions(node)
-    problems += contributed.problems
-    if problems:
-        steps = [noderole.Fail(message="; ".join(problems))]
-    else:
-        for extra in contributed.files:
-            steps.append(
-                noderole.WriteFile(
-                    path=extra.path, content=render_yaml(extra.documents), mode=extra.mode
-                )
-            )
-        merged = with_base_lists(contributed.config, base)
+def _contributed(
+    node: NodeContext, cfg: Mapping[str, Any], side: str, base: Mapping[str, Any]
+) -> tuple[list[Step], list[str]]:
+    """The steps writing what other plugins contribute to the ``side`` k3s, and problems."""
+    contributed = collect_contributions(node, side)
+    steps: list[Step] = []
+    for extra in contributed.files:
         steps.append(
             noderole.WriteFile(
-                path=_dropin(cfg, CONTRIBUTED_DROPIN),
-                content=render_yaml([merged], header=_HEADER),
+                path=extra.path, content=render_yaml(extra.documents), mode=extra.mode
+            )
+        )
+    merged = with_base_lists(contributed.config, base)
+    steps.append(
+        noderole.WriteFile(
+            path=_dropin(cfg, CONTRIBUTED_DROPIN),
+            content=render_yaml([merged], header=_HEADER),
+            mode=0o600,
+        )
+    )
+    manifests_dir = cfg["manifests_dir"].rstrip("/")
+    for manifest in contributed.manifests:
+        header = f"# Staged by noderole from plugin {manifest.origin}.\n"
+        steps.append(
+            noderole.WriteFile(
+                path=f"{manifests_dir}/{manifest.name}",
+                content=render_yaml(manifest.documents, header=header),
                 mode=0o600,
             )
         )
-        manifests_dir = cfg["manifests_dir"].rstrip("/")
-        for manifest in contributed.manifests:
-            header = f"# Staged by noderole from plugin {manifest.origin}.\n"
-            steps.append(
-                noderole.WriteFile(
-                    path=f"{manifests_dir}/{manifest.name}",
-                    content=render_yaml(manifest.documents, header=header),
-                    mode=0o600,
-                )
+    return steps, list(contributed.problems)
+
+
+def _restore_guard(marker: str) -> noderole.Call:
+    """A step failing k3s's start while ``marker`` exists (checked when k3s is about to start)."""
+
+    def check(ctx: StepContext) -> None:
+        if os.path.lexists(ctx.resolve(marker)):
+            raise StepError(
+                f"refusing to start k3s on an empty datastore: {marker} exists, so a restore of "
+                "the datastore from a snapshot is in progress; let the restore finish (it "
+                "removes the marker) and apply again, or remove the marker if no restore is "
+                "running"
             )
+
+    return noderole.Call(
+        function=check, description=f"refuse to start while {marker} exists", key=marker
+    )
+
+
+def _server(node: NodeContext, cfg: Mapping[str, Any]) -> noderole.Service:
+    base, steps, problems = _base_config(node, cfg)
+    contributed, found = _contributed(node, cfg, "server", base)
+    problems += found
+    if problems:
+        steps = [noderole.Fail(message="; ".join(problems))]
+    else:
+        steps = [_restore_guard(cfg["restore_block"]), *steps, *contributed]
     return noderole.Service(
         name="k3s",
         description="k3s server (Kubernetes control plane)",
@@ -374,6 +447,21 @@ def _server(node: NodeContext, cfg: Mapping[str, Any]) -> noderole.Service:
 # --------------------------------------------------------------------------- agent
 
 
+def _agent_base(node: NodeContext, cfg: Mapping[str, Any]) -> tuple[Mapping[str, Any], list[str]]:
+    """config.yaml's keys when an agent has one (k3s agent reads it too; no skeleton here)."""
+    config = cfg["config"]
+    try:
+        text = node.resolve(config).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return {}, []
+    except (OSError, UnicodeDecodeError) as exc:
+        return {}, [f"cannot read {config}: {exc}"]
+    try:
+        return parse_config_text(text, source=config), []
+    except ValueError as exc:
+        return {}, [str(exc)]
+
+
 def _agent(node: NodeContext, cfg: Mapping[str, Any]) -> noderole.Service:
     env_path = cfg["agent_env"]
     values, unreadable = _read_env(node, env_path)
@@ -381,6 +469,9 @@ def _agent(node: NodeContext, cfg: Mapping[str, Any]) -> noderole.Service:
     name = values.get("K3S_NODE_NAME", "").strip()
     environment: dict[str, str | noderole.Secret] = {}
     steps: list[Step] = []
+    base, problems = _agent_base(node, cfg)
+    contributed, found = _contributed(node, cfg, "agent", base)
+    problems += found
     if unreadable:
         steps.append(noderole.Fail(message=unreadable))
     elif not url or not token:
@@ -394,12 +485,15 @@ def _agent(node: NodeContext, cfg: Mapping[str, Any]) -> noderole.Service:
                 )
             )
         )
+    elif problems:
+        steps.append(noderole.Fail(message="; ".join(problems)))
     else:
         # Environment, never argv: a command line is world-readable in /proc. Secret keeps the
         # token out of plan, status and logs.
         environment = {"K3S_URL": url, "K3S_TOKEN": noderole.Secret(token)}
         if name:
             environment["K3S_NODE_NAME"] = name
+        steps += contributed
     return noderole.Service(
         name="k3s-agent",
         description="k3s agent (Kubernetes worker: kubelet and container runtime)",

@@ -1,7 +1,10 @@
-"""The records other plugins return from the k3s hooks: manifests and files k3s reads at start.
+"""The records other plugins return from the k3s hooks: configuration keys, manifests, files.
 
-Both hold their YAML as *data* (a list of documents), not text: the k3s plugin renders them with
-PyYAML, so a contributing plugin needs no YAML library, and tests compare plain dictionaries.
+All hold their YAML as *data* (keys, or a list of documents), not text: the k3s plugin renders
+them with PyYAML, so a contributing plugin needs no YAML library, and tests compare plain
+dictionaries. ``ConfigKeys`` and ``ConfigFile`` say which k3s they are for (``applies_to``): the
+server (roles ``server`` and ``server-join``), the agent, or both (a ``kubelet-arg`` every node
+needs).
 """
 
 from __future__ import annotations
@@ -15,7 +18,12 @@ import attrs
 
 from noderole import DefinitionError
 
-__all__ = ["ConfigFile", "Manifest"]
+__all__ = ["APPLIES_TO", "ConfigFile", "ConfigKeys", "Manifest"]
+
+APPLIES_TO = ("server", "agent", "all")
+"""Which k3s a contribution is for: ``k3s`` (server), ``k3s-agent``, or both."""
+
+_SCALARS = (str, int, float, bool, type(None))
 
 _MANIFEST_NAME = re.compile(r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?\.ya?ml$")
 
@@ -39,6 +47,60 @@ def _check_documents(inst: Any, attribute: attrs.Attribute[Any], value: tuple[An
             )
 
 
+def _check_applies_to(inst: Any, attribute: attrs.Attribute[Any], value: str) -> None:
+    if value not in APPLIES_TO:
+        raise DefinitionError(
+            f"{type(inst).__name__}: field 'applies_to' must be one of "
+            f"{', '.join(repr(v) for v in APPLIES_TO)}, got {value!r}"
+        )
+
+
+def _keys(value: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A read-only copy; list values become tuples so the record compares and hashes."""
+    if not isinstance(value, Mapping):
+        raise DefinitionError(
+            f"ConfigKeys: field 'keys' must be a mapping of k3s flags to values, got "
+            f"{type(value).__name__} {value!r}"
+        )
+    return types.MappingProxyType(
+        {k: tuple(v) if isinstance(v, list | tuple) else v for k, v in value.items()}
+    )
+
+
+def _check_keys(inst: Any, attribute: attrs.Attribute[Any], value: Mapping[str, Any]) -> None:
+    for key, item in value.items():
+        if not isinstance(key, str) or not key:
+            raise DefinitionError(f"ConfigKeys: field 'keys' has key {key!r}; keys are strings")
+        items = item if isinstance(item, tuple) else (item,)
+        if not all(isinstance(one, _SCALARS) for one in items):
+            raise DefinitionError(
+                f"ConfigKeys: k3s key {key!r} is set to {item!r}: values are strings, numbers, "
+                "booleans or lists of them"
+            )
+
+
+@attrs.frozen(kw_only=True)
+class ConfigKeys:
+    """Keys to merge into k3s's configuration (``config.yaml`` syntax), for server or agent.
+
+    Scalars must agree across plugins; lists are concatenated (duplicates dropped) after the
+    list ``config.yaml`` holds. The merged keys are written to the drop-in
+    ``config.yaml.d/50-noderole.yaml`` before the k3s concerned starts.
+
+    Example::
+
+        ConfigKeys(keys={"egress-selector-mode": "disabled"})
+        ConfigKeys(keys={"kubelet-arg": ["max-pods=200"]}, applies_to="all")
+    """
+
+    keys: Mapping[str, Any] = attrs.field(converter=_keys, validator=_check_keys, hash=False)
+    """Flag names (without ``--``) and their values: scalars, or lists of scalars."""
+    applies_to: str = attrs.field(default="server", validator=_check_applies_to)
+    """``server`` (the ``k3s`` service), ``agent`` (``k3s-agent``) or ``all``."""
+    origin: str = attrs.field(default="", eq=False, repr=False)
+    """The plugin that returned it (stamped by noderole)."""
+
+
 @attrs.frozen(kw_only=True)
 class Manifest:
     """A Kubernetes manifest staged into k3s's auto-deploy directory.
@@ -60,7 +122,7 @@ class Manifest:
     )
     """The YAML documents, in order (one file, separated by ``---``)."""
     origin: str = attrs.field(default="", eq=False, repr=False)
-    """The plugin that returned it (filled in by the k3s plugin)."""
+    """The plugin that returned it (stamped by noderole)."""
 
     @name.validator
     def _check_name(self, attribute: attrs.Attribute[Any], value: str) -> None:
@@ -87,8 +149,10 @@ class ConfigFile:
     """The YAML documents."""
     mode: int = 0o600
     """File mode (k3s's own configuration files are private to root)."""
+    applies_to: str = attrs.field(default="server", validator=_check_applies_to)
+    """``server`` (written before ``k3s``), ``agent`` (before ``k3s-agent``) or ``all``."""
     origin: str = attrs.field(default="", eq=False, repr=False)
-    """The plugin that returned it (filled in by the k3s plugin)."""
+    """The plugin that returned it (stamped by noderole)."""
 
     @path.validator
     def _check_path(self, attribute: attrs.Attribute[Any], value: str) -> None:

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import posixpath
 import re
-import socket
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import noderole
-from noderole.config import CONFIG_PATH
+from noderole import FreePort, RehearsalFile
+from noderole_k3s import ConfigFile, ConfigKeys, Manifest
 from noderole_konnectivity.standins import KONNECTIVITY_STANDIN
 from noderole_konnectivity.wiring import (
     AGENT_NAMESPACE,
@@ -26,12 +26,11 @@ from noderole_konnectivity.wiring import (
     agent_manifest,
     egress_selector_configuration,
     k3s_config,
+    version_mismatch,
 )
 
 if TYPE_CHECKING:
-    from noderole.context import NodeContext
-    from noderole.records import Step
-    from noderole_k3s import ConfigFile, Manifest
+    from noderole import NodeContext, Step
 
 __all__ = [
     "COUNT_KEY",
@@ -166,10 +165,18 @@ SETTINGS = noderole.SettingsTable(
             "File name of the agent manifest in k3s's manifests directory (k3s plugin).",
         ),
         _setting(
+            "server_version",
+            str,
+            "v0.30.3",
+            "apiserver-network-proxy release of the konnectivity-server binary; the agent image "
+            "follows it.",
+        ),
+        _setting(
             "agent_image",
             str,
-            "registry.k8s.io/kas-network-proxy/proxy-agent:v0.31.0",
-            "konnectivity-agent image, pinned; keep it at the server binary's version.",
+            "",
+            "konnectivity-agent image; empty: proxy-agent at `server_version`. A different "
+            "version is warned about at plan time.",
         ),
         _setting("agent_admin_port", int, 8133, "Agent admin port (in the agent pod).", **_PORT),
         _setting(
@@ -265,6 +272,9 @@ def pre_start(cfg: Mapping[str, Any], env: Mapping[str, str], unreadable: str | 
         steps.append(noderole.Fail(message=count_problem))
     if not env.get(HOST_KEY, "").strip():
         steps.append(noderole.Warn(message=empty_host_message(source)))
+    mismatch = version_mismatch(cfg)
+    if mismatch:
+        steps.append(noderole.Warn(message=mismatch))
     steps.append(
         noderole.WaitForPaths(
             paths=[cfg["ca_cert"], cfg["ca_key"], cfg["kubeconfig"]],
@@ -336,7 +346,7 @@ def noderole_services(node: NodeContext) -> noderole.Service:
 
 
 @noderole.hookimpl
-def noderole_standins(node: NodeContext) -> list[noderole.StandIn]:
+def noderole_standins(node: NodeContext) -> list[Any]:
     cfg = node.settings(TABLE)
     return [
         noderole.StandIn(
@@ -344,47 +354,33 @@ def noderole_standins(node: NodeContext) -> list[noderole.StandIn]:
             content=KONNECTIVITY_STANDIN,
             description="records its argv, answers /healthz on --health-port, stays up",
         ),
-        noderole.StandIn(
+        RehearsalFile(
             path=cfg["first_boot_env"],
             content=(
                 "# noderole rehearsal\n"
                 f"{SANS_KEY}=localhost,127.0.0.1\n{HOST_KEY}=127.0.0.1\n{COUNT_KEY}=1\n"
             ),
             description="first-boot values konnectivity reads",
-            mode=0o644,
         ),
-        # A free health port, so a rehearsal never collides with a real konnectivity-server
-        # (8092) or another rehearsal on the same machine.
-        noderole.StandIn(
-            path=CONFIG_PATH,
-            content=f"[{TABLE}]\nhealth_port = {_free_port()}\n",
-            description="the rehearsal's konnectivity settings: a free health port",
-            mode=0o644,
-        ),
+        # A free health port, chosen once by the rehearsal, so a rehearsal never collides with
+        # a real konnectivity-server (8092) or another rehearsal on the same machine.
+        FreePort(table=TABLE, key="health_port"),
     ]
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
 # --------------------------------------------------------------------------- k3s wiring
-# optionalhook: these hooks exist only when the k3s plugin is loaded; without it konnectivity
-# still loads. noderole_k3s is imported inside them for the same reason: only k3s calls them.
+# optionalhook: these hooks exist only when the k3s plugin is loaded, so konnectivity still loads
+# with `--disable-plugin k3s`. The records are noderole_k3s's public ones: this distribution
+# depends on noderole-k3s (konnectivity-server waits for k3s's CA and kubeconfig anyway).
 
 
 @noderole.hookimpl(optionalhook=True)
-def noderole_k3s_config(node: NodeContext) -> dict[str, Any]:
-    return k3s_config(node.settings(TABLE)["egress_config"])
+def noderole_k3s_config(node: NodeContext) -> ConfigKeys:
+    return ConfigKeys(keys=k3s_config(node.settings(TABLE)["egress_config"]))
 
 
 @noderole.hookimpl(optionalhook=True)
 def noderole_k3s_files(node: NodeContext) -> ConfigFile:
-    from noderole_k3s import ConfigFile
-
     cfg = node.settings(TABLE)
     return ConfigFile(
         path=cfg["egress_config"], documents=[egress_selector_configuration(cfg["uds_name"])]
@@ -393,8 +389,6 @@ def noderole_k3s_files(node: NodeContext) -> ConfigFile:
 
 @noderole.hookimpl(optionalhook=True)
 def noderole_k3s_manifests(node: NodeContext) -> Manifest | None:
-    from noderole_k3s import Manifest
-
     cfg = node.settings(TABLE)
     env, _ = _first_boot(node, cfg)
     host = env.get(HOST_KEY, "").strip()

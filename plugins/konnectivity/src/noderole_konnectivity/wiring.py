@@ -13,12 +13,22 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["AUDIENCE", "agent_manifest", "egress_selector_configuration", "k3s_config"]
+__all__ = [
+    "AGENT_IMAGE_REPOSITORY",
+    "AUDIENCE",
+    "agent_image",
+    "agent_manifest",
+    "egress_selector_configuration",
+    "k3s_config",
+    "version_mismatch",
+]
 
 AUDIENCE = "system:konnectivity-server"
 """Audience of the agents' service-account token, checked by the server."""
 AGENT_NAMESPACE = "kube-system"
 AGENT_SERVICE_ACCOUNT = "konnectivity-agent"
+AGENT_IMAGE_REPOSITORY = "registry.k8s.io/kas-network-proxy/proxy-agent"
+"""The apiserver-network-proxy project's agent image; tags are its releases (``v0.30.3``)."""
 _TOKEN_DIR = "/var/run/secrets/tokens"
 _TOKEN_FILE = "konnectivity-agent-token"
 
@@ -49,8 +59,44 @@ def k3s_config(egress_config_path: str) -> dict[str, Any]:
     }
 
 
+def agent_image(cfg: Mapping[str, Any]) -> str:
+    """``agent_image`` when set, else proxy-agent at the server's release (``server_version``)."""
+    image: str = cfg["agent_image"].strip()
+    return image or f"{AGENT_IMAGE_REPOSITORY}:{cfg['server_version']}"
+
+
+def version_mismatch(cfg: Mapping[str, Any]) -> str | None:
+    """Why the agent image and the server differ in release, or None when they agree.
+
+    proxy-agent and konnectivity-server speak one protocol per apiserver-network-proxy release;
+    a pair from different releases is a boot that works until the protocol changes under it.
+    Only an image tagged like a release is compared (a digest or a private tag is the
+    operator's choice, and says nothing comparable).
+    """
+    image = agent_image(cfg)
+    last = image.rsplit("/", 1)[-1]
+    if "@" in last or ":" not in last:
+        return None
+    tag = last.rsplit(":", 1)[1]
+    server = cfg["server_version"]
+    if tag == server:
+        return None
+    return (
+        f"konnectivity agent image {image} is release {tag} but konnectivity-server is "
+        f"{server} (server_version): agent and server should come from one "
+        "apiserver-network-proxy release; clear agent_image to follow server_version, or set "
+        "server_version to the binary's release"
+    )
+
+
 def agent_manifest(cfg: Mapping[str, Any], host: str) -> list[dict[str, Any]]:
-    """The ServiceAccount and DaemonSet of konnectivity-agent, dialling ``host``:agent port."""
+    """The ServiceAccount and DaemonSet of konnectivity-agent, dialling ``host``:agent port.
+
+    Shaped for an HA control plane: the agent runs on the host network and identifies itself by
+    the node's address (``--agent-identifiers=ipv4=$(HOST_IP)``), so the server's ``destHost``
+    strategy can pick the agent on the node the apiserver dials; ``--sync-forever`` keeps it
+    dialling when servers are added after it learned the count.
+    """
     labels = {"k8s-app": "konnectivity-agent"}
     health_port = cfg["agent_health_port"]
     return [
@@ -74,13 +120,32 @@ def agent_manifest(cfg: Mapping[str, Any], host: str) -> list[dict[str, Any]]:
                     "spec": {
                         "priorityClassName": "system-node-critical",
                         "serviceAccountName": AGENT_SERVICE_ACCOUNT,
-                        # Every node carries a tunnel: egress to a node's pods rides its agent.
-                        "tolerations": [{"operator": "Exists"}],
+                        # The node's network: the agent dials the server as the node and is
+                        # identified by the node's address. ClusterFirstWithHostNet keeps
+                        # cluster DNS names resolvable from the host network.
+                        "hostNetwork": True,
+                        "dnsPolicy": "ClusterFirstWithHostNet",
+                        # Control-plane-only and GPU-only clusters taint their nodes; the agent
+                        # must still run there, but not on nodes tainted for other reasons.
+                        "tolerations": [
+                            {"key": "CriticalAddonsOnly", "operator": "Exists"},
+                            {
+                                "key": "nvidia.com/gpu",
+                                "operator": "Exists",
+                                "effect": "NoSchedule",
+                            },
+                        ],
                         "containers": [
                             {
                                 "name": "konnectivity-agent",
-                                "image": cfg["agent_image"],
+                                "image": agent_image(cfg),
                                 "command": ["/proxy-agent"],
+                                "env": [
+                                    {
+                                        "name": "HOST_IP",
+                                        "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}},
+                                    }
+                                ],
                                 "args": [
                                     "--logtostderr=true",
                                     "--ca-cert=/var/run/secrets/kubernetes.io/serviceaccount/ca.crt",
@@ -89,12 +154,22 @@ def agent_manifest(cfg: Mapping[str, Any], host: str) -> list[dict[str, Any]]:
                                     f"--admin-server-port={cfg['agent_admin_port']}",
                                     f"--health-server-port={health_port}",
                                     f"--service-account-token-path={_TOKEN_DIR}/{_TOKEN_FILE}",
+                                    # destHost routing: the apiserver's dial to a node's
+                                    # address reaches that node's agent.
+                                    "--agent-identifiers=ipv4=$(HOST_IP)",
+                                    # Keep dialling: servers added later (server-join, a 1 -> 3
+                                    # scale-up) are reached too.
+                                    "--sync-forever=true",
                                 ],
                                 "volumeMounts": [
                                     {"name": _TOKEN_FILE, "mountPath": _TOKEN_DIR, "readOnly": True}
                                 ],
                                 "livenessProbe": {
-                                    "httpGet": {"port": health_port, "path": "/healthz"},
+                                    "httpGet": {
+                                        "host": "127.0.0.1",
+                                        "port": health_port,
+                                        "path": "/healthz",
+                                    },
                                     "initialDelaySeconds": 15,
                                     "timeoutSeconds": 15,
                                 },
