@@ -21,8 +21,14 @@ import pluggy
 
 if TYPE_CHECKING:
     from noderole.context import NodeContext
-    from noderole.records import Service, SettingsTable, StandIn
-    from noderole.rehearsal import FreePort, RehearsalFile, RehearsalSetting
+    from noderole.records import (
+        FreePort,
+        RehearsalFile,
+        RehearsalSetting,
+        Service,
+        SettingsTable,
+        StandIn,
+    )
 
 __all__ = ["PROJECT", "hookimpl", "hookspec"]
 

@@ -24,7 +24,7 @@ import pluggy
 
 from noderole import hookspecs
 from noderole.errors import DefinitionError, NoderoleError, PluginError
-from noderole.records import Service, SettingsTable
+from noderole.records import REHEARSAL_INPUTS, Service, SettingsTable
 
 __all__ = [
     "AUTOLOAD_ENV",
@@ -132,9 +132,8 @@ class PluginSet:
 
     def standins(self, node: Any) -> list[Any]:
         """Every rehearsal record plugins supply: stand-in programs, input files, settings."""
-        from noderole.rehearsal import INPUT_KINDS
 
-        return self.collect_any("noderole_standins", INPUT_KINDS, {"node": node})
+        return self.collect_any("noderole_standins", REHEARSAL_INPUTS, {"node": node})
 
     def collect(self, hook_name: str, kind: type[R], kwargs: Mapping[str, Any]) -> list[R]:
         """Call ``hook_name`` on each plugin, check every item is a ``kind``, stamp its origin."""

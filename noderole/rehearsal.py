@@ -22,7 +22,6 @@ rehearsal alone; a file or program at its path is refused.
 from __future__ import annotations
 
 import json
-import re
 import shutil
 import socket
 import tempfile
@@ -33,8 +32,8 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from noderole.config import CONFIG_PATH
-from noderole.errors import DefinitionError, PluginError, UsageError
-from noderole.records import StandIn
+from noderole.errors import PluginError, UsageError
+from noderole.records import REHEARSAL_INPUTS, FreePort, RehearsalFile, RehearsalSetting, StandIn
 
 if TYPE_CHECKING:
     from noderole.context import NodeContext
@@ -58,108 +57,7 @@ __all__ = [
     "stage_rehearsal",
 ]
 
-_NAME = re.compile(r"[A-Za-z0-9_-]+\Z")
-
-
-def _check_absolute(inst: Any, attribute: attrs.Attribute[Any], value: str) -> None:
-    if not isinstance(value, str) or not value.startswith("/"):
-        raise DefinitionError(
-            f"{type(inst).__name__}: field {attribute.name!r} must be an absolute node path, "
-            f"got {value!r}"
-        )
-
-
-def _check_name(inst: Any, attribute: attrs.Attribute[Any], value: str) -> None:
-    if not isinstance(value, str) or not _NAME.match(value):
-        raise DefinitionError(
-            f"{type(inst).__name__}: field {attribute.name!r} must be a settings name (letters, "
-            f"digits, '_' and '-'), got {value!r}"
-        )
-
-
-def _check_value(inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
-    items = value if isinstance(value, tuple) else (value,)
-    if not all(isinstance(item, str | int | float | bool) for item in items):
-        raise DefinitionError(
-            f"{type(inst).__name__}: field 'value' must be a string, number, boolean or a list "
-            f"of them, got {value!r}"
-        )
-
-
-def _freeze(value: Any) -> Any:
-    return tuple(value) if isinstance(value, list) else value
-
-
-@attrs.frozen(kw_only=True)
-class RehearsalFile:
-    """An input file a rehearsal writes into its scratch root (a first-boot environment file).
-
-    Example::
-
-        RehearsalFile(path="/etc/my-image/first-boot.env", content="MY_KEY=1\\n")
-    """
-
-    path: str = attrs.field(validator=_check_absolute)
-    """Node path of the file."""
-    content: str = attrs.field(repr=lambda s: f"<{len(s)} chars>")
-    """The file's text. Texts several plugins supply at one path are joined."""
-    mode: int = attrs.field(default=0o644)
-    """File mode (0o600 for a file holding a token)."""
-    description: str = ""
-    """What the file stands for."""
-    origin: str = attrs.field(default="", eq=False, repr=False)
-    """The plugin that returned this record; stamped by the plugin manager."""
-
-    @mode.validator
-    def _check_mode(self, attribute: attrs.Attribute[Any], value: int) -> None:
-        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 0o777:
-            raise DefinitionError(f"RehearsalFile: field 'mode' must be 0o0..0o777, got {value!r}")
-        if value & 0o111:
-            raise DefinitionError(
-                f"RehearsalFile: field 'mode' {value:#o} is executable; a program is a "
-                "noderole.StandIn"
-            )
-
-
-@attrs.frozen(kw_only=True)
-class RehearsalSetting:
-    """One key of the rehearsal's ``config.toml``: ``[table] key = value``.
-
-    Example::
-
-        RehearsalSetting(table="node-exporter", key="wait_timeout", value=5.0)
-    """
-
-    table: str = attrs.field(validator=_check_name)
-    """Settings table (``[konnectivity]``)."""
-    key: str = attrs.field(validator=_check_name)
-    """Key in the table."""
-    value: Any = attrs.field(converter=_freeze, validator=_check_value)
-    """String, number, boolean, or a list of them."""
-    origin: str = attrs.field(default="", eq=False, repr=False)
-    """The plugin that returned this record; stamped by the plugin manager."""
-
-
-@attrs.frozen(kw_only=True)
-class FreePort:
-    """Ask the rehearsal for a free TCP port on 127.0.0.1, set as ``[table] key``.
-
-    The port is chosen once per rehearsal, when the scratch root is staged.
-
-    Example::
-
-        FreePort(table="konnectivity", key="health_port")
-    """
-
-    table: str = attrs.field(validator=_check_name)
-    """Settings table."""
-    key: str = attrs.field(validator=_check_name)
-    """Key in the table that gets the port."""
-    origin: str = attrs.field(default="", eq=False, repr=False)
-    """The plugin that returned this record; stamped by the plugin manager."""
-
-
-INPUT_KINDS: tuple[type[Any], ...] = (StandIn, RehearsalFile, RehearsalSetting, FreePort)
+INPUT_KINDS: tuple[type[Any], ...] = REHEARSAL_INPUTS
 """What ``noderole_standins`` may return."""
 
 REHEARSAL_SETTINGS = (
