@@ -141,6 +141,7 @@ def apply_command(
                 click.echo(f"{row['name']:<28} {row['action']:<14} {row['why']}")
         return
     report = run_apply(app, plan, chosen, quiet=as_json, lock_timeout=lock_timeout)
+    publish_metrics(app, plan, chosen, report)  # metrics: last apply + textfile_dir
     if as_json:
         click.echo(json.dumps(report.to_dict(), indent=2))
     else:
@@ -153,6 +154,24 @@ def apply_command(
             click.echo(f"  {failed.name}: {failed.reason}", err=True)
     if not report.ok:
         raise SystemExit(int(ExitCode.FAILED))
+
+
+# ------------------------------------------------------------------------------------ metrics
+
+
+def publish_metrics(app: App, plan: Plan, backend: Backend, report: ApplyReport | None) -> None:
+    """Keep the apply's outcome; rewrite ``textfile_dir/noderole.prom`` when that is set."""
+    from noderole import metrics
+
+    if report is not None:
+        outcome = metrics.ApplyOutcome(
+            role=plan.role, ok=report.ok, seconds=report.seconds, timestamp=app.clock.time()
+        )
+        metrics.write_last_apply(app.root, outcome)
+    directory = str(app.config.table("noderole")["textfile_dir"])
+    if directory:
+        text = metrics.role_metrics(plan, app.root, _status_rows(app, plan, backend))
+        metrics.write_textfile(app.root.resolve(directory), text)
 
 
 # ------------------------------------------------------------------------------------ status
@@ -211,6 +230,14 @@ def _uptime(seconds: float | None) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.option("--wait", "wait", is_flag=True, help="Block until the role is up or has failed.")
 @click.option(
+    "--format",
+    "output_format",
+    type=click.Choice(["table", "json", "prometheus"]),
+    default="table",
+    show_default=True,
+    help="Output: the table, JSON (as --json) or the Prometheus text exposition.",
+)
+@click.option(
     "--timeout",
     type=click.FloatRange(min=0),
     default=300.0,
@@ -220,7 +247,13 @@ def _uptime(seconds: float | None) -> str:
 @backend_option
 @click.pass_obj
 def status_command(
-    app: App, role: str | None, as_json: bool, wait: bool, timeout: float, backend: str
+    app: App,
+    role: str | None,
+    as_json: bool,
+    wait: bool,
+    output_format: str,
+    timeout: float,
+    backend: str,
 ) -> None:
     """Show each service of ROLE (default: the applied role): state, pid, uptime, restarts.
 
@@ -228,6 +261,15 @@ def status_command(
     crashed or is stopped, 11 while some are still starting.
     """
     plan = build_role_plan(app, _recorded_role(app, role))
+    if output_format == "prometheus":  # metrics
+        from noderole.metrics import role_metrics
+
+        click.echo(
+            role_metrics(plan, app.root, _status_rows(app, plan, choose_backend(app, backend))),
+            nl=False,
+        )
+        return
+    as_json = as_json or output_format == "json"
     verdict = show_status(
         app, plan, choose_backend(app, backend), as_json=as_json, wait=wait, timeout=timeout
     )
@@ -305,6 +347,7 @@ def stop_command(app: App, names: tuple[str, ...], backend: str, lock_timeout: f
     processes = [n for n in targets if plan[n].service.command is not None]
     with node_lock(app.root, timeout=lock_timeout, clock=app.clock, what="stop"):
         chosen.stop(processes)
+    publish_metrics(app, plan, chosen, None)  # metrics: textfile_dir
     for name in processes:
         click.echo(f" * Stopped {name}")
 
@@ -332,5 +375,6 @@ def restart_command(app: App, services: tuple[str, ...], backend: str, lock_time
     ]
     sub_plan = Plan(role=plan.role, services=subset, waves=[[e.name for e in subset]])
     report = run_apply(app, sub_plan, chosen, quiet=False, lock_timeout=lock_timeout)
+    publish_metrics(app, plan, chosen, None)  # metrics: textfile_dir
     if not report.ok:
         raise SystemExit(int(ExitCode.FAILED))
