@@ -9,6 +9,8 @@ machine: the container's root is an overlay whose writes land on a tmpfs.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -185,3 +187,27 @@ class TestApplyThroughSystemd:
         )
         code, _ = node.status()
         assert code == 1
+
+
+class TestHarness:
+    def test_close_leaves_nothing(self) -> None:
+        """Closing halts systemd and removes its cgroups and scratch directory."""
+        problem = systemd_problem()
+        if problem:
+            pytest.skip(problem)
+        with SystemdNamespace() as ns:
+            pid, cgroup = ns.pid, ns.cgroup
+            assert ns.systemctl("is-system-running").stdout.strip() in ("running", "degraded")
+            assert (cgroup / "init.scope").is_dir()  # systemd's own tree lives in our cgroup
+        assert not cgroup.exists()
+        assert not Path(f"/proc/{pid}").exists()
+
+    def test_close_after_systemd_died(self) -> None:
+        """A namespace whose systemd was SIGKILLed is still cleaned up."""
+        problem = systemd_problem()
+        if problem:
+            pytest.skip(problem)
+        with SystemdNamespace() as ns:
+            cgroup = ns.cgroup
+            os.kill(ns.pid, signal.SIGKILL)
+        assert not cgroup.exists()
