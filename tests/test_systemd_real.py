@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -22,7 +23,7 @@ import pytest
 from noderole.cli._app import App
 from noderole.cli._rehearse import stage_rehearsal
 from noderole.root import NodeRoot
-from tests.harness.systemd_ns import SystemdNamespace, systemd_problem
+from tests.harness.systemd_ns import SystemdNamespace, _remove_cgroup, systemd_problem
 
 VENV = Path(sys.prefix)
 NODEROLE = str(VENV / "bin" / "noderole")
@@ -189,6 +190,16 @@ class TestApplyThroughSystemd:
         assert code == 1
 
 
+OWNER = """
+import time
+from tests.harness.systemd_ns import SystemdNamespace
+ns = SystemdNamespace()
+ns.start()
+print(ns.pid, ns.cgroup, ns._scratch, flush=True)
+time.sleep(600)
+"""
+
+
 class TestHarness:
     def test_close_leaves_nothing(self) -> None:
         """Closing halts systemd and removes its cgroups and scratch directory."""
@@ -211,3 +222,32 @@ class TestHarness:
             cgroup = ns.cgroup
             os.kill(ns.pid, signal.SIGKILL)
         assert not cgroup.exists()
+
+    def test_namespace_dies_with_the_test_process(self) -> None:
+        """A test process killed before closing takes its systemd down with it."""
+        problem = systemd_problem()
+        if problem:
+            pytest.skip(problem)
+        owner = subprocess.Popen(
+            [sys.executable, "-c", OWNER],
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=Path(__file__).parent.parent,
+        )
+        cgroup: Path | None = None
+        try:
+            assert owner.stdout is not None
+            pid_text, cgroup_text, scratch = owner.stdout.readline().split()
+            cgroup = Path(cgroup_text)
+            os.kill(owner.pid, signal.SIGKILL)
+            owner.wait()
+            eventually(lambda: not Path(f"/proc/{pid_text}").exists(), "systemd halted")
+            Path(scratch).rmdir()  # the owner's (empty) mount point
+        finally:
+            if owner.poll() is None:
+                owner.kill()
+                owner.wait()
+            if owner.stdout is not None:
+                owner.stdout.close()
+            if cgroup is not None:
+                _remove_cgroup(cgroup, 20)

@@ -22,7 +22,9 @@ How it boots (each line prevents a failure seen on these machines):
 
 Driven from outside with ``nsenter -t PID -a ...`` (``-m`` alone cannot reach the bus); units and
 files are written through ``/proc/PID/root``. Stopped with ``kill -s RTMIN+4 PID`` (systemd's
-"halt"; SIGKILL of the namespace's init also ends every process in it, the fallback).
+"halt"; SIGKILL of the namespace's init also ends every process in it, the fallback). A test
+process that dies without closing takes the namespace with it: ``unshare`` carries a
+parent-death SIGKILL (``setpriv --pdeathsig``) and passes "halt" on to systemd (``--kill-child``).
 
 By hand::
 
@@ -123,7 +125,7 @@ def systemd_problem() -> str | None:
         return "booting systemd in private namespaces needs root"
     if not os.access(SYSTEMD, os.X_OK):
         return f"{SYSTEMD} is not installed"
-    for tool in ("unshare", "nsenter", "ip", "pivot_root", "systemctl"):
+    for tool in ("unshare", "nsenter", "ip", "pivot_root", "setpriv", "systemctl"):
         if shutil.which(tool) is None:
             return f"{tool} is not on PATH"
     if _cgroup2_base() is None:
@@ -176,10 +178,23 @@ class SystemdNamespace:
         procs = shlex.quote(str(self.cgroup / "cgroup.procs"))
         command = (
             f"echo $$ > {procs} && exec unshare --mount --pid --fork --uts --ipc --net --cgroup "
-            '--propagation private sh -c "$BOOT" boot "$@"'
+            '--kill-child=SIGRTMIN+4 --propagation private sh -c "$BOOT" boot "$@"'
         )
+        # If the test process dies without closing (killed by a timeout), unshare gets SIGKILL
+        # (setpriv's parent-death signal survives the execs), and --kill-child passes "halt"
+        # on to systemd: no namespace outlives the test run.
         self._proc = subprocess.Popen(
-            ["sh", "-c", command, "sh", str(self._scratch), *map(str, self.binds)],
+            [
+                "setpriv",
+                "--pdeathsig",
+                "KILL",
+                "sh",
+                "-c",
+                command,
+                "sh",
+                str(self._scratch),
+                *map(str, self.binds),
+            ],
             env={**env, "BOOT": BOOT},
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
