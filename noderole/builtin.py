@@ -86,6 +86,15 @@ def noderole_settings() -> SettingsTable:
                 default="/usr/local/bin/noderole",
                 description="Path of the noderole command that rendered OpenRC/systemd files call.",
             ),
+            Setting(
+                name="textfile_dir",
+                type=str,
+                default="",
+                description=(
+                    "node_exporter's textfile collector directory: noderole rewrites "
+                    "noderole.prom there after every apply, stop and restart (empty: off)."
+                ),
+            ),
         ],
     )
 

@@ -257,6 +257,20 @@ class _Run:
             if r.certificate is not None and r.certificate.action == "minted"
         )
         if service.command is None:
+            # An init system must know command-less services too: dependents name them in
+            # Requires=. Only backends that render files have this (optional) method.
+            record = getattr(self.backend, "record_milestone", None)
+            if record is not None:
+                try:
+                    record(service)
+                except NoderoleError as exc:
+                    return ServiceReport(
+                        name=entry.name,
+                        status="failed",
+                        reason=f"could not record: {exc}",
+                        steps=tuple(timings),
+                        seconds=self.clock.monotonic() - start,
+                    )
             return ServiceReport(
                 name=entry.name,
                 status="done",

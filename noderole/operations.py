@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from noderole.engine import ApplyReport, Progress
     from noderole.plan import Plan
     from noderole.plugins import PluginSet
-    from noderole.records import Service, StandIn
+    from noderole.records import Service, StandIn, Wait
     from noderole.render import Rendered
 
 __all__ = ["Operations", "RenderResult", "status_verdict"]
@@ -219,7 +219,23 @@ class Operations:
 
         if requested == "auto":
             requested = str(self.setting("backend"))
-        return backend_named(requested, self.root, noderole_path=str(self.setting("noderole_path")))
+        return backend_named(
+            requested,
+            self.root,
+            noderole_path=str(self.setting("noderole_path")),
+            clock=self.clock,
+            readiness=self._readiness_of,
+        )
+
+    def _readiness_of(self, name: str) -> Wait | None:
+        """The readiness check the plugins declare for ``name`` (an init system reports only
+        whether a process runs; ``ready`` needs the check)."""
+        checks = self.__dict__.get("_readiness_checks")
+        if checks is None:
+            checks = {service.name: service.readiness for service in self.services()}
+            self.__dict__["_readiness_checks"] = checks
+        check: Wait | None = checks.get(name)
+        return check
 
     # ---------------------------------------------------------------- apply, stop, restart
 
@@ -231,11 +247,13 @@ class Operations:
         progress: Progress | None = None,
         lock_timeout: float = 300.0,
         readiness_timeout: float | None = None,
+        publish: bool = True,
     ) -> ApplyReport:
         """Apply ``plan`` under the node lock, then record the role and the definition digests.
 
         ``readiness_timeout`` (seconds a dependent waits for a service to be ready) defaults to
-        the ``readiness_timeout`` setting.
+        the ``readiness_timeout`` setting. With ``publish``, the outcome is kept for the fleet
+        metrics (:meth:`publish_metrics`).
         """
         from noderole.console import QuietProgress
         from noderole.engine import apply_plan
@@ -261,7 +279,30 @@ class Operations:
             )
             write_role(self.root, plan.role)
             write_applied(self.root, {**previous, **recorded})
+        if publish:
+            self.publish_metrics(plan, backend, report)
         return report
+
+    # ---------------------------------------------------------------- fleet metrics
+
+    def metrics(self, plan: Plan, backend: Backend) -> str:
+        """The Prometheus text exposition of ``plan``'s role (``status --format prometheus``)."""
+        from noderole.metrics import role_metrics
+
+        return role_metrics(plan, self.root, self.status_rows(plan, backend))
+
+    def publish_metrics(self, plan: Plan, backend: Backend, report: ApplyReport | None) -> None:
+        """Keep an apply's outcome; rewrite ``textfile_dir/noderole.prom`` when that is set."""
+        from noderole import metrics
+
+        if report is not None:
+            outcome = metrics.ApplyOutcome(
+                role=plan.role, ok=report.ok, seconds=report.seconds, timestamp=self.clock.time()
+            )
+            metrics.write_last_apply(self.root, outcome)
+        directory = str(self.setting("textfile_dir"))
+        if directory:
+            metrics.write_textfile(self.root.resolve(directory), self.metrics(plan, backend))
 
     def dry_run(self, plan: Plan, backend: Backend) -> list[dict[str, Any]]:
         """What applying ``plan`` would do to each service, changing nothing (``--dry-run``)."""
@@ -278,6 +319,7 @@ class Operations:
         processes = [n for n in names if plan[n].service.command is not None]
         with node_lock(self.root, timeout=lock_timeout, clock=self.clock, what="stop"):
             backend.stop(processes)
+        self.publish_metrics(plan, backend, None)
         return processes
 
     def restart(
@@ -294,7 +336,11 @@ class Operations:
 
         with node_lock(self.root, timeout=lock_timeout, clock=self.clock, what="restart"):
             backend.stop([n for n in names if plan[n].service.command is not None])
-        return self.apply(plan.subset(names), backend, progress=progress, lock_timeout=lock_timeout)
+        report = self.apply(
+            plan.subset(names), backend, progress=progress, lock_timeout=lock_timeout, publish=False
+        )
+        self.publish_metrics(plan, backend, None)  # a restart is not an apply of the role
+        return report
 
     # ---------------------------------------------------------------- status
 

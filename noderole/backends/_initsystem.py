@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, ClassVar
 
 import attrs
@@ -24,7 +24,8 @@ import attrs
 from noderole.errors import BackendError
 
 if TYPE_CHECKING:
-    from noderole.records import Service
+    from noderole.clock import Clock
+    from noderole.records import Service, Wait
     from noderole.render import Rendered
     from noderole.root import NodeRoot
 
@@ -55,7 +56,14 @@ class InitSystemBackend:
     tool: ClassVar[str]
     """The init system's command-line tool, which must be on PATH."""
 
-    def __init__(self, root: NodeRoot, *, noderole_path: str) -> None:
+    def __init__(
+        self,
+        root: NodeRoot,
+        *,
+        noderole_path: str,
+        clock: Clock | None = None,
+        readiness: Callable[[str], Wait | None] | None = None,
+    ) -> None:
         if shutil.which(self.tool) is None:
             raise BackendError(
                 f"backend {self.name} needs {self.tool}, which is not on PATH: is {self.name} the "
@@ -65,6 +73,12 @@ class InitSystemBackend:
         """The node root the rendered files and the fingerprints go under."""
         self.noderole_path = noderole_path
         """Where the rendered files find ``noderole`` on the booted machine."""
+        from noderole.clock import SystemClock
+
+        self.clock: Clock = clock or SystemClock()
+        """Bounds the wait for a start to settle (fake in tests)."""
+        self._readiness_of = readiness
+        self._checks: dict[str, Wait | None] = {}
 
     # ---------------------------------------------------------------- what a subclass says
 
@@ -72,9 +86,19 @@ class InitSystemBackend:
         """The files and links that define and enable ``service`` for this init system."""
         raise NotImplementedError
 
-    def query(self, name: str) -> tuple[str, int | None]:
-        """The init system's state of ``name`` in the engine's words, and its main pid if known."""
+    def query(self, name: str) -> InitStatus:
+        """The init system's state of ``name`` in the engine's words (``running`` at best: the
+        base class turns it into ``ready`` when the readiness check passes), pid, restarts and
+        start time where the init system knows them."""
         raise NotImplementedError
+
+    def settled(self, name: str) -> InitStatus:
+        """The state once the start asked of the init system has taken effect (bounded)."""
+        return self.query(name)
+
+    def record_milestone(self, service: Service) -> None:
+        """Make a service without a command known to the init system (the engine ran its steps);
+        nothing by default."""
 
     def launch(self, name: str, verb: str) -> None:
         """Ask the init system to ``start`` or ``restart`` ``name`` (rendered already)."""
@@ -114,25 +138,41 @@ class InitSystemBackend:
     def status(self, names: Sequence[str]) -> Mapping[str, InitStatus]:
         """Each service's state as the init system reports it, with its remembered fingerprint."""
         remembered = self._fingerprints()
-        found: dict[str, InitStatus] = {}
-        for name in names:
-            state, pid = self.query(name)
-            found[name] = InitStatus(
-                name=name, state=state, pid=pid, fingerprint=remembered.get(name, "")
+        return {
+            name: attrs.evolve(
+                self._with_readiness(self.query(name)), fingerprint=remembered.get(name, "")
             )
-        return found
+            for name in names
+        }
+
+    def _with_readiness(self, status: InitStatus) -> InitStatus:
+        """``running`` becomes ``ready`` when the service's readiness check passes now."""
+        if status.state != "running":
+            return status
+        if status.name not in self._checks and self._readiness_of is not None:
+            self._checks[status.name] = self._readiness_of(status.name)
+        check = self._checks.get(status.name)
+        if check is None:
+            return status
+        from noderole.waits import missing
+
+        return status if missing(check, root=self.root) else attrs.evolve(status, state="ready")
 
     def start(self, service: Service, *, fingerprint: str) -> InitStatus:
         """Render, enable and start ``service``; restart it when it already runs."""
         from noderole.render import write_rendered
 
+        self._checks[service.name] = service.readiness
         write_rendered(self.render(service), root=self.root)
-        current = self.status([service.name])[service.name]
-        self.launch(
-            service.name, "restart" if current.state in ("running", "starting") else "start"
-        )
-        self._remember(service.name, fingerprint)
-        return attrs.evolve(self.status([service.name])[service.name], fingerprint=fingerprint)
+        current = self.query(service.name)
+        running = current.state in ("running", "ready", "starting")
+        self.launch(service.name, "restart" if running else "start")
+        status = self._with_readiness(self.settled(service.name))
+        if status.state not in ("crashed", "stopped"):
+            # Only a start that took is remembered: otherwise the next apply would find the
+            # fingerprint and call a dead service "already running".
+            self._remember(service.name, fingerprint)
+        return attrs.evolve(status, fingerprint=fingerprint)
 
     def stop(self, names: Sequence[str]) -> list[InitStatus]:
         """Stop in order through the init system."""

@@ -8,7 +8,11 @@ from typing import TYPE_CHECKING
 from noderole.errors import BackendError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from noderole.backends import Backend
+    from noderole.clock import Clock
+    from noderole.records import Wait
     from noderole.root import NodeRoot
 
 __all__ = ["BACKENDS", "backend_named", "detect_init"]
@@ -31,7 +35,14 @@ def detect_init(root: NodeRoot) -> str:
     return "native"
 
 
-def backend_named(name: str, root: NodeRoot, *, noderole_path: str) -> Backend:
+def backend_named(
+    name: str,
+    root: NodeRoot,
+    *,
+    noderole_path: str,
+    clock: Clock | None = None,
+    readiness: Callable[[str], Wait | None] | None = None,
+) -> Backend:
     """The backend called ``name`` for ``root`` (``auto``: :func:`detect_init`'s choice)."""
     if name == "auto":
         name = detect_init(root)
@@ -42,9 +53,9 @@ def backend_named(name: str, root: NodeRoot, *, noderole_path: str) -> Backend:
     if name == "openrc":
         from noderole.backends.openrc import OpenRCBackend
 
-        return OpenRCBackend(root, noderole_path=noderole_path)
+        return OpenRCBackend(root, noderole_path=noderole_path, clock=clock, readiness=readiness)
     if name == "systemd":
         from noderole.backends.systemd import SystemdBackend
 
-        return SystemdBackend(root, noderole_path=noderole_path)
+        return SystemdBackend(root, noderole_path=noderole_path, clock=clock, readiness=readiness)
     raise BackendError(f"unknown backend {name!r}: use {', '.join(BACKENDS)} or auto")

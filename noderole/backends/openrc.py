@@ -28,11 +28,11 @@ class OpenRCBackend(InitSystemBackend):
 
         return render_openrc([service], noderole_path=self.noderole_path)
 
-    def query(self, name: str) -> tuple[str, int | None]:
+    def query(self, name: str) -> InitStatus:
         """``rc-service NAME status``'s exit code in the engine's words; no pid (OpenRC's
         supervisor keeps its own)."""
         code = self.run("rc-service", name, "status", check=False).returncode
-        return _STATUS_CODES.get(code, "stopped"), None
+        return InitStatus(name=name, state=_STATUS_CODES.get(code, "stopped"))
 
     def launch(self, name: str, verb: str) -> None:
         """``rc-service NAME start|restart``: blocks until start_pre and the start are done."""

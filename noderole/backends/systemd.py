@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import attrs
+
 from noderole.backends._initsystem import InitStatus, InitSystemBackend
 
 if TYPE_CHECKING:
@@ -11,8 +13,6 @@ if TYPE_CHECKING:
     from noderole.render import Rendered
 
 __all__ = ["InitStatus", "SystemdBackend"]
-
-_ACTIVE_STATES = {"active": "running", "activating": "starting", "failed": "crashed"}
 
 
 class SystemdBackend(InitSystemBackend):
@@ -27,14 +27,76 @@ class SystemdBackend(InitSystemBackend):
 
         return render_systemd([service], noderole_path=self.noderole_path)
 
-    def query(self, name: str) -> tuple[str, int | None]:
-        """``systemctl show``'s ActiveState in the engine's words, and MainPID."""
+    def query(self, name: str) -> InitStatus:
+        """``systemctl show``: state, main pid, restarts (``NRestarts``), the main process's start
+        time, and systemd's ``Result`` as the reason when it is not ``success``."""
         out = self.run(
-            "systemctl", "show", "-p", "ActiveState,MainPID,NRestarts", name, check=False
+            "systemctl",
+            "show",
+            "--timestamp=unix",
+            "-p",
+            "ActiveState,SubState,MainPID,NRestarts,ExecMainStartTimestamp,Result",
+            f"{name}.service",
+            check=False,
         ).stdout
         props = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
-        state = _ACTIVE_STATES.get(props.get("ActiveState", "inactive"), "stopped")
-        return state, int(props.get("MainPID", "0") or 0) or None
+        active = props.get("ActiveState", "inactive")
+        # "activating (auto-restart)" is systemd waiting RestartSec after a crash: the service is
+        # down until Restart= brings it back.
+        if active == "activating" and props.get("SubState") == "auto-restart":
+            state = "crashed"
+        else:
+            state = {"active": "running", "activating": "starting", "reloading": "running"}.get(
+                active, "crashed" if active == "failed" else "stopped"
+            )
+        stamp = props.get("ExecMainStartTimestamp", "").lstrip("@")
+        try:
+            started_at: float | None = float(stamp) if stamp else None
+        except ValueError:
+            started_at = None
+        result = props.get("Result", "success")
+        restarts = props.get("NRestarts", "0")
+        return InitStatus(
+            name=name,
+            state=state,
+            pid=int(props.get("MainPID", "0") or 0) or None,
+            reason="" if result == "success" else result,
+            restarts=int(restarts) if restarts.isdigit() else 0,
+            started_at=started_at,
+        )
+
+    def settled(self, name: str, timeout: float = 30.0) -> InitStatus:
+        """The state once the start job has left systemd's queue (bounded).
+
+        Right after ``start --no-block`` the job may still wait behind the unit's dependencies,
+        and ``ActiveState`` says ``inactive`` for a service that is about to start: reading it
+        then would report a failure that is not one.
+        """
+        deadline = self.clock.monotonic() + timeout
+        unit = f"{name}.service"
+        while True:
+            job = self.run("systemctl", "show", "-p", "Job", "--value", unit, check=False)
+            status = self.query(name)
+            if not job.stdout.strip() or status.state not in ("stopped", "crashed"):
+                return status
+            if self.clock.monotonic() >= deadline:
+                return attrs.evolve(
+                    status, state="starting", reason=f"start job still queued after {timeout:g}s"
+                )
+            self.clock.sleep(0.02)
+
+    def record_milestone(self, service: Service) -> None:
+        """Write the unit of a service without a command (the engine ran its steps).
+
+        Dependents name it in ``Requires=`` (k3s needs ``k3s-cluster``, the alias of
+        ``k3s-cluster-init``): without its unit systemd refuses their start with "Unit
+        k3s-cluster.service not found". Starting it is left to systemd, which pulls it in
+        through those ``Requires=`` lines.
+        """
+        from noderole.render import write_rendered
+
+        write_rendered(self.render(service), root=self.root)
+        self.run("systemctl", "daemon-reload")
 
     def launch(self, name: str, verb: str) -> None:
         """``systemctl start|restart --no-block``: a blocking start from a unit ordered

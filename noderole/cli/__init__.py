@@ -45,6 +45,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Exec a service's resolved command (for init files).",
     ),
     "render": ("noderole.cli._render:render_command", "Write OpenRC or systemd files for a role."),
+    "enable": ("noderole.cli._enable:enable_command", "Record a role and apply it at every boot."),
+    "disable": ("noderole.cli._enable:disable_command", "Remove the boot entry enable wrote."),
     "rehearse": ("noderole.cli._rehearse:rehearse_command", "Rehearse a role in a scratch root."),
     "list": ("noderole.cli._inspect:list_command", "List plugins, their services and roles."),
     "plan": ("noderole.cli._inspect:plan_command", "Show what applying a role would do, in order."),

@@ -69,6 +69,14 @@ def apply_command(
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.option("--wait", "wait", is_flag=True, help="Block until the role is up or has failed.")
 @click.option(
+    "--format",
+    "output_format",
+    type=click.Choice(["table", "json", "prometheus"]),
+    default="table",
+    show_default=True,
+    help="Output: the table, JSON (as --json) or the Prometheus text exposition.",
+)
+@click.option(
     "--timeout",
     type=Seconds(zero=True),
     default=300.0,
@@ -78,7 +86,13 @@ def apply_command(
 @backend_option
 @click.pass_obj
 def status_command(
-    app: App, role: str | None, as_json: bool, wait: bool, timeout: float, backend: str
+    app: App,
+    role: str | None,
+    as_json: bool,
+    wait: bool,
+    output_format: str,
+    timeout: float,
+    backend: str,
 ) -> None:
     """Show each service of ROLE (default: the applied role): state, pid, uptime, restarts.
 
@@ -86,8 +100,11 @@ def status_command(
     crashed or is stopped, 11 while some are still starting.
     """
     plan = app.plan(app.recorded_role(role))
+    if output_format == "prometheus":
+        click.echo(app.metrics(plan, app.backend(backend)), nl=False)
+        return
     rows, verdict = app.status(plan, app.backend(backend), wait=wait, timeout=timeout)
-    echo_status(plan.role, rows, verdict, as_json=as_json)
+    echo_status(plan.role, rows, verdict, as_json=as_json or output_format == "json")
     if verdict != ExitCode.OK:
         raise SystemExit(int(verdict))
 

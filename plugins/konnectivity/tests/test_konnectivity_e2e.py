@@ -24,6 +24,7 @@ import pytest
 from noderole.testing import (
     ScratchRoot,
     end_node_processes,
+    eventually,
     node_processes,
     stage_standins,
 )
@@ -149,7 +150,10 @@ class TestApplyServer:
             verdict = verify(root, san)
             assert verdict.returncode == 0, verdict.stdout + verdict.stderr
         assert verify(root, "other.example.com").returncode != 0
-        argv = json.loads(root.read("/run/konnectivity-server.argv"))
+        # The stand-in writes its argv and first log line just after exec: apply may return first.
+        argv_file = "/run/konnectivity-server.argv"
+        eventually(lambda: root.exists(argv_file), f"the stand-in to write {argv_file}")
+        argv = json.loads(eventually(lambda: root.read(argv_file), f"{argv_file} to be written"))
         assert argv[1:] == [
             "--logtostderr=true",
             "--uds-name=/run/konnectivity/konnectivity-server.socket",
@@ -168,8 +172,11 @@ class TestApplyServer:
             "--agent-service-account=konnectivity-agent",
             "--proxy-strategies=destHost,default",
         ]
-        log = root.read("/var/log/konnectivity-server.log")
-        assert "serving /healthz" in log
+        log_file = "/var/log/konnectivity-server.log"
+        eventually(
+            lambda: root.exists(log_file) and "serving /healthz" in root.read(log_file),
+            "the stand-in's first log line",
+        )
 
         # Killed: the supervisor brings it back.
         pid = int(server["pid"])

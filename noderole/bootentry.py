@@ -1,0 +1,249 @@
+"""noderole's own boot entry: what applies the recorded role at every boot.
+
+``noderole enable ROLE`` records the role (``/var/lib/noderole/role``) and installs one of:
+
+- OpenRC: the runscript ``/etc/init.d/noderole``, linked into the default runlevel, ordered
+  ``after`` the cloud-init services (``cloud-config``, ``cloud-final``) so the node's first-boot
+  inputs exist when the role is applied;
+- systemd: the oneshot ``/etc/systemd/system/noderole.service`` (``After=network-online.target
+  cloud-final.service``, ``Wants=network-online.target``), linked into
+  ``multi-user.target.wants``.
+
+Either one reads the recorded role at boot and runs ``noderole apply --backend KIND ROLE``, so
+``noderole enable agent`` later changes the role without rewriting the entry. ``noderole
+disable`` removes what ``enable`` wrote, and only that: a manifest
+(``/var/lib/noderole/boot-entry.json``) keeps each path with its content digest or link target,
+and a file changed since is left in place and named. Everything goes through the node root, so
+an image build can enable a role with ``--root``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import attrs
+
+from noderole.errors import BackendError
+from noderole.root import NodeRoot
+from noderole.state import ROLE_FILE, write_role
+
+__all__ = [
+    "BOOT_KINDS",
+    "ENTRY_NAME",
+    "MANIFEST",
+    "BootFile",
+    "boot_entry",
+    "disable",
+    "enable",
+]
+
+ENTRY_NAME = "noderole"
+"""The runscript's and the unit's name."""
+
+MANIFEST = "/var/lib/noderole/boot-entry.json"
+"""What ``enable`` wrote (node path)."""
+
+BOOT_KINDS = ("openrc", "systemd")
+
+_APPLY = 'role=$(cat {role_file}) && [ -n "$role" ] && exec "$0" apply --backend {kind} "$role"'
+
+
+@attrs.frozen(kw_only=True)
+class BootFile:
+    """One path the boot entry consists of: a file (``content``) or a link (``target``)."""
+
+    path: str
+    """Node path."""
+    content: str | None = None
+    """The file's text; None for a link."""
+    target: str | None = None
+    """The link's target; None for a file."""
+    mode: int = 0o644
+    """A file's permission bits."""
+
+
+def _openrc(noderole_path: str) -> list[BootFile]:
+    from noderole.render._quote import sh_quote
+
+    script = f"""\
+#!/sbin/openrc-run
+# Written by `noderole enable`; `noderole disable` removes it. Applies the role recorded in
+# {ROLE_FILE} at every boot.
+
+description="Apply the recorded noderole role"
+
+depend() {{
+\t# The first-boot inputs the role reads are written by cloud-init.
+\tafter net cloud-config cloud-final
+}}
+
+start() {{
+\tif [ ! -s {ROLE_FILE} ]; then
+\t\teerror "no role recorded in {ROLE_FILE}: run noderole enable ROLE"
+\t\treturn 1
+\tfi
+\tebegin "Applying the noderole role $(cat {ROLE_FILE})"
+\t{sh_quote(noderole_path)} apply --backend openrc "$(cat {ROLE_FILE})"
+\teend $?
+}}
+"""
+    return [
+        BootFile(path=f"/etc/init.d/{ENTRY_NAME}", content=script, mode=0o755),
+        BootFile(path=f"/etc/runlevels/default/{ENTRY_NAME}", target=f"/etc/init.d/{ENTRY_NAME}"),
+    ]
+
+
+def _systemd(noderole_path: str) -> list[BootFile]:
+    from noderole.render._quote import systemd_command_line
+
+    command = systemd_command_line(
+        ["/bin/sh", "-c", _APPLY.format(role_file=ROLE_FILE, kind="systemd"), noderole_path]
+    )
+    unit = f"""\
+# Written by `noderole enable`; `noderole disable` removes it.
+[Unit]
+Description=Apply the recorded noderole role ({ROLE_FILE})
+Wants=network-online.target
+After=network-online.target cloud-final.service
+ConditionPathExists={ROLE_FILE}
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+# apply bounds its own waits and starts units with --no-block: it cannot deadlock the boot.
+TimeoutStartSec=infinity
+ExecStart={command}
+
+[Install]
+WantedBy=multi-user.target
+"""
+    name = f"{ENTRY_NAME}.service"
+    return [
+        BootFile(path=f"/etc/systemd/system/{name}", content=unit),
+        BootFile(path=f"/etc/systemd/system/multi-user.target.wants/{name}", target=f"../{name}"),
+    ]
+
+
+def boot_entry(kind: str, *, noderole_path: str) -> list[BootFile]:
+    """The files and links of the boot entry for ``kind`` (``openrc`` or ``systemd``)."""
+    if kind == "openrc":
+        return _openrc(noderole_path)
+    if kind == "systemd":
+        return _systemd(noderole_path)
+    raise BackendError(f"no boot entry for backend {kind!r}: use --backend openrc or systemd")
+
+
+def _digest(text: str | bytes) -> str:
+    data = text.encode() if isinstance(text, str) else text
+    return hashlib.sha256(data).hexdigest()
+
+
+def _read_manifest(root: NodeRoot) -> dict[str, str]:
+    """path -> "file:DIGEST" or "link:TARGET" for what enable wrote ({} when nothing)."""
+    try:
+        data = json.loads(root.resolve(MANIFEST).read_text())
+    except (FileNotFoundError, ValueError):
+        return {}
+    entries = data.get("paths", {}) if isinstance(data, dict) else {}
+    return {str(k): str(v) for k, v in entries.items()}
+
+
+def _current(local: Path) -> str | None:
+    """What is at ``local`` now, in manifest form (None: nothing)."""
+    if local.is_symlink():
+        return f"link:{os.readlink(local)}"
+    try:
+        return f"file:{_digest(local.read_bytes())}"
+    except FileNotFoundError:
+        return None
+    except IsADirectoryError:
+        return "directory"
+
+
+def _wanted(item: BootFile) -> str:
+    if item.content is not None:
+        return f"file:{_digest(item.content)}"
+    return f"link:{item.target}"
+
+
+def enable(root: NodeRoot, role: str, kind: str, *, noderole_path: str) -> list[str]:
+    """Record ``role`` and install the boot entry; return the node paths written.
+
+    Idempotent. Refuses (before writing anything) a path that holds something ``enable`` did not
+    write, naming it. An entry of the other kind that ``enable`` wrote earlier is removed.
+    """
+    from noderole.atomic import write_atomic
+
+    items = boot_entry(kind, noderole_path=noderole_path)
+    previous = _read_manifest(root)
+    for item in items:
+        now = _current(root.resolve(item.path))
+        if now is not None and now != _wanted(item) and previous.get(item.path) != now:
+            raise BackendError(
+                f"{item.path} exists and was not written by noderole enable: remove it (or move "
+                "it aside) and run enable again"
+            )
+    stale = [p for p in previous if p not in {i.path for i in items}]
+    _remove(root, {p: previous[p] for p in stale})
+    for item in items:
+        local = root.resolve(item.path)
+        local.parent.mkdir(parents=True, exist_ok=True)
+        if item.content is not None:
+            write_atomic(local, item.content.encode(), mode=item.mode)
+        elif _current(local) != _wanted(item):
+            assert item.target is not None
+            if local.is_symlink():
+                local.unlink()
+            local.symlink_to(item.target)
+    write_role(root, role)
+    manifest = root.resolve(MANIFEST)
+    manifest.parent.mkdir(parents=True, exist_ok=True)
+    document = {"backend": kind, "paths": {i.path: _wanted(i) for i in items}}
+    write_atomic(manifest, json.dumps(document, indent=1, sort_keys=True).encode(), mode=0o644)
+    return [i.path for i in items]
+
+
+def _remove(root: NodeRoot, entries: dict[str, str]) -> tuple[list[str], list[str]]:
+    removed: list[str] = []
+    kept: list[str] = []
+    for path, wrote in sorted(entries.items()):
+        local = root.resolve(path)
+        now = _current(local)
+        if now is None:
+            continue
+        if now != wrote:
+            kept.append(path)
+            continue
+        local.unlink()
+        removed.append(path)
+    return removed, kept
+
+
+def disable(root: NodeRoot) -> tuple[list[str], list[str]]:
+    """Remove the boot entry ``enable`` wrote: (paths removed, paths kept because they changed).
+
+    The recorded role stays (``apply`` records it too); nothing happens when nothing is enabled.
+    """
+    entries = _read_manifest(root)
+    removed, kept = _remove(root, entries)
+    if not kept:
+        root.resolve(MANIFEST).unlink(missing_ok=True)
+    return removed, kept
+
+
+def enabled_kind(root: NodeRoot) -> str | None:
+    """The backend of the installed boot entry, or None."""
+    try:
+        data = json.loads(root.resolve(MANIFEST).read_text())
+    except (FileNotFoundError, ValueError):
+        return None
+    kind = data.get("backend") if isinstance(data, dict) else None
+    return str(kind) if kind in BOOT_KINDS else None
+
+
+def describe(paths: Sequence[str]) -> str:
+    return ", ".join(paths) or "nothing"

@@ -1,0 +1,291 @@
+"""Fleet metrics: the node's facts in the Prometheus text exposition format.
+
+A fleet reads node-level facts through node_exporter's textfile collector: noderole writes
+``noderole.prom`` into the collector's directory (setting ``[noderole] textfile_dir``, off by
+default) after every apply, stop and restart, and ``noderole status --format prometheus`` prints
+the same text. Series (docs/metrics.md has the alert rules built on them)::
+
+    noderole_apply_success{role}                          gauge  1 when the last apply succeeded
+    noderole_apply_duration_seconds{role}                 gauge  how long it took
+    noderole_apply_timestamp_seconds{role}                gauge  when it finished (unix time)
+    noderole_service_up{role,service}                     gauge  1 running or ready, else 0
+    noderole_service_state{service,state}                 gauge  1 for the current state
+    noderole_service_restarts_total{service}              counter
+    noderole_certificate_expiry_timestamp_seconds{service,path}  gauge
+
+The last apply's outcome is kept in ``/var/lib/noderole/last-apply.json`` so ``status`` can
+report it later. Only the standard library is imported here; certificate dates are read by the
+caller.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import attrs
+
+from noderole.root import NodeRoot
+
+if TYPE_CHECKING:
+    from noderole.plan import Plan
+
+__all__ = [
+    "LAST_APPLY",
+    "STATES",
+    "TEXTFILE",
+    "ApplyOutcome",
+    "CertificateExpiry",
+    "ServiceSample",
+    "certificate_expiries",
+    "role_metrics",
+    "samples_from_rows",
+    "read_last_apply",
+    "render_metrics",
+    "write_last_apply",
+    "write_textfile",
+]
+
+LAST_APPLY = "/var/lib/noderole/last-apply.json"
+"""Where the last apply's outcome is kept (node path)."""
+
+TEXTFILE = "noderole.prom"
+"""The file name in the textfile collector's directory."""
+
+STATES = ("starting", "running", "ready", "crashed", "stopped")
+"""Every state ``noderole_service_state`` has a series for (one of them is 1)."""
+
+
+@attrs.frozen(kw_only=True)
+class ApplyOutcome:
+    """How the last apply of a role ended."""
+
+    role: str
+    """The role applied."""
+    ok: bool
+    """True when every service runs (or, for milestones, is done)."""
+    seconds: float
+    """How long the apply took."""
+    timestamp: float
+    """When it finished (unix time)."""
+
+
+@attrs.frozen(kw_only=True)
+class ServiceSample:
+    """One service's state as ``status`` sees it."""
+
+    name: str
+    """The service."""
+    state: str
+    """One of :data:`STATES`."""
+    restarts: int = 0
+    """Restarts counted by the supervisor or init system."""
+
+
+@attrs.frozen(kw_only=True)
+class CertificateExpiry:
+    """When a certificate a service mints stops being valid."""
+
+    service: str
+    """The service whose pre-start step mints it."""
+    path: str
+    """Its node path."""
+    not_after: float
+    """Expiry (unix time)."""
+
+
+def _escape(value: str) -> str:
+    """A label value as the exposition format wants it: backslash, quote and newline escaped."""
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _labels(**labels: str) -> str:
+    return "{" + ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items()) + "}"
+
+
+def _number(value: float) -> str:
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    return repr(int(value)) if float(value).is_integer() else repr(float(value))
+
+
+class _Exposition:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def family(
+        self, name: str, kind: str, help_text: str, samples: Iterable[tuple[str, float]]
+    ) -> None:
+        rows = list(samples)
+        if not rows:
+            return
+        self.lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
+        self.lines += [f"{name}{labels} {_number(value)}" for labels, value in rows]
+
+
+def render_metrics(
+    *,
+    role: str,
+    apply: ApplyOutcome | None,
+    services: Sequence[ServiceSample],
+    certificates: Sequence[CertificateExpiry] = (),
+) -> str:
+    """The exposition text (ends with a newline; families without samples are left out)."""
+    out = _Exposition()
+    applied = [apply] if apply is not None else []
+    out.family(
+        "noderole_apply_success",
+        "gauge",
+        "1 when the last noderole apply of the role succeeded, 0 when a service failed.",
+        ((_labels(role=a.role), 1 if a.ok else 0) for a in applied),
+    )
+    out.family(
+        "noderole_apply_duration_seconds",
+        "gauge",
+        "Duration of the last noderole apply of the role.",
+        ((_labels(role=a.role), a.seconds) for a in applied),
+    )
+    out.family(
+        "noderole_apply_timestamp_seconds",
+        "gauge",
+        "Unix time at which the last noderole apply of the role finished.",
+        ((_labels(role=a.role), a.timestamp) for a in applied),
+    )
+    out.family(
+        "noderole_service_up",
+        "gauge",
+        "1 when the service is running or ready, else 0.",
+        (
+            (_labels(role=role, service=s.name), 1 if s.state in ("running", "ready") else 0)
+            for s in services
+        ),
+    )
+    out.family(
+        "noderole_service_state",
+        "gauge",
+        "The service's state: 1 for the current one.",
+        (
+            (_labels(service=s.name, state=state), 1 if s.state == state else 0)
+            for s in services
+            for state in STATES
+        ),
+    )
+    out.family(
+        "noderole_service_restarts_total",
+        "counter",
+        "Restarts of the service counted by its supervisor.",
+        ((_labels(service=s.name), s.restarts) for s in services),
+    )
+    out.family(
+        "noderole_certificate_expiry_timestamp_seconds",
+        "gauge",
+        "Unix time at which a certificate minted for the service expires.",
+        ((_labels(service=c.service, path=c.path), c.not_after) for c in certificates),
+    )
+    return "\n".join(out.lines) + "\n" if out.lines else ""
+
+
+def write_textfile(directory: Path, text: str) -> Path:
+    """Replace ``directory/noderole.prom`` atomically (the collector never sees half a file).
+
+    The temporary file is created ``O_EXCL|O_NOFOLLOW`` next to it, flushed, then renamed
+    (:func:`noderole.atomic.write_atomic`). Raises ``FileNotFoundError`` naming the setting when
+    the directory does not exist.
+    """
+    from noderole.atomic import write_atomic
+
+    if not directory.is_dir():
+        raise FileNotFoundError(
+            f"textfile_dir {directory} is not a directory: create it (node_exporter's "
+            "--collector.textfile.directory) or unset [noderole] textfile_dir"
+        )
+    path = directory / TEXTFILE
+    write_atomic(path, text.encode(), mode=0o644)
+    return path
+
+
+def write_last_apply(root: NodeRoot, outcome: ApplyOutcome) -> None:
+    """Keep the apply's outcome for later ``status --format prometheus`` runs."""
+    from noderole.atomic import write_atomic
+
+    path = root.resolve(LAST_APPLY)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, json.dumps(attrs.asdict(outcome), sort_keys=True).encode(), mode=0o644)
+
+
+def read_last_apply(root: NodeRoot, role: str) -> ApplyOutcome | None:
+    """The kept outcome when it is of ``role`` (None when absent, unreadable or another role)."""
+    try:
+        data = json.loads(root.resolve(LAST_APPLY).read_text())
+        outcome = ApplyOutcome(
+            role=str(data["role"]),
+            ok=bool(data["ok"]),
+            seconds=float(data["seconds"]),
+            timestamp=float(data["timestamp"]),
+        )
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return outcome if outcome.role == role else None
+
+
+def samples_from_rows(rows: Iterable[Mapping[str, object]]) -> list[ServiceSample]:
+    """Samples from ``status``'s rows (``name``, ``state``, ``restarts``)."""
+    return [
+        ServiceSample(
+            name=str(r["name"]),
+            state=str(r["state"]),
+            restarts=int(r.get("restarts") or 0),  # type: ignore[call-overload]
+        )
+        for r in rows
+    ]
+
+
+def certificate_expiries(plan: Plan, root: NodeRoot) -> list[CertificateExpiry]:
+    """Expiry of every certificate the plan's services mint and that exists on the node."""
+    from noderole.records import MintCertificate
+
+    found = []
+    for entry in plan.services:
+        for step in entry.service.pre_start:
+            if not isinstance(step, MintCertificate):
+                continue
+            not_after = _not_after(root.resolve(step.cert_path))
+            if not_after is not None:
+                found.append(
+                    CertificateExpiry(service=entry.name, path=step.cert_path, not_after=not_after)
+                )
+    return found
+
+
+def _not_after(path: Path) -> float | None:
+    import warnings
+
+    from cryptography import x509
+
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return None
+    try:
+        with warnings.catch_warnings():
+            # k3s-like certificates with serial 0 warn; the date is all that is read here.
+            warnings.simplefilter("ignore")
+            cert = x509.load_pem_x509_certificate(data)
+    except ValueError:
+        return None
+    return cert.not_valid_after_utc.timestamp()
+
+
+def role_metrics(plan: Plan, root: NodeRoot, rows: Iterable[Mapping[str, object]]) -> str:
+    """The exposition for ``plan``'s role: last apply, ``status`` rows, certificates."""
+    return render_metrics(
+        role=plan.role,
+        apply=read_last_apply(root, plan.role),
+        services=samples_from_rows(rows),
+        certificates=certificate_expiries(plan, root),
+    )

@@ -1,0 +1,192 @@
+"""`noderole enable ROLE` / `noderole disable`: noderole's boot entry, under --root and for real.
+
+Under --root: what is written, idempotency, refusal of foreign files, disable removing only
+what enable wrote. For real: inside the OpenRC namespace the suite already uses (Debian's
+openrc-run) and inside a booted private systemd, enable installs the entry and starting it
+brings the role's services up, with no hand-written file.
+"""
+
+from __future__ import annotations
+
+import json
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner, Result
+
+import noderole
+from noderole.bootentry import MANIFEST, boot_entry
+from noderole.cli import cli
+from noderole.cli._app import App
+from noderole.root import NodeRoot
+from noderole.state import ROLE_FILE
+from tests.harness.openrc_ns import OpenRCNamespace
+from tests.harness.systemd_ns import SystemdNamespace, systemd_problem
+from tests.test_apply_openrc import EVENTUALLY
+from tests.test_apply_openrc import namespace as namespace  # the OpenRC fixture
+from tests.test_systemd_real import VENV, Node, eventually, stage_server
+
+OPENRC_FILES = ("etc/init.d/noderole", "etc/runlevels/default/noderole")
+SYSTEMD_FILES = (
+    "etc/systemd/system/noderole.service",
+    "etc/systemd/system/multi-user.target.wants/noderole.service",
+)
+
+
+def _plugin() -> types.ModuleType:
+    module = types.ModuleType("enable_plugin")
+
+    @noderole.hookimpl
+    def noderole_services(node: object) -> list[noderole.Service]:
+        return [noderole.Service(name="prep", roles=["demo", "other"])]
+
+    module.noderole_services = noderole_services  # type: ignore[attr-defined]
+    return module
+
+
+def run(root: Path, *args: str) -> Result:
+    app = App(root=NodeRoot(root), plugin_objects=(("enable", _plugin()),), autoload=False)
+    return CliRunner().invoke(cli, list(args), obj=app)
+
+
+def tree(root: Path) -> set[str]:
+    return {str(p.relative_to(root)) for p in root.rglob("*") if not p.is_dir()}
+
+
+class TestUnderRoot:
+    def test_openrc_entry(self, tmp_path: Path) -> None:
+        """enable --backend openrc writes the runscript, its runlevel link and the role."""
+        result = run(tmp_path, "enable", "demo", "--backend", "openrc")
+        assert result.exit_code == 0, result.output
+        script = tmp_path / "etc/init.d/noderole"
+        assert script.stat().st_mode & 0o777 == 0o755
+        text = script.read_text()
+        assert text.startswith("#!/sbin/openrc-run\n")
+        assert "after net cloud-config cloud-final" in text
+        assert "apply --backend openrc" in text
+        link = tmp_path / "etc/runlevels/default/noderole"
+        assert str(link.readlink()) == "/etc/init.d/noderole"
+        assert (tmp_path / ROLE_FILE.lstrip("/")).read_text() == "demo\n"
+
+    def test_systemd_entry(self, tmp_path: Path) -> None:
+        """enable --backend systemd writes a oneshot unit after cloud-final, wanted by
+        multi-user.target."""
+        result = run(tmp_path, "enable", "demo", "--backend", "systemd")
+        assert result.exit_code == 0, result.output
+        unit = (tmp_path / SYSTEMD_FILES[0]).read_text()
+        assert "Type=oneshot" in unit
+        assert "After=network-online.target cloud-final.service" in unit
+        assert "Wants=network-online.target" in unit
+        assert "WantedBy=multi-user.target" in unit
+        # systemd would expand $role itself: the shell's variables are written $$
+        assert '"$$role' in unit
+        link = tmp_path / SYSTEMD_FILES[1]
+        assert str(link.readlink()) == "../noderole.service"
+
+    def test_idempotent_and_switching_backend(self, tmp_path: Path) -> None:
+        """enable twice changes nothing; enable with the other backend replaces the entry."""
+        assert run(tmp_path, "enable", "demo", "--backend", "openrc").exit_code == 0
+        first = tree(tmp_path)
+        assert run(tmp_path, "enable", "demo", "--backend", "openrc").exit_code == 0
+        assert tree(tmp_path) == first
+        assert run(tmp_path, "enable", "other", "--backend", "systemd").exit_code == 0
+        now = tree(tmp_path)
+        assert not any(f in now for f in OPENRC_FILES)
+        assert all(f in now for f in SYSTEMD_FILES)
+        assert (tmp_path / ROLE_FILE.lstrip("/")).read_text() == "other\n"
+
+    def test_disable_removes_only_what_enable_wrote(self, tmp_path: Path) -> None:
+        """disable removes the entry and its manifest; the role and other files stay."""
+        (tmp_path / "etc/runlevels/default").mkdir(parents=True)
+        (tmp_path / "etc/runlevels/default/sshd").symlink_to("/etc/init.d/sshd")
+        assert run(tmp_path, "enable", "demo", "--backend", "openrc").exit_code == 0
+        result = run(tmp_path, "disable")
+        assert result.exit_code == 0, result.output
+        left = tree(tmp_path)
+        assert not any(f in left for f in OPENRC_FILES)
+        assert MANIFEST.lstrip("/") not in left
+        assert "etc/runlevels/default/sshd" in left
+        assert ROLE_FILE.lstrip("/") in left
+        again = run(tmp_path, "disable")
+        assert again.exit_code == 0
+        assert "nothing to remove" in again.output
+
+    def test_disable_keeps_a_changed_file(self, tmp_path: Path) -> None:
+        """A runscript edited after enable is kept and named; disable exits 1."""
+        assert run(tmp_path, "enable", "demo", "--backend", "openrc").exit_code == 0
+        script = tmp_path / "etc/init.d/noderole"
+        script.write_text("#!/sbin/openrc-run\n# edited by hand\n")
+        result = run(tmp_path, "disable")
+        assert result.exit_code == 1
+        assert "/etc/init.d/noderole changed" in result.output
+        assert script.read_text().endswith("# edited by hand\n")
+        assert not (tmp_path / "etc/runlevels/default/noderole").exists()
+
+    def test_refuses_a_foreign_file_writing_nothing(self, tmp_path: Path) -> None:
+        """A noderole.service enable did not write is refused, naming it; nothing is written."""
+        unit = tmp_path / "etc/systemd/system/noderole.service"
+        unit.parent.mkdir(parents=True)
+        unit.write_text("[Unit]\nDescription=someone else's\n")
+        result = run(tmp_path, "enable", "demo", "--backend", "systemd")
+        assert result.exit_code != 0
+        assert "/etc/systemd/system/noderole.service exists" in result.output
+        assert tree(tmp_path) == {"etc/systemd/system/noderole.service"}
+
+    def test_bad_input_writes_nothing(self, tmp_path: Path) -> None:
+        """An unknown role, or --root without --backend, is refused before anything is written."""
+        unknown = run(tmp_path, "enable", "nosuch", "--backend", "openrc")
+        assert unknown.exit_code != 0
+        assert "nosuch" in unknown.output
+        auto = run(tmp_path, "enable", "demo")
+        assert auto.exit_code == 2
+        assert "--backend openrc or --backend systemd" in auto.output
+        assert tree(tmp_path) == set()
+
+    def test_unknown_kind(self) -> None:
+        """boot_entry names the backends it knows."""
+        with pytest.raises(noderole.errors.BackendError, match="openrc or systemd"):
+            boot_entry("native", noderole_path="/usr/bin/noderole")
+
+
+class TestRealInitSystems:
+    def test_openrc_boot_entry_brings_the_role_up(self, namespace: OpenRCNamespace) -> None:
+        """Inside the OpenRC namespace: enable, start the default runlevel, the role runs."""
+        noderole_cmd = namespace.wrapper  # type: ignore[attr-defined]
+        enabled = namespace.sh(f"{noderole_cmd} enable demo")
+        assert enabled.rc == 0, enabled.stderr + enabled.stdout
+        assert "openrc boot entry" in enabled.stdout
+        booted = namespace.sh("openrc default", timeout=120)
+        assert booted.rc == 0, booted.stderr + booted.stdout
+        assert namespace.sh("rc-service noderole status").rc == 0
+        running = namespace.sh(EVENTUALLY.format(check="pgrep -x -f '/bin/sleep 2000'"))
+        assert running.rc == 0, namespace.sh("ps -eo pid,args").stdout
+
+    def test_systemd_boot_entry_brings_the_role_up(self) -> None:
+        """Inside a booted systemd: enable, start what multi-user.target wants from noderole,
+        and k3s and konnectivity-server come up."""
+        problem = systemd_problem()
+        if problem:
+            pytest.skip(problem)
+        with SystemdNamespace(binds=[VENV]) as ns:
+            stage_server(ns.root)
+            node = Node(ns)
+            enabled = node.noderole("enable", "server")
+            assert enabled.returncode == 0, enabled.stderr + enabled.stdout
+            assert "systemd boot entry" in enabled.stdout
+            ns.systemctl("daemon-reload")
+            assert ns.systemctl("is-enabled", "noderole.service").stdout.strip() == "enabled"
+            wants = ns.systemctl("show", "-p", "Wants", "--value", "multi-user.target").stdout
+            assert "noderole.service" in wants.split()
+            ns.systemctl("start", "noderole.service")
+            assert node.active("noderole.service") == "active"
+            eventually(
+                lambda: node.active("konnectivity-server.service") == "active", "konnectivity up"
+            )
+            code, status = node.status("--wait", "--timeout", "60")
+            assert code == 0, status
+            disabled: Any = node.noderole("disable")
+            assert disabled.returncode == 0, disabled.stderr
+            assert not (ns.root / SYSTEMD_FILES[0]).exists()
+            assert json.loads(node.noderole("status", "--json").stdout)["role"] == "server"

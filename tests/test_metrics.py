@@ -1,0 +1,221 @@
+"""Fleet metrics: the Prometheus exposition, its atomic textfile, a real node_exporter scrape."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import time
+import types
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from prometheus_client.parser import text_string_to_metric_families
+
+import noderole
+from noderole.cli import cli
+from noderole.cli._app import App
+from noderole.metrics import (
+    TEXTFILE,
+    ApplyOutcome,
+    CertificateExpiry,
+    ServiceSample,
+    read_last_apply,
+    render_metrics,
+    write_textfile,
+)
+from noderole.root import NodeRoot
+from tests.harness.node_exporter import node_exporter
+
+SAMPLE = render_metrics(
+    role="server",
+    apply=ApplyOutcome(role="server", ok=False, seconds=2.5, timestamp=1_700_000_000.0),
+    services=[
+        ServiceSample(name="k3s", state="ready", restarts=3),
+        ServiceSample(name='odd"name\\x', state="crashed"),
+    ],
+    certificates=[
+        CertificateExpiry(service="k3s", path="/var/lib/tls.crt", not_after=1_800_000_000.0)
+    ],
+)
+
+
+def samples(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    return {
+        (s.name, frozenset(s.labels.items())): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+class TestExposition:
+    def test_reference_parser_reads_names_types_and_help(self) -> None:
+        """prometheus_client's parser reads every family with its type and HELP text."""
+        families = {f.name: f for f in text_string_to_metric_families(SAMPLE)}
+        assert families["noderole_apply_success"].type == "gauge"
+        assert families["noderole_apply_duration_seconds"].type == "gauge"
+        assert families["noderole_apply_timestamp_seconds"].type == "gauge"
+        assert families["noderole_service_up"].type == "gauge"
+        assert families["noderole_service_state"].type == "gauge"
+        # the parser strips a counter's _total suffix from the family name
+        assert families["noderole_service_restarts"].type == "counter"
+        assert families["noderole_certificate_expiry_timestamp_seconds"].type == "gauge"
+        assert all(f.documentation for f in families.values())
+
+    def test_values_and_escaped_labels(self) -> None:
+        """Values per series; quotes and backslashes in label values survive the round trip."""
+        got = samples(SAMPLE)
+        assert got[("noderole_apply_success", frozenset({("role", "server")}))] == 0
+        assert got[("noderole_apply_duration_seconds", frozenset({("role", "server")}))] == 2.5
+        up = frozenset({("role", "server"), ("service", "k3s")})
+        assert got[("noderole_service_up", up)] == 1
+        odd = frozenset({("role", "server"), ("service", 'odd"name\\x')})
+        assert got[("noderole_service_up", odd)] == 0
+        states = {
+            dict(labels)["state"]: value
+            for (name, labels), value in got.items()
+            if name == "noderole_service_state" and dict(labels)["service"] == "k3s"
+        }
+        assert states == {"starting": 0, "running": 0, "ready": 1, "crashed": 0, "stopped": 0}
+        restarts = frozenset({("service", "k3s")})
+        assert got[("noderole_service_restarts_total", restarts)] == 3
+        cert = frozenset({("service", "k3s"), ("path", "/var/lib/tls.crt")})
+        assert got[("noderole_certificate_expiry_timestamp_seconds", cert)] == 1_800_000_000
+
+    def test_nothing_known_renders_nothing(self) -> None:
+        """No apply, no service, no certificate: an empty exposition, not empty families."""
+        assert render_metrics(role="server", apply=None, services=[]) == ""
+
+
+class TestTextfile:
+    def test_replaces_atomically(self, tmp_path: Path) -> None:
+        """write_textfile replaces noderole.prom and leaves no temporary file behind."""
+        write_textfile(tmp_path, "old 1\n")
+        path = write_textfile(tmp_path, SAMPLE)
+        assert path == tmp_path / TEXTFILE
+        assert path.read_text() == SAMPLE
+        assert sorted(os.listdir(tmp_path)) == [TEXTFILE]
+
+    def test_refuses_a_symlink(self, tmp_path: Path) -> None:
+        """A link planted at noderole.prom is refused, its target untouched."""
+        target = tmp_path / "elsewhere"
+        target.write_text("keep")
+        (tmp_path / TEXTFILE).symlink_to(target)
+        with pytest.raises(OSError, match=TEXTFILE):
+            write_textfile(tmp_path, SAMPLE)
+        assert target.read_text() == "keep"
+
+    def test_missing_directory_names_the_setting(self, tmp_path: Path) -> None:
+        """A missing directory is an error naming textfile_dir and the fix."""
+        with pytest.raises(FileNotFoundError, match="textfile_dir"):
+            write_textfile(tmp_path / "absent", SAMPLE)
+
+
+def _plugin() -> types.ModuleType:
+    module = types.ModuleType("metrics_plugin")
+
+    @noderole.hookimpl
+    def noderole_services(node: object) -> list[noderole.Service]:
+        return [
+            noderole.Service(name="prep", roles=["demo"]),
+            noderole.Service(name="idle", roles=["quiet"], command=["/bin/true"]),
+        ]
+
+    module.noderole_services = noderole_services  # type: ignore[attr-defined]
+    return module
+
+
+def run(root: Path, *args: str) -> object:
+    app = App(root=NodeRoot(root), plugin_objects=(("metrics", _plugin()),), autoload=False)
+    return CliRunner().invoke(cli, list(args), obj=app)
+
+
+class TestWiring:
+    def test_apply_records_outcome_and_writes_textfile(self, tmp_path: Path) -> None:
+        """apply keeps its outcome and, with textfile_dir set, rewrites noderole.prom."""
+        (tmp_path / "etc/noderole").mkdir(parents=True)
+        (tmp_path / "collector").mkdir()
+        (tmp_path / "etc/noderole/config.toml").write_text(
+            '[noderole]\nnet_check = false\ntextfile_dir = "/collector"\n'
+        )
+        result = run(tmp_path, "apply", "demo", "--backend", "native")
+        assert result.exit_code == 0, result.output  # type: ignore[attr-defined]
+        outcome = read_last_apply(NodeRoot(tmp_path), "demo")
+        assert outcome is not None
+        assert outcome.ok is True
+        got = samples((tmp_path / "collector" / TEXTFILE).read_text())
+        assert got[("noderole_apply_success", frozenset({("role", "demo")}))] == 1
+
+    def test_status_format_prometheus(self, tmp_path: Path) -> None:
+        """status --format prometheus prints the role's series (here: a stopped service)."""
+        result = run(tmp_path, "status", "quiet", "--backend", "native", "--format", "prometheus")
+        assert result.exit_code == 0, result.output  # type: ignore[attr-defined]
+        got = samples(result.output)  # type: ignore[attr-defined]
+        stopped = frozenset({("service", "idle"), ("state", "stopped")})
+        assert got[("noderole_service_state", stopped)] == 1
+        assert (
+            got[("noderole_service_up", frozenset({("role", "quiet"), ("service", "idle")}))] == 0
+        )
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.fixture
+def exporter(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    try:
+        binary = node_exporter()
+    except RuntimeError as exc:
+        pytest.skip(str(exc))
+    directory = tmp_path / "textfiles"
+    directory.mkdir()
+    port = _free_port()
+    proc = subprocess.Popen(
+        [
+            str(binary),
+            f"--web.listen-address=127.0.0.1:{port}",
+            f"--collector.textfile.directory={directory}",
+            "--collector.disable-defaults",
+            "--collector.textfile",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        yield f"http://127.0.0.1:{port}/metrics", directory
+    finally:
+        proc.kill()
+        proc.wait()
+        if proc.stderr is not None:
+            proc.stderr.close()
+
+
+def scrape(url: str, bound: float = 30) -> str:
+    """Fetch /metrics once node_exporter listens (bounded; no timing is asserted)."""
+    deadline = time.monotonic() + bound
+    while True:
+        with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=5) as answer:
+            return str(answer.read().decode())
+        assert time.monotonic() < deadline, f"node_exporter did not answer on {url}"
+        time.sleep(0.05)
+
+
+class TestNodeExporter:
+    def test_textfile_collector_serves_the_series(self, exporter: tuple[str, Path]) -> None:
+        """A real node_exporter reads noderole.prom and serves every noderole series."""
+        url, directory = exporter
+        write_textfile(directory, SAMPLE)
+        text = scrape(url)
+        got = samples(text)
+        assert got[("noderole_apply_success", frozenset({("role", "server")}))] == 0
+        restarts = frozenset({("service", "k3s")})
+        assert got[("noderole_service_restarts_total", restarts)] == 3
+        # node_exporter reports a textfile it could not parse here; 0 means none
+        assert got[("node_textfile_scrape_error", frozenset())] == 0

@@ -1,0 +1,254 @@
+"""`noderole apply --backend systemd server` against the machine's own systemd, booted as PID 1.
+
+Each test boots a private systemd (tests/harness/systemd_ns.py, about 0.3 s), writes the k3s and
+konnectivity stand-ins at their real paths in the container's overlay root (as `noderole
+rehearse` does), and drives noderole inside the container with `nsenter`. Nothing reaches the
+machine: the container's root is an overlay whose writes land on a tmpfs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from noderole.operations import Operations
+from noderole.rehearsal import stage_rehearsal
+from noderole.root import NodeRoot
+from tests.harness.systemd_ns import SystemdNamespace, _remove_cgroup, systemd_problem
+
+VENV = Path(sys.prefix)
+NODEROLE = str(VENV / "bin" / "noderole")
+KONNECTIVITY_CERT = "/var/lib/spinifex-eks/konnectivity/tls.crt"
+
+
+class Node:
+    """A booted container with the server role's stand-ins staged, and noderole to drive it."""
+
+    def __init__(self, ns: SystemdNamespace) -> None:
+        self.ns = ns
+
+    def noderole(self, *args: str, timeout: float = 120) -> Any:
+        return self.ns.run(NODEROLE, *args, check=False, timeout=timeout)
+
+    def apply(self) -> dict[str, Any]:
+        done = self.noderole("apply", "server", "--backend", "systemd", "--json")
+        assert done.returncode == 0, done.stderr + done.stdout
+        report: dict[str, Any] = json.loads(done.stdout)
+        return report
+
+    def status(self, *extra: str) -> tuple[int, dict[str, dict[str, Any]]]:
+        done = self.noderole("status", "server", "--backend", "systemd", "--json", *extra)
+        payload = json.loads(done.stdout)
+        return done.returncode, {s["name"]: s for s in payload["services"]}
+
+    def main_pid(self, unit: str) -> int:
+        return int(self.ns.show(unit, "MainPID")["MainPID"])
+
+    def active(self, unit: str) -> str:
+        return self.ns.show(unit, "ActiveState")["ActiveState"]
+
+
+def stage_server(root: Path) -> None:
+    """The rehearsal's stand-ins and config, with noderole_path set to this virtualenv's."""
+    ops = Operations(root=NodeRoot(root))
+    stage_rehearsal(ops.root, ops.plugins, ops.node_for("server"))
+    config = root / "etc/noderole/config.toml"
+    text = config.read_text().replace(
+        "[noderole]\n", f'[noderole]\nnoderole_path = "{NODEROLE}"\n', 1
+    )
+    config.write_text(text)
+
+
+@pytest.fixture
+def node() -> Iterator[Node]:
+    problem = systemd_problem()
+    if problem:
+        pytest.skip(problem)
+    with SystemdNamespace(binds=[VENV]) as ns:
+        stage_server(ns.root)
+        yield Node(ns)
+
+
+def by_name(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {s["name"]: s for s in report["services"]}
+
+
+def eventually(check: Callable[[], bool], what: str, bound: float = 30) -> None:
+    """Poll ``check`` until it holds (bounded; no timing is asserted)."""
+    deadline = time.monotonic() + bound
+    while not check():
+        assert time.monotonic() < deadline, f"{what} did not happen within {bound}s"
+        time.sleep(0.02)
+
+
+class TestApplyThroughSystemd:
+    def test_apply_starts_the_role(self, node: Node) -> None:
+        """apply writes every unit, command-less ones too, and reports each start as it took."""
+        report = node.apply()
+        assert report["ok"] is True
+        services = by_name(report)
+        # k3s Requires=k3s-cluster.service: the alias of the command-less k3s-cluster-init
+        assert (node.ns.root / "etc/systemd/system/k3s-cluster-init.service").is_file()
+        assert services["k3s"]["status"] == "started"
+        assert services["konnectivity-server"]["status"] == "started"
+        code, status = node.status("--wait", "--timeout", "60")
+        assert code == 0, status
+        assert node.active("k3s.service") == "active"
+        assert node.active("konnectivity-server.service") == "active"
+
+    def test_status_says_ready_with_pid_and_uptime(self, node: Node) -> None:
+        """status maps a passing readiness check to ready and shows pid and uptime."""
+        node.apply()
+        code, status = node.status("--wait", "--timeout", "60")
+        assert code == 0
+        konnectivity = status["konnectivity-server"]
+        assert konnectivity["state"] == "ready"
+        assert konnectivity["pid"] == node.main_pid("konnectivity-server.service")
+        assert konnectivity["uptime"] is not None
+        assert konnectivity["uptime"] >= 0
+
+    def test_restart_after_kill_counts(self, node: Node) -> None:
+        """Restart= brings a SIGKILLed main process back, and status counts the restart."""
+        node.apply()
+        assert node.status("--wait", "--timeout", "60")[0] == 0
+        before = node.main_pid("k3s.service")  # a pid inside the container's pid namespace
+        node.ns.run("kill", "-s", "KILL", str(before))
+        eventually(
+            lambda: (
+                node.active("k3s.service") == "active"
+                and node.main_pid("k3s.service") not in (0, before)
+            ),
+            "k3s restarted",
+        )
+        code, status = node.status("--wait", "--timeout", "60")
+        assert code == 0, status
+        assert status["k3s"]["restarts"] == 1
+        assert status["k3s"]["pid"] == node.main_pid("k3s.service")
+
+    def test_reapply_is_idempotent(self, node: Node) -> None:
+        """A second apply with nothing changed restarts nothing."""
+        node.apply()
+        assert node.status("--wait", "--timeout", "60")[0] == 0
+        pids = {u: node.main_pid(f"{u}.service") for u in ("k3s", "konnectivity-server")}
+        again = by_name(node.apply())
+        assert again["k3s"]["status"] == "running"
+        assert again["konnectivity-server"]["status"] == "running"
+        assert {u: node.main_pid(f"{u}.service") for u in pids} == pids
+
+    def test_reminted_certificate_restarts_konnectivity(self, node: Node) -> None:
+        """A certificate minted again (its file removed) restarts konnectivity-server only."""
+        node.apply()
+        assert node.status("--wait", "--timeout", "60")[0] == 0
+        k3s = node.main_pid("k3s.service")
+        konnectivity = node.main_pid("konnectivity-server.service")
+        (node.ns.root / KONNECTIVITY_CERT.lstrip("/")).unlink()
+        again = by_name(node.apply())
+        assert again["konnectivity-server"]["status"] == "restarted"
+        assert "re-minted" in again["konnectivity-server"]["reason"]
+        assert again["k3s"]["status"] == "running"
+        eventually(
+            lambda: node.main_pid("konnectivity-server.service") not in (0, konnectivity),
+            "konnectivity-server restarted",
+        )
+        assert node.main_pid("k3s.service") == k3s
+
+    def test_changed_definition_restarts(self, node: Node) -> None:
+        """A changed setting (the health port) changes the definition and restarts the service."""
+        node.apply()
+        assert node.status("--wait", "--timeout", "60")[0] == 0
+        before = node.main_pid("konnectivity-server.service")
+        config = node.ns.root / "etc/noderole/config.toml"
+        text = config.read_text()
+        port = int(text.split("health_port = ")[1].split()[0])
+        config.write_text(text.replace(f"health_port = {port}", f"health_port = {port + 1}"))
+        again = by_name(node.apply())
+        assert again["konnectivity-server"]["status"] == "restarted"
+        eventually(
+            lambda: node.main_pid("konnectivity-server.service") not in (0, before),
+            "konnectivity-server restarted",
+        )
+
+    def test_stop(self, node: Node) -> None:
+        """stop --backend systemd stops every service of the role."""
+        node.apply()
+        assert node.status("--wait", "--timeout", "60")[0] == 0
+        done = node.noderole("stop", "server", "--backend", "systemd")
+        assert done.returncode == 0, done.stderr
+        assert node.active("k3s.service") == "inactive"
+        assert node.active("konnectivity-server.service") == "inactive", node.ns.show(
+            "konnectivity-server.service", "Result", "ExecMainStatus", "ExecMainCode", "SubState"
+        )
+        code, _ = node.status()
+        assert code == 1
+
+
+OWNER = """
+import time
+from tests.harness.systemd_ns import SystemdNamespace
+ns = SystemdNamespace()
+ns.start()
+print(ns.pid, ns.cgroup, ns._scratch, flush=True)
+time.sleep(600)
+"""
+
+
+class TestHarness:
+    def test_close_leaves_nothing(self) -> None:
+        """Closing halts systemd and removes its cgroups and scratch directory."""
+        problem = systemd_problem()
+        if problem:
+            pytest.skip(problem)
+        with SystemdNamespace() as ns:
+            pid, cgroup = ns.pid, ns.cgroup
+            assert ns.systemctl("is-system-running").stdout.strip() in ("running", "degraded")
+            assert (cgroup / "init.scope").is_dir()  # systemd's own tree lives in our cgroup
+        assert not cgroup.exists()
+        assert not Path(f"/proc/{pid}").exists()
+
+    def test_close_after_systemd_died(self) -> None:
+        """A namespace whose systemd was SIGKILLed is still cleaned up."""
+        problem = systemd_problem()
+        if problem:
+            pytest.skip(problem)
+        with SystemdNamespace() as ns:
+            cgroup = ns.cgroup
+            os.kill(ns.pid, signal.SIGKILL)
+        assert not cgroup.exists()
+
+    def test_namespace_dies_with_the_test_process(self) -> None:
+        """A test process killed before closing takes its systemd down with it."""
+        problem = systemd_problem()
+        if problem:
+            pytest.skip(problem)
+        owner = subprocess.Popen(
+            [sys.executable, "-c", OWNER],
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=Path(__file__).parent.parent,
+        )
+        cgroup: Path | None = None
+        try:
+            assert owner.stdout is not None
+            pid_text, cgroup_text, scratch = owner.stdout.readline().split()
+            cgroup = Path(cgroup_text)
+            os.kill(owner.pid, signal.SIGKILL)
+            owner.wait()
+            eventually(lambda: not Path(f"/proc/{pid_text}").exists(), "systemd halted")
+            Path(scratch).rmdir()  # the owner's (empty) mount point
+        finally:
+            if owner.poll() is None:
+                owner.kill()
+                owner.wait()
+            if owner.stdout is not None:
+                owner.stdout.close()
+            if cgroup is not None:
+                _remove_cgroup(cgroup, 20)
