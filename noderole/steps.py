@@ -18,6 +18,7 @@ import attrs
 
 from noderole.clock import Clock, SystemClock
 from noderole.errors import NoderoleError, StepError
+from noderole.manifest import record
 from noderole.records import (
     WAIT_TYPES,
     Call,
@@ -202,6 +203,7 @@ def _make_directories(step: MakeDirectories, ctx: StepContext) -> str:
         if not local.is_dir():
             local.mkdir(mode=step.mode, parents=True, exist_ok=True)
             created.append(node_path)
+    record(ctx.root, "directory", created)
     return f"created {', '.join(created)}" if created else "already present"
 
 
@@ -218,6 +220,7 @@ def _write_file(step: WriteFile, ctx: StepContext) -> str:
     local.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(local, data, mode=step.mode)
     ctx.written.append(step.path)
+    record(ctx.root, "file", [step.path])
     return "written"
 
 
@@ -233,4 +236,6 @@ def _certificate(step: MintCertificate, ctx: StepContext) -> CertOutcome:
         raise StepError(step.failure_message.format(reason=reason)) from exc
     if outcome.action == "minted":
         ctx.written.extend([step.cert_path] + ([] if outcome.key_kept else [step.key_path]))
+        record(ctx.root, "certificate", [step.cert_path])
+        record(ctx.root, "key", [] if outcome.key_kept else [step.key_path])
     return outcome
