@@ -84,6 +84,9 @@ _DIR = "dir"
 _VOLATILE: frozenset[str] = frozenset({"runtime", "log"})
 """Kinds whose content changes without noderole (a pid, log lines): recorded as ``any``."""
 
+_OWN_DIRECTORIES = ("/run/noderole", "/var/lib/noderole")
+"""noderole's own directories: removed by a reset that leaves them empty."""
+
 # The native supervisor's files in /run/noderole (noderole.supervisor keeps them there).
 _SUPERVISOR_FILES = (
     "supervisor.sock",
@@ -115,7 +118,7 @@ class Removal:
     path: str
     """Node path."""
     kind: str
-    """The entry's kind."""
+    """The entry's kind (``own`` for noderole's own directories, removed when left empty)."""
     action: Literal["remove", "keep", "gone"]
     """``remove``; ``keep`` (see ``reason``); ``gone``: nothing is there any more."""
     reason: str = ""
@@ -272,24 +275,29 @@ def plan_reset(root: NodeRoot, *, purge: bool) -> list[Removal]:
             )
         else:
             removals.append(Removal(path=entry.path, kind=entry.kind, action="remove"))
+    for directory in _OWN_DIRECTORIES:
+        if os.path.isdir(root.resolve(directory)) and directory not in entries(root):
+            removals.append(
+                Removal(path=directory, kind="own", action="remove", reason="when empty")
+            )
     return removals
-
-
-_OWN_DIRECTORIES = ("/run/noderole", "/var/lib/noderole")
-"""noderole's own directories: removed by a reset that leaves them empty."""
 
 
 def apply_reset(root: NodeRoot, removals: Iterable[Removal]) -> list[str]:
     """Carry out :func:`plan_reset`'s answer; return the node paths removed.
 
     A directory is removed only when empty (what a service put there stays). The manifest keeps
-    the entries of what was kept, and goes with noderole's own directories once nothing is left.
+    the entries of what was kept, and is removed once nothing is left; noderole's own directories
+    go last, when empty.
     """
     from noderole.atomic import write_atomic
 
     removed: list[str] = []
     forgotten: set[str] = set()
+    removals = list(removals)
     for item in removals:
+        if item.kind == "own":
+            continue  # after the manifest, which lives in one of them
         if item.action == "gone":
             forgotten.add(item.path)
             continue
@@ -324,9 +332,10 @@ def apply_reset(root: NodeRoot, removals: Iterable[Removal]) -> list[str]:
             local.unlink(missing_ok=True)
     finally:
         os.close(fd)
-    if not remaining:
-        for directory in _OWN_DIRECTORIES:
+    for item in removals:
+        if item.kind == "own" and item.action == "remove":
             # Not empty (a user's file, kept data) or already gone: it stays.
             with contextlib.suppress(OSError):
-                os.rmdir(root.resolve(directory))
+                os.rmdir(root.resolve(item.path))
+                removed.append(item.path)
     return removed

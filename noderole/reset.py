@@ -101,8 +101,8 @@ def reset(
         removed = apply_reset(ops.root, removals)
     if not had_lock:  # the lock this reset made for itself goes too
         lock.unlink(missing_ok=True)
-        with contextlib.suppress(OSError):  # not empty: something else still lives there
-            os.rmdir(ops.root.resolve(RUN_DIR))
+    with contextlib.suppress(OSError):  # not empty: something else still lives there
+        os.rmdir(ops.root.resolve(RUN_DIR))
     return ResetReport(
         role=chosen,
         stopped=tuple(stopping),

@@ -54,8 +54,14 @@ def reset_command(
     verb = ("would stop", "would remove") if dry_run else ("stopped", "removed")
     for name in report.stopped:
         click.echo(f"{verb[0]} {name}")
-    for path in report.to_remove if dry_run else report.removed:
-        click.echo(f"{verb[1]} {path}")
+    if dry_run:
+        for item in report.removals:
+            if item.action == "remove":
+                when = f" ({item.reason})" if item.reason else ""
+                click.echo(f"{verb[1]} {item.path}{when}")
+    else:
+        for path in report.removed:
+            click.echo(f"{verb[1]} {path}")
     for kept in report.kept:
         click.echo(f"{kept.reason.split(':')[0]} {kept.path}:{kept.reason.split(':', 1)[1]}")
     if not (report.stopped or report.to_remove or report.removed):
