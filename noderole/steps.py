@@ -50,7 +50,9 @@ class StepContext:
     progress: Callable[[str], None] = attrs.field(default=lambda text: None)
     """Report what the step is waiting for (shown by ``apply``'s console output)."""
     written: list[str] = attrs.field(factory=list)
-    """Node paths the steps wrote so far (for reports and the plugin-author kit)."""
+    """Node paths the steps wrote so far (for reports and the plugin-author kit). A
+    :class:`noderole.Call` function that writes a file appends its node path here, so
+    ``noderole reset`` removes it."""
 
     def resolve(self, node_path: str) -> Path:
         """Where a node path lives on this machine."""
@@ -158,7 +160,9 @@ def run_step(step: Step, ctx: StepContext) -> StepResult:
             ctx.progress(step.describe())
             detail = step.message
         elif isinstance(step, Call):
+            before = len(ctx.written)
             _call(step, ctx)
+            record(ctx.root, "file", ctx.written[before:])  # what the function says it wrote
             detail = "done"
         else:  # pragma: no cover - records.Service validates step types
             raise StepError(f"unknown step {step!r}")

@@ -16,6 +16,7 @@ import socket
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,6 +26,7 @@ from noderole.testing import (
     K3S_CA_KEY,
     ScratchRoot,
     end_node_processes,
+    eventually,
     load_certificate,
     node_processes,
     standins_from_plugins,
@@ -195,3 +197,40 @@ class TestRenewAndReset:
         assert {CERT, KEY} <= set(purged["removed"])
         assert not root.exists(KEY)
         assert root.read(PLANTED) == "mine: true\n"
+
+
+class TestScheduledRenewal:
+    def test_supervised_loop_renews_without_a_reboot(
+        self, root: ScratchRoot, noderole: Noderole, tmp_path: Path
+    ) -> None:
+        """backend = "native": the supervisor runs noderole-renew, whose loop re-mints the
+        expiring certificate and restarts konnectivity-server on its own; k3s is untouched."""
+        wrapper = tmp_path / "noderole"
+        wrapper.write_text(f'#!/bin/sh\nexec {sys.executable} -m noderole "$@"\n')
+        wrapper.chmod(0o755)
+        root.resolve("/bin").mkdir(parents=True, exist_ok=True)
+        os.symlink("/bin/sh", root.resolve("/bin/sh"))  # the loop's shell, under the root
+        config = root.read("/etc/noderole/config.toml").replace(
+            "[noderole]\n",
+            '[noderole]\nbackend = "native"\nrenew_interval = 1\nrenew_jitter = 0\n'
+            f'noderole_path = "{wrapper}"\n',
+        )
+        root.write_config(config)
+        report = json.loads(noderole("apply", "server", "--json").stdout)
+        assert {s["name"]: s["status"] for s in report["services"]}["noderole-renew"] == "started"
+        before = pids(noderole)
+
+        root.resolve(CERT).write_bytes(expiring_certificate(root, days=10))
+        renewed = eventually(
+            lambda: (
+                pids(noderole)["konnectivity-server"] != before["konnectivity-server"]
+                and load_certificate(root.resolve(CERT)).not_valid_after_utc
+                > dt.datetime.now(dt.UTC) + dt.timedelta(days=300)
+            ),
+            "the loop to renew the certificate",
+            timeout=90,
+        )
+        assert renewed
+        assert pids(noderole)["k3s"] == before["k3s"]
+        assert "restarted: certificate" in root.read("/var/log/noderole-renew.log")
+        noderole("stop")

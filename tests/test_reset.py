@@ -23,6 +23,7 @@ from noderole.cli._app import App
 from noderole.clock import FakeClock
 from noderole.manifest import MANIFEST, entries, record
 from noderole.root import NodeRoot
+from noderole.steps import StepContext
 from noderole.testing import (
     K3S_CA_CERT,
     K3S_CA_KEY,
@@ -34,6 +35,14 @@ from noderole.testing import (
 DROP_IN = "/etc/proxy/conf.d/10-noderole.yaml"
 CERT = "/var/lib/proxy/tls.crt"
 KEY = "/var/lib/proxy/tls.key"
+EXTRA = "/etc/proxy/extra.conf"
+
+
+def _write_extra(ctx: StepContext) -> None:
+    """A plugin's own function that writes a file and says so (``ctx.written``)."""
+    ctx.resolve("/etc/proxy").mkdir(parents=True, exist_ok=True)
+    ctx.resolve(EXTRA).write_text("extra\n")
+    ctx.written.append(EXTRA)
 
 
 def _plugin() -> types.ModuleType:
@@ -51,6 +60,7 @@ def _plugin() -> types.ModuleType:
                 pre_start=[
                     noderole.MakeDirectories(paths=["/var/lib/proxy"], mode=0o700),
                     noderole.WriteFile(path=DROP_IN, content="listen: 1\n"),
+                    noderole.Call(function=_write_extra, description="write extra.conf"),
                     noderole.MintCertificate(
                         directory="/var/lib/proxy",
                         ca_cert=K3S_CA_CERT,
@@ -109,6 +119,7 @@ WRITTEN = {
     "/etc/runlevels/default/proxy",
     "/etc/periodic/daily/noderole-renew",
     DROP_IN,
+    EXTRA,
     "/var/lib/noderole/role",
     "/var/lib/noderole/applied.json",
     "/var/lib/noderole/rendered-openrc.json",
