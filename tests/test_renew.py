@@ -142,11 +142,14 @@ class TestRenew:
         assert _renew(app)["proxy"].status == "running"
         assert app.recorder.names()[2:] == ["proxy"]
 
-    def test_changed_ca(self, app: _App, node_root: ScratchRoot) -> None:
+    def test_changed_ca(self, app: _App, node_root: ScratchRoot, fake_clock: FakeClock) -> None:
         """A rotated CA (same paths, new key) re-mints at once."""
         make_cluster_ca(node_root)
+        # The new CA is valid from the real now, which the fake clock (set when the test began)
+        # may not have reached.
+        fake_clock.advance(120)
         proxy = _renew(app)["proxy"]
-        assert proxy.status == "restarted"
+        assert proxy.status == "restarted", proxy.reason
         assert "issued by a different CA" in proxy.reason
         assert ClusterCA.signed(make_ca_view(node_root), load_certificate(node_root.resolve(CERT)))
 
@@ -194,6 +197,15 @@ class TestRenew:
         result = CliRunner().invoke(cli, ["renew"], obj=app)
         assert result.exit_code == 1
         assert "proxy: failed: cannot renew" in result.stdout
+
+    def test_cli_text_names_each_reason_once(self, app: _App, fake_clock: FakeClock) -> None:
+        """The text report: one line per service, its status, then its reason."""
+        fake_clock.advance(300 * DAY)
+        result = CliRunner().invoke(cli, ["renew"], obj=app)
+        assert result.exit_code == 0, result.output
+        (line,) = [x for x in result.stdout.splitlines() if x.startswith("  proxy:")]
+        assert line.startswith("  proxy: restarted: certificate /var/lib/proxy/tls.crt re-minted")
+        assert "role r: 1 of 1 services with certificates renewed" in result.stdout
 
 
 def make_ca_view(node_root: ScratchRoot) -> ClusterCA:

@@ -45,6 +45,7 @@ def renew_command(
             f"certificates renewed ({report.seconds:.2f}s, backend {report.backend})"
         )
         for entry in report.services:
-            click.echo(f"  {entry.name}: {entry.status}: {entry.reason}")
+            reason = entry.reason.removeprefix(f"{entry.status}: ")
+            click.echo(f"  {entry.name}: {entry.status}: {reason}")
     if not report.ok:
         raise SystemExit(int(ExitCode.FAILED))
