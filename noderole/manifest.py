@@ -2,11 +2,11 @@
 
 Every writer records the node paths it wrote (:func:`record`) in
 ``/var/lib/noderole/written.jsonl``: one JSON line per record (``{"path", "kind", "digest"}``),
-appended under an exclusive ``flock`` with one ``write`` and an ``fsync``, so concurrent writers
-(the engine's per-service threads, an init system's ``noderole hook``) never interleave, and a
-crash can at worst leave one torn last line, which is skipped. The last line for a path wins. A
-line identical to the path's current entry is not appended again, so the file grows only when
-something changed.
+appended under an exclusive ``flock`` with one ``write``, so concurrent writers (the engine's
+per-service threads, an init system's ``noderole hook``) never interleave, and a crash can at
+worst lose or tear the last lines, which are skipped (reset then keeps those files). The last
+line for a path wins. A line identical to the path's current entry is not appended again, so the
+file grows only when something changed.
 
 The digest is what the path held when noderole wrote it (``sha256:...`` of a file, ``link:TARGET``
 of a link, ``dir`` for a directory it created, ``any`` for files a process rewrites on its own:
@@ -213,8 +213,9 @@ def record(root: NodeRoot, kind: Kind, paths: Iterable[str]) -> None:
             if known.get(path) != entry:
                 lines.append(json.dumps(attrs.asdict(entry), separators=(",", ":")) + "\n")
         if lines:
+            # No fsync: a record lost to a power cut only makes reset keep that file (the safe
+            # side), and it would cost ~6 ms per write at boot.
             os.write(fd, "".join(lines).encode())
-            os.fsync(fd)
     except OSError:
         pass
     finally:
