@@ -207,6 +207,12 @@ class TestRenew:
         assert line.startswith("  proxy: restarted: certificate /var/lib/proxy/tls.crt re-minted")
         assert "role r: 1 of 1 services with certificates renewed" in result.stdout
 
+    def test_check_needs_paths_or_role(self, app: _App) -> None:
+        """`cert check` with neither PATHs nor --role says what to give."""
+        result = CliRunner().invoke(cli, ["cert", "check"], obj=app)
+        assert result.exit_code == 2
+        assert "name certificate PATHs, or --role ROLE" in result.output
+
 
 def make_ca_view(node_root: ScratchRoot) -> ClusterCA:
     """The CA now at k3s's paths, as a ClusterCA (for its ``signed`` check)."""

@@ -216,6 +216,17 @@ class TestReset:
         assert "removed" not in again.stdout
 
 
+class TestNothingToReset:
+    def test_fresh_node(self, node_root: ScratchRoot, fake_clock: FakeClock) -> None:
+        """A node noderole never touched: nothing to stop, nothing removed, nothing created."""
+        app = _App(root=NodeRoot(node_root.path), clock=fake_clock, autoload=False)
+        app.recorder = RecordingBackend(node_root)
+        result = CliRunner().invoke(cli, ["reset"], obj=app)
+        assert result.exit_code == 0, result.output
+        assert result.stdout == "nothing to reset\n"
+        assert list(node_root.path.iterdir()) == []
+
+
 class TestManifest:
     def test_concurrent_records_all_land(self, tmp_path: Path) -> None:
         """Records from many threads at once are all kept (one locked append each)."""
