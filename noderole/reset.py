@@ -71,13 +71,22 @@ def reset(
 ) -> ResetReport:
     """Stop ``role`` (default: the recorded one) through ``backend`` and remove what noderole
     wrote. With ``dry_run`` nothing changes and the report lists what would."""
+    from noderole.errors import PlanError
     from noderole.state import LOCK_FILE, RUN_DIR, node_lock, read_role
 
     chosen = role or read_role(ops.root)
     stopping: list[str] = []
     if chosen is not None:
-        plan = ops.plan(chosen)
-        stopping = [n for n in plan.stop_order() if plan[n].service.command is not None]
+        try:
+            plan = ops.plan(chosen)
+        except PlanError:
+            if role:
+                raise
+            # The recorded role's plugin is gone (the node is being repurposed): nothing names
+            # its services any more; the native supervisor's shutdown below still ends them.
+            plan = None
+        if plan is not None:
+            stopping = [n for n in plan.stop_order() if plan[n].service.command is not None]
     if dry_run or (not entries(ops.root) and not stopping):
         removals = plan_reset(ops.root, purge=purge)
         return ResetReport(
@@ -92,9 +101,9 @@ def reset(
     with node_lock(ops.root, timeout=lock_timeout, clock=ops.clock, what="reset"):
         if stopping and backend is not None:
             backend.stop(stopping)
-            supervisor = getattr(backend, "supervisor", None)
-            if supervisor is not None:  # the native backend: its daemon goes with the role
-                supervisor.shutdown()
+        supervisor = getattr(backend, "supervisor", None)
+        if supervisor is not None:  # the native backend: its daemon goes with the role
+            supervisor.shutdown()
         if had_lock:
             record(ops.root, "runtime", [LOCK_FILE])
         removals = plan_reset(ops.root, purge=purge)

@@ -227,6 +227,30 @@ class TestNothingToReset:
         assert list(node_root.path.iterdir()) == []
 
 
+class TestRecordedRoleGone:
+    def test_reset_without_the_roles_plugin(
+        self, node_root: ScratchRoot, fake_clock: FakeClock, cluster_ca: ClusterCA
+    ) -> None:
+        """The recorded role's plugin was uninstalled: reset still removes what noderole wrote;
+        naming that role explicitly is an error."""
+        app = _App(
+            root=NodeRoot(node_root.path),
+            clock=fake_clock,
+            plugin_objects=(("resetplugin", _plugin()),),
+            autoload=False,
+        )
+        app.recorder = RecordingBackend(node_root)
+        assert app.apply(app.plan("r"), app.recorder).ok
+        bare = _App(root=NodeRoot(node_root.path), clock=fake_clock, autoload=False)
+        bare.recorder = app.recorder
+        report = bare.reset(None, bare.recorder)
+        assert report.stopped == ()
+        assert DROP_IN in report.removed
+        assert not node_root.exists(DROP_IN)
+        with pytest.raises(noderole.errors.PlanError, match="unknown role 'r'"):
+            bare.reset("r", bare.recorder)
+
+
 class TestManifest:
     def test_concurrent_records_all_land(self, tmp_path: Path) -> None:
         """Records from many threads at once are all kept (one locked append each)."""
