@@ -128,13 +128,25 @@ WantedBy=multi-user.target
     ]
 
 
-def boot_entry(kind: str, *, noderole_path: str) -> list[BootFile]:
-    """The files and links of the boot entry for ``kind`` (``openrc`` or ``systemd``)."""
+def boot_entry(kind: str, *, noderole_path: str, root: NodeRoot | None = None) -> list[BootFile]:
+    """The files and links of the boot entry for ``kind`` (``openrc`` or ``systemd``), with the
+    periodic job that renews certificates while the node runs (:func:`noderole.renewal.
+    periodic_files`; ``root`` gives the node's renewal offset)."""
     if kind == "openrc":
-        return _openrc(noderole_path)
-    if kind == "systemd":
-        return _systemd(noderole_path)
-    raise BackendError(f"no boot entry for backend {kind!r}: use --backend openrc or systemd")
+        items = _openrc(noderole_path)
+    elif kind == "systemd":
+        items = _systemd(noderole_path)
+    else:
+        raise BackendError(f"no boot entry for backend {kind!r}: use --backend openrc or systemd")
+    from noderole.render import RenderedFile
+    from noderole.renewal import periodic_files
+
+    for extra in periodic_files(kind, noderole_path=noderole_path, root=root):
+        if isinstance(extra, RenderedFile):
+            items.append(BootFile(path=extra.path, content=extra.content, mode=extra.mode))
+        else:
+            items.append(BootFile(path=extra.path, target=extra.target))
+    return items
 
 
 def _digest(text: str | bytes) -> str:
@@ -176,9 +188,10 @@ def enable(root: NodeRoot, role: str, kind: str, *, noderole_path: str) -> list[
     Idempotent. Refuses (before writing anything) a path that holds something ``enable`` did not
     write, naming it. An entry of the other kind that ``enable`` wrote earlier is removed.
     """
+    from noderole import manifest
     from noderole.atomic import write_atomic
 
-    items = boot_entry(kind, noderole_path=noderole_path)
+    items = boot_entry(kind, noderole_path=noderole_path, root=root)
     previous = _read_manifest(root)
     for item in items:
         now = _current(root.resolve(item.path))
@@ -200,10 +213,13 @@ def enable(root: NodeRoot, role: str, kind: str, *, noderole_path: str) -> list[
                 local.unlink()
             local.symlink_to(item.target)
     write_role(root, role)
-    manifest = root.resolve(MANIFEST)
-    manifest.parent.mkdir(parents=True, exist_ok=True)
+    record = root.resolve(MANIFEST)
+    record.parent.mkdir(parents=True, exist_ok=True)
     document = {"backend": kind, "paths": {i.path: _wanted(i) for i in items}}
-    write_atomic(manifest, json.dumps(document, indent=1, sort_keys=True).encode(), mode=0o644)
+    write_atomic(record, json.dumps(document, indent=1, sort_keys=True).encode(), mode=0o600)
+    # reset removes what noderole wrote, the boot entry included.
+    manifest.record(root, "rendered", [i.path for i in items])
+    manifest.record(root, "state", [MANIFEST])
     return [i.path for i in items]
 
 

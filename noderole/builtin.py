@@ -17,6 +17,7 @@ from typing import Any
 from noderole.context import NodeContext
 from noderole.hookspecs import hookimpl
 from noderole.records import Call, Service, Setting, SettingsTable
+from noderole.renewal import renew_service
 from noderole.steps import StepContext
 
 __all__ = ["cgroups_mounted", "network_up"]
@@ -95,6 +96,29 @@ def noderole_settings() -> SettingsTable:
                     "noderole.prom there after every apply, stop and restart (empty: off)."
                 ),
             ),
+            Setting(
+                name="renew_interval",
+                type=float,
+                default=86400.0,
+                min=0,
+                max=31536000,
+                description=(
+                    "Seconds between two `noderole renew` runs of the native backend's "
+                    "`noderole-renew` service (OpenRC and systemd renew daily through their own "
+                    "periodic job); 0 turns scheduled renewal off."
+                ),
+            ),
+            Setting(
+                name="renew_jitter",
+                type=float,
+                default=3600.0,
+                min=0,
+                max=86400,
+                description=(
+                    "Scheduled renewal starts up to this many seconds late: a fixed offset per "
+                    "node (from its machine id), so nodes do not restart services together."
+                ),
+            ),
         ],
     )
 
@@ -111,7 +135,9 @@ def noderole_services(node: NodeContext) -> list[Service]:
                 key="net",
             )
         )
+    renewal = renew_service(node, cfg)
     return [
+        *([renewal] if renewal is not None else []),
         Service(
             name="net",
             description="Network: a non-loopback interface is up with an address",

@@ -215,7 +215,7 @@ def write_last_apply(root: NodeRoot, outcome: ApplyOutcome) -> None:
 
     path = root.resolve(LAST_APPLY)
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, json.dumps(attrs.asdict(outcome), sort_keys=True).encode(), mode=0o644)
+    write_atomic(path, json.dumps(attrs.asdict(outcome), sort_keys=True).encode(), mode=0o600)
 
 
 def read_last_apply(root: NodeRoot, role: str) -> ApplyOutcome | None:

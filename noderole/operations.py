@@ -31,6 +31,8 @@ if TYPE_CHECKING:
     from noderole.plugins import PluginSet
     from noderole.records import Service, StandIn, Wait
     from noderole.render import Rendered
+    from noderole.renewal import CertificateCheck
+    from noderole.reset import ResetReport
 
 __all__ = ["Operations", "RenderResult", "status_verdict"]
 
@@ -257,6 +259,7 @@ class Operations:
         """
         from noderole.console import QuietProgress
         from noderole.engine import apply_plan
+        from noderole.manifest import record_processes
         from noderole.state import node_lock, read_applied, write_applied, write_role
 
         what = f"apply {plan.role}"
@@ -279,6 +282,7 @@ class Operations:
             )
             write_role(self.root, plan.role)
             write_applied(self.root, {**previous, **recorded})
+            record_processes(self.root, plan, backend.name)
         if publish:
             self.publish_metrics(plan, backend, report)
         return report
@@ -293,16 +297,29 @@ class Operations:
 
     def publish_metrics(self, plan: Plan, backend: Backend, report: ApplyReport | None) -> None:
         """Keep an apply's outcome; rewrite ``textfile_dir/noderole.prom`` when that is set."""
-        from noderole import metrics
+        import sys
 
-        if report is not None:
-            outcome = metrics.ApplyOutcome(
-                role=plan.role, ok=report.ok, seconds=report.seconds, timestamp=self.clock.time()
-            )
-            metrics.write_last_apply(self.root, outcome)
-        directory = str(self.setting("textfile_dir"))
-        if directory:
-            metrics.write_textfile(self.root.resolve(directory), self.metrics(plan, backend))
+        from noderole import manifest, metrics
+
+        written = []
+        try:
+            if report is not None:
+                outcome = metrics.ApplyOutcome(
+                    role=plan.role,
+                    ok=report.ok,
+                    seconds=report.seconds,
+                    timestamp=self.clock.time(),
+                )
+                metrics.write_last_apply(self.root, outcome)
+                written.append(metrics.LAST_APPLY)
+            directory = str(self.setting("textfile_dir"))
+            if directory:
+                metrics.write_textfile(self.root.resolve(directory), self.metrics(plan, backend))
+                written.append(f"{directory.rstrip('/')}/{metrics.TEXTFILE}")
+        except OSError as exc:
+            # The services are up: a metrics file that cannot be written must not fail the apply.
+            print(f"noderole: warning: fleet metrics not written: {exc}", file=sys.stderr)
+        manifest.record(self.root, "state", written)
 
     def dry_run(self, plan: Plan, backend: Backend) -> list[dict[str, Any]]:
         """What applying ``plan`` would do to each service, changing nothing (``--dry-run``)."""
@@ -383,16 +400,54 @@ class Operations:
             verdict = status_verdict(rows)
         return rows, verdict
 
+    # ---------------------------------------------------------------- renew, reset
+
+    def renew(
+        self,
+        plan: Plan,
+        backend: Backend,
+        *,
+        progress: Progress | None = None,
+        lock_timeout: float = 300.0,
+    ) -> ApplyReport:
+        """Re-mint the due certificates of ``plan``'s running services and restart only those
+        (:func:`noderole.renewal.renew`)."""
+        from noderole.renewal import renew
+
+        return renew(self, plan, backend, progress=progress, lock_timeout=lock_timeout)
+
+    def certificates(self, role: str) -> list[CertificateCheck]:
+        """Every certificate ``role``'s services mint, with its verdict now (``cert check``)."""
+        from noderole.renewal import role_certificates
+
+        return role_certificates(self, role)
+
+    def reset(
+        self,
+        role: str | None,
+        backend: Backend | None,
+        *,
+        purge: bool = False,
+        dry_run: bool = False,
+        lock_timeout: float = 300.0,
+    ) -> ResetReport:
+        """Stop ``role``'s services and remove what noderole wrote (:mod:`noderole.reset`)."""
+        from noderole.reset import reset
+
+        return reset(self, role, backend, purge=purge, dry_run=dry_run, lock_timeout=lock_timeout)
+
     # ---------------------------------------------------------------- render
 
     def render(self, role: str, backend: str, *, static: bool = False) -> RenderResult:
         """Write ``backend``'s (openrc or systemd) files for every service of ``role``, remove
         what an earlier render wrote for services no longer in it, and record the role."""
         from noderole.render import render_openrc, render_systemd, sync_rendered
+        from noderole.renewal import RENEW_SERVICE, periodic_files
         from noderole.state import write_role
 
         plan = self.plan(role)
-        services = [entry.service for entry in plan.services]
+        # The init system renews through its own periodic job, never the native loop service.
+        services = [entry.service for entry in plan.services if entry.name != RENEW_SERVICE]
         noderole_path = str(self.setting("noderole_path"))
         if backend == "openrc":
             items = render_openrc(services, noderole_path=noderole_path, exec_mode=not static)
@@ -400,6 +455,11 @@ class Operations:
             items = render_systemd(services, noderole_path=noderole_path, exec_mode=not static)
         else:
             raise UsageError(f"cannot render for backend {backend!r}: use openrc or systemd")
+        if float(self.setting("renew_interval")) > 0:
+            jitter = float(self.setting("renew_jitter"))
+            items += periodic_files(
+                backend, noderole_path=noderole_path, jitter=jitter, root=self.root
+            )
         manifest = f"/var/lib/noderole/rendered-{backend}.json"
         changed, removed = sync_rendered(items, root=self.root, manifest=manifest)
         write_role(self.root, role)

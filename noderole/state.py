@@ -58,6 +58,7 @@ def write_role(root: NodeRoot, role: str) -> None:
     path = root.resolve(ROLE_FILE)
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(path, f"{role}\n".encode(), mode=0o644)
+    _record(root, ROLE_FILE)
 
 
 def read_applied(root: NodeRoot) -> dict[str, dict[str, Any]]:
@@ -76,6 +77,14 @@ def write_applied(root: NodeRoot, applied: Mapping[str, Mapping[str, Any]]) -> N
     path = root.resolve(APPLIED_FILE)
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(path, json.dumps(applied, indent=1, sort_keys=True).encode(), mode=0o600)
+    _record(root, APPLIED_FILE)
+
+
+def _record(root: NodeRoot, node_path: str) -> None:
+    """Note the state file in the manifest ``noderole reset`` removes by."""
+    from noderole.manifest import record
+
+    record(root, "state", [node_path])
 
 
 @contextmanager

@@ -20,6 +20,7 @@ import attrs
 
 from noderole.clock import Clock, SystemClock
 from noderole.errors import NoderoleError, StepError
+from noderole.manifest import record
 from noderole.records import (
     WAIT_TYPES,
     Call,
@@ -51,7 +52,9 @@ class StepContext:
     progress: Callable[[str], None] = attrs.field(default=lambda text: None)
     """Report what the step is waiting for (shown by ``apply``'s console output)."""
     written: list[str] = attrs.field(factory=list)
-    """Node paths the steps wrote so far (for reports and the plugin-author kit)."""
+    """Node paths the steps wrote so far (for reports and the plugin-author kit). A
+    :class:`noderole.Call` function that writes a file appends its node path here, so
+    ``noderole reset`` removes it."""
 
     def resolve(self, node_path: str) -> Path:
         """Where a node path lives on this machine."""
@@ -159,7 +162,9 @@ def run_step(step: Step, ctx: StepContext) -> StepResult:
             ctx.progress(step.describe())
             detail = step.message
         elif isinstance(step, Call):
+            before = len(ctx.written)
             _call(step, ctx)
+            record(ctx.root, "file", ctx.written[before:])  # what the function says it wrote
             detail = "done"
         else:  # pragma: no cover - records.Service validates step types
             raise StepError(f"unknown step {step!r}")
@@ -204,6 +209,7 @@ def _make_directories(step: MakeDirectories, ctx: StepContext) -> str:
         if not local.is_dir():
             local.mkdir(mode=step.mode, parents=True, exist_ok=True)
             created.append(node_path)
+    record(ctx.root, "directory", created)
     return f"created {', '.join(created)}" if created else "already present"
 
 
@@ -220,6 +226,7 @@ def _write_file(step: WriteFile, ctx: StepContext) -> str:
     local.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(local, data, mode=step.mode)
     ctx.written.append(step.path)
+    record(ctx.root, "file", [step.path])
     return "written"
 
 
@@ -235,4 +242,6 @@ def _certificate(step: MintCertificate, ctx: StepContext) -> CertOutcome:
         raise StepError(step.failure_message.format(reason=reason)) from exc
     if outcome.action == "minted":
         ctx.written.extend([step.cert_path] + ([] if outcome.key_kept else [step.key_path]))
+        record(ctx.root, "certificate", [step.cert_path])
+        record(ctx.root, "key", [] if outcome.key_kept else [step.key_path])
     return outcome

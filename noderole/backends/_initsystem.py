@@ -127,11 +127,13 @@ class InitSystemBackend:
 
     def _remember(self, name: str, fingerprint: str) -> None:
         from noderole.atomic import write_atomic
+        from noderole.manifest import record
 
         data = {**self._fingerprints(), name: fingerprint}
         path = self.root.resolve(FINGERPRINTS)
         path.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(path, json.dumps(data, indent=1, sort_keys=True).encode(), mode=0o644)
+        record(self.root, "state", [FINGERPRINTS])
 
     # ---------------------------------------------------------------- Backend protocol
 

@@ -34,6 +34,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "stop": ("noderole.cli._apply:stop_command", "Stop a role or services, in reverse order."),
     "restart": ("noderole.cli._apply:restart_command", "Restart services (pre-start steps again)."),
     "cert": ("noderole.cli._cert:cert", "Mint or check serving certificates."),
+    "renew": ("noderole.cli._renew:renew_command", "Renew running services' certificates."),
+    "reset": ("noderole.cli._reset:reset_command", "Stop a role, remove what noderole wrote."),
     "env": ("noderole.cli._env:env", "Show how an environment file is parsed."),
     "wait": ("noderole.cli._wait:wait", "Wait, bounded, for paths, sockets, ports or URLs."),
     "hook": (

@@ -84,7 +84,12 @@ def _local(app: App, path: str) -> Path:
 
 
 @cert.command(name="check")
-@click.argument("paths", nargs=-1, required=True)
+@click.argument("paths", nargs=-1)
+@click.option(
+    "--role",
+    default=None,
+    help="Instead of PATHs: every certificate the role's services mint, checked as they would be.",
+)
 @click.option("--ca-cert", default=None, help="Node path of the CA to check the issuer against.")
 @click.option(
     "--renew-before-days",
@@ -96,13 +101,28 @@ def _local(app: App, path: str) -> Path:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @click.pass_obj
 def check(
-    app: App, paths: tuple[str, ...], ca_cert: str | None, renew_before_days: int, as_json: bool
+    app: App,
+    paths: tuple[str, ...],
+    role: str | None,
+    ca_cert: str | None,
+    renew_before_days: int,
+    as_json: bool,
 ) -> None:
     """Show subject, SANs, expiry and issuer of each certificate, and whether it would be reused.
 
     Absolute PATHs are node paths (resolved under --root). A key next to a certificate (X.key for
     X.crt) is checked against it. Exits 1 when any certificate is unreadable or would be re-minted.
+
+    With --role ROLE: every certificate ROLE's services mint, checked against the CA, names and
+    renewal window of its step, with days left; exits 1 when one is due for renewal.
     """
+    if role is not None:
+        if paths or ca_cert:
+            raise UsageError("cert check: give PATHs (with --ca-cert) or --role, not both")
+        _check_role(app, role, as_json=as_json)
+        return
+    if not paths:
+        raise UsageError("cert check: name certificate PATHs, or --role ROLE")
     from noderole.certs import inspect_certificate
 
     now = dt.datetime.fromtimestamp(app.clock.time(), tz=dt.UTC)
@@ -169,3 +189,34 @@ def _table(rows: list[tuple[str, CertReport | CertificateError]], *, ca_checked:
         "  ".join([*(cell.ljust(w) for cell, w in zip(line[:-1], widths, strict=True)), line[-1]])
         for line in lines
     )
+
+
+def _check_role(app: App, role: str, *, as_json: bool) -> None:
+    """``cert check --role``: the role's certificates, one line each; exit 1 when one is due."""
+    checks = app.certificates(role)
+    if as_json:
+        click.echo(json.dumps([c.to_dict() for c in checks], indent=2))
+    elif not checks:
+        click.echo(f"role {role}: no service mints a certificate")
+    else:
+        header = ("SERVICE", "CERTIFICATE", "ISSUER", "SANS", "EXPIRES", "DAYS LEFT", "RENEW")
+        lines: list[tuple[str, ...]] = [header]
+        for c in checks:
+            verdict = f"error: {c.error}" if c.error else (f"due: {c.reason}" if c.due else "no")
+            lines.append(
+                (
+                    c.service,
+                    c.path,
+                    c.issuer or "-",
+                    ",".join(c.sans) or "-",
+                    c.not_after.strftime("%b %d, %Y %H:%M UTC") if c.not_after else "-",
+                    str(c.days_left) if c.days_left is not None else "-",
+                    verdict,
+                )
+            )
+        widths = [max(len(line[i]) for line in lines) for i in range(len(header) - 1)]
+        for line in lines:
+            cells = [cell.ljust(w) for cell, w in zip(line[:-1], widths, strict=True)]
+            click.echo("  ".join([*cells, line[-1]]))
+    if any(c.due for c in checks):
+        raise click.exceptions.Exit(1)

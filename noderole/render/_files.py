@@ -12,6 +12,7 @@ import attrs
 
 from noderole.atomic import write_atomic
 from noderole.errors import BackendError
+from noderole.manifest import record
 from noderole.root import NodeRoot
 
 __all__ = ["Rendered", "RenderedFile", "RenderedLink", "sync_rendered", "write_rendered"]
@@ -60,6 +61,7 @@ def write_rendered(files: Iterable[Rendered], *, root: NodeRoot) -> list[Path]:
     path when the file system refuses.
     """
     changed: list[Path] = []
+    files = list(files)
     for item in sorted(files, key=lambda f: f.path):
         local = root.resolve(item.path)
         try:
@@ -75,6 +77,7 @@ def write_rendered(files: Iterable[Rendered], *, root: NodeRoot) -> list[Path]:
             ) from error
         if did:
             changed.append(local)
+    record(root, "rendered", [item.path for item in files])
     return changed
 
 
@@ -153,4 +156,5 @@ def sync_rendered(
         removed.append(path)
     local_manifest.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(local_manifest, (json.dumps(current, indent=1) + "\n").encode(), mode=0o644)
+    record(root, "state", [manifest])
     return changed, removed

@@ -1,0 +1,342 @@
+"""What noderole wrote on the node, so ``noderole reset`` removes exactly that and nothing else.
+
+Every writer records the node paths it wrote (:func:`record`) in
+``/var/lib/noderole/written.jsonl``: one JSON line per record (``{"path", "kind", "digest"}``),
+appended under an exclusive ``flock`` with one ``write``, so concurrent writers (the engine's
+per-service threads, an init system's ``noderole hook``) never interleave, and a crash can at
+worst lose or tear the last lines, which are skipped (reset then keeps those files). The last
+line for a path wins. A line identical to the path's current entry is not appended again, so the
+file grows only when something changed.
+
+The digest is what the path held when noderole wrote it (``sha256:...`` of a file, ``link:TARGET``
+of a link, ``dir`` for a directory it created, ``any`` for files a process rewrites on its own:
+pidfiles, logs, the supervisor's run files). :func:`plan_reset` removes a recorded file only while
+it still holds that: a file changed since is kept and named.
+
+Kinds, and what ``reset`` does with them:
+
+==============  ============================================================  ===============
+kind            written by                                                    reset
+==============  ============================================================  ===============
+``rendered``    runscripts, units, links, periodic jobs (``render``, init      removed
+                backends, ``enable``)
+``file``        ``WriteFile`` steps (drop-ins, configuration)                 removed
+``state``       the role, definition digests, render manifests, fingerprints  removed
+``runtime``     pidfiles, the node lock, the native supervisor's run files    removed
+``certificate`` minted certificates                                           ``--purge``
+``key``         minted keys                                                   ``--purge``
+``log``         services' logs                                                ``--purge``
+``directory``   directories ``MakeDirectories`` created (removed when empty)  ``--purge``
+==============  ============================================================  ===============
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import hashlib
+import json
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+import attrs
+
+from noderole.root import NodeRoot
+
+if TYPE_CHECKING:
+    from noderole.plan import Plan
+
+__all__ = [
+    "KINDS",
+    "MANIFEST",
+    "PURGE_ONLY",
+    "Entry",
+    "Removal",
+    "apply_reset",
+    "entries",
+    "plan_reset",
+    "record",
+    "record_processes",
+]
+
+MANIFEST = "/var/lib/noderole/written.jsonl"
+"""The manifest (node path)."""
+
+Kind = Literal["rendered", "file", "state", "runtime", "certificate", "key", "log", "directory"]
+KINDS: tuple[Kind, ...] = (
+    "rendered",
+    "file",
+    "state",
+    "runtime",
+    "certificate",
+    "key",
+    "log",
+    "directory",
+)
+PURGE_ONLY = frozenset({"certificate", "key", "log", "directory"})
+"""Kinds ``reset`` keeps unless ``--purge``: minted keys and what services filled."""
+
+_ANY = "any"
+_DIR = "dir"
+_VOLATILE: frozenset[str] = frozenset({"runtime", "log"})
+"""Kinds whose content changes without noderole (a pid, log lines): recorded as ``any``."""
+
+_OWN_DIRECTORIES = ("/run/noderole", "/var/lib/noderole")
+"""noderole's own directories: removed by a reset that leaves them empty."""
+
+# The native supervisor's files in /run/noderole (noderole.supervisor keeps them there).
+_SUPERVISOR_FILES = (
+    "supervisor.sock",
+    "supervisor.pid",
+    "state.json",
+    "supervisor.lock",
+    "starter.lock",
+    "supervisor.log",
+    "supervisor.log.1",
+)
+
+
+@attrs.frozen(kw_only=True)
+class Entry:
+    """One recorded path."""
+
+    path: str
+    """Node path."""
+    kind: str
+    """One of :data:`KINDS`."""
+    digest: str
+    """What it held when written (``sha256:...``, ``link:TARGET``, ``dir`` or ``any``)."""
+
+
+@attrs.frozen(kw_only=True)
+class Removal:
+    """What ``reset`` does with one recorded path."""
+
+    path: str
+    """Node path."""
+    kind: str
+    """The entry's kind (``own`` for noderole's own directories, removed when left empty)."""
+    action: Literal["remove", "keep", "gone"]
+    """``remove``; ``keep`` (see ``reason``); ``gone``: nothing is there any more."""
+    reason: str = ""
+    """Why it is kept (``kept: minted key (use --purge)``, ``changed since noderole wrote it``)."""
+
+
+def _digest_of(local: Path, kind: str) -> str | None:
+    """The digest of what is at ``local`` now (None: nothing there)."""
+    try:
+        info = os.lstat(local)
+    except FileNotFoundError:
+        return None
+    if os.path.islink(local):
+        return f"link:{os.readlink(local)}"
+    if os.path.isdir(local):
+        return _DIR
+    if kind in _VOLATILE:
+        return _ANY
+    if not os.path.isfile(local) or info.st_size > 16 * 1024 * 1024:
+        return _ANY
+    try:
+        return "sha256:" + hashlib.sha256(local.read_bytes()).hexdigest()
+    except OSError:
+        return _ANY
+
+
+def _parse(data: bytes) -> dict[str, Entry]:
+    found: dict[str, Entry] = {}
+    for line in data.split(b"\n"):
+        try:
+            item = json.loads(line)
+            entry = Entry(path=item["path"], kind=item["kind"], digest=item["digest"])
+        except (ValueError, KeyError, TypeError):
+            continue  # a torn last line after a crash, or a line from an unknown future
+        if isinstance(entry.path, str) and entry.path.startswith("/"):
+            found[entry.path] = entry
+    return found
+
+
+def _open_locked(root: NodeRoot) -> int:
+    """The manifest, open for appending under an exclusive flock (created if missing).
+
+    A reset replaces the file by rename: a writer that locked the old one retries on the new.
+    """
+    local = root.resolve(MANIFEST)
+    local.parent.mkdir(parents=True, exist_ok=True)
+    while True:
+        flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
+        fd = os.open(local, flags, 0o600)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            same = os.stat(local).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            return fd
+        os.close(fd)
+
+
+def _read_fd(fd: int) -> bytes:
+    chunks: list[bytes] = []
+    offset = 0
+    while True:
+        chunk = os.pread(fd, 1 << 16, offset)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+        offset += len(chunk)
+
+
+def record(root: NodeRoot, kind: Kind, paths: Iterable[str]) -> None:
+    """Record that noderole wrote ``paths`` (node paths), with what they hold now.
+
+    Paths that hold nothing are skipped. Never raises for a manifest it cannot write: recording
+    must not fail the write it follows (``reset`` then keeps what it does not know).
+    """
+    wanted = [p for p in dict.fromkeys(paths) if p.startswith("/")]
+    if not wanted:
+        return
+    try:
+        fd = _open_locked(root)
+    except OSError:
+        return
+    try:
+        known = _parse(_read_fd(fd))
+        lines = []
+        for path in wanted:
+            digest = _digest_of(root.resolve(path), kind)
+            if digest is None:
+                continue
+            entry = Entry(path=path, kind=kind, digest=digest)
+            if known.get(path) != entry:
+                lines.append(json.dumps(attrs.asdict(entry), separators=(",", ":")) + "\n")
+        if lines:
+            # No fsync: a record lost to a power cut only makes reset keep that file (the safe
+            # side), and it would cost ~6 ms per write at boot.
+            os.write(fd, "".join(lines).encode())
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def record_processes(root: NodeRoot, plan: Plan, backend: str) -> None:
+    """After an apply: the pidfiles and logs of ``plan``'s processes, the node lock and, for the
+    native backend, the supervisor's run files (written by the processes, not by a writer that
+    could record them itself)."""
+    from noderole.state import LOCK_FILE, RUN_DIR
+
+    services = [entry.service for entry in plan.services if entry.service.command is not None]
+    record(root, "runtime", [s.pidfile for s in services if s.pidfile])
+    record(root, "log", [p for s in services for p in (s.output_log, s.error_log) if p])
+    runtime = [LOCK_FILE]
+    if backend == "native":
+        runtime += [f"{RUN_DIR}/{name}" for name in _SUPERVISOR_FILES]
+    record(root, "runtime", runtime)
+
+
+def entries(root: NodeRoot) -> dict[str, Entry]:
+    """Every recorded path and its last entry (empty when nothing was recorded)."""
+    try:
+        return _parse(root.resolve(MANIFEST).read_bytes())
+    except FileNotFoundError:
+        return {}
+
+
+def plan_reset(root: NodeRoot, *, purge: bool) -> list[Removal]:
+    """What ``reset`` would do with each recorded path, deepest paths first, changing nothing."""
+    removals = []
+    for entry in sorted(entries(root).values(), key=lambda e: (-e.path.count("/"), e.path)):
+        local = root.resolve(entry.path)
+        now = _digest_of(local, entry.kind)
+        if now is None:
+            removals.append(Removal(path=entry.path, kind=entry.kind, action="gone"))
+        elif entry.kind in PURGE_ONLY and not purge:
+            what = {"certificate": "minted certificate", "key": "minted key"}.get(
+                entry.kind, f"service {entry.kind}" if entry.kind == "log" else "service data"
+            )
+            removals.append(
+                Removal(
+                    path=entry.path,
+                    kind=entry.kind,
+                    action="keep",
+                    reason=f"kept: {what} (reset --purge removes it)",
+                )
+            )
+        elif entry.digest not in (_ANY, now) and not (entry.digest == _DIR and now == _DIR):
+            removals.append(
+                Removal(
+                    path=entry.path,
+                    kind=entry.kind,
+                    action="keep",
+                    reason="kept: changed since noderole wrote it (remove it yourself if unwanted)",
+                )
+            )
+        else:
+            removals.append(Removal(path=entry.path, kind=entry.kind, action="remove"))
+    for directory in _OWN_DIRECTORIES:
+        if os.path.isdir(root.resolve(directory)) and directory not in entries(root):
+            removals.append(
+                Removal(path=directory, kind="own", action="remove", reason="when empty")
+            )
+    return removals
+
+
+def apply_reset(root: NodeRoot, removals: Iterable[Removal]) -> list[str]:
+    """Carry out :func:`plan_reset`'s answer; return the node paths removed.
+
+    A directory is removed only when empty (what a service put there stays). The manifest keeps
+    the entries of what was kept, and is removed once nothing is left; noderole's own directories
+    go last, when empty.
+    """
+    from noderole.atomic import write_atomic
+
+    removed: list[str] = []
+    forgotten: set[str] = set()
+    removals = list(removals)
+    for item in removals:
+        if item.kind == "own":
+            continue  # after the manifest, which lives in one of them
+        if item.action == "gone":
+            forgotten.add(item.path)
+            continue
+        if item.action != "remove":
+            continue
+        local = root.resolve(item.path)
+        try:
+            if os.path.isdir(local) and not os.path.islink(local):
+                os.rmdir(local)
+            else:
+                os.unlink(local)
+        except FileNotFoundError:
+            pass
+        except OSError as error:
+            if error.errno in (errno.ENOTEMPTY, errno.EEXIST):
+                continue  # a service's data is inside: the directory stays, and its entry
+            raise
+        else:
+            removed.append(item.path)
+        forgotten.add(item.path)
+    fd = _open_locked(root)
+    try:
+        remaining = {p: e for p, e in _parse(_read_fd(fd)).items() if p not in forgotten}
+        local = root.resolve(MANIFEST)
+        if remaining:
+            text = "".join(
+                json.dumps(attrs.asdict(e), separators=(",", ":")) + "\n"
+                for e in remaining.values()
+            )
+            write_atomic(local, text.encode(), mode=0o600)
+        else:
+            local.unlink(missing_ok=True)
+    finally:
+        os.close(fd)
+    for item in removals:
+        if item.kind == "own" and item.action == "remove":
+            # Not empty (a user's file, kept data) or already gone: it stays.
+            with contextlib.suppress(OSError):
+                os.rmdir(root.resolve(item.path))
+                removed.append(item.path)
+    return removed

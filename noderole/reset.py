@@ -1,0 +1,121 @@
+"""``noderole reset``: undo what apply, render and enable did to a node (``kubeadm reset``'s idea).
+
+The role's services are stopped (and the native supervisor shut down), then every path
+:mod:`noderole.manifest` recorded is removed, unless it changed since noderole wrote it; minted
+certificates and keys, service logs and the directories steps created stay unless ``purge``.
+Nothing noderole did not record is ever touched, so a file planted beside noderole's survives. A
+second reset finds nothing recorded and does nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from noderole.manifest import Removal, apply_reset, entries, plan_reset, record
+
+if TYPE_CHECKING:
+    from noderole.backends import Backend
+    from noderole.operations import Operations
+
+__all__ = ["ResetReport", "reset"]
+
+
+@attrs.frozen(kw_only=True)
+class ResetReport:
+    """What a reset did (or, with ``dry_run``, would do)."""
+
+    role: str | None
+    """The role whose services were stopped (None: no role given or recorded)."""
+    stopped: tuple[str, ...]
+    """Services stopped (or to stop), in stop order."""
+    removals: tuple[Removal, ...]
+    """Every recorded path and what happens to it."""
+    removed: tuple[str, ...]
+    """Node paths removed (empty for a dry run)."""
+    dry_run: bool
+    """Nothing was changed."""
+
+    @property
+    def to_remove(self) -> list[str]:
+        """Node paths removed, or for a dry run those that would be."""
+        return [r.path for r in self.removals if r.action == "remove"]
+
+    @property
+    def kept(self) -> list[Removal]:
+        """Recorded paths left in place, each with its reason."""
+        return [r for r in self.removals if r.action == "keep"]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (``reset --json``)."""
+        return {
+            "role": self.role,
+            "dry_run": self.dry_run,
+            "stopped": list(self.stopped),
+            "removed": list(self.removed) if not self.dry_run else self.to_remove,
+            "kept": [{"path": r.path, "reason": r.reason} for r in self.kept],
+        }
+
+
+def reset(
+    ops: Operations,
+    role: str | None,
+    backend: Backend | None,
+    *,
+    purge: bool = False,
+    dry_run: bool = False,
+    lock_timeout: float = 300.0,
+) -> ResetReport:
+    """Stop ``role`` (default: the recorded one) through ``backend`` and remove what noderole
+    wrote. With ``dry_run`` nothing changes and the report lists what would."""
+    from noderole.errors import PlanError
+    from noderole.state import LOCK_FILE, RUN_DIR, node_lock, read_role
+
+    chosen = role or read_role(ops.root)
+    stopping: list[str] = []
+    if chosen is not None:
+        try:
+            plan = ops.plan(chosen)
+        except PlanError:
+            if role:
+                raise
+            # The recorded role's plugin is gone (the node is being repurposed): nothing names
+            # its services any more; the native supervisor's shutdown below still ends them.
+            plan = None
+        if plan is not None:
+            stopping = [n for n in plan.stop_order() if plan[n].service.command is not None]
+    if dry_run or (not entries(ops.root) and not stopping):
+        removals = plan_reset(ops.root, purge=purge)
+        return ResetReport(
+            role=chosen,
+            stopped=tuple(stopping) if dry_run else (),
+            removals=tuple(removals),
+            removed=(),
+            dry_run=dry_run,
+        )
+    lock = ops.root.resolve(LOCK_FILE)
+    had_lock = lock.exists()
+    with node_lock(ops.root, timeout=lock_timeout, clock=ops.clock, what="reset"):
+        if stopping and backend is not None:
+            backend.stop(stopping)
+        supervisor = getattr(backend, "supervisor", None)
+        if supervisor is not None:  # the native backend: its daemon goes with the role
+            supervisor.shutdown()
+        if had_lock:
+            record(ops.root, "runtime", [LOCK_FILE])
+        removals = plan_reset(ops.root, purge=purge)
+        removed = apply_reset(ops.root, removals)
+    if not had_lock:  # the lock this reset made for itself goes too
+        lock.unlink(missing_ok=True)
+    with contextlib.suppress(OSError):  # not empty: something else still lives there
+        os.rmdir(ops.root.resolve(RUN_DIR))
+    return ResetReport(
+        role=chosen,
+        stopped=tuple(stopping),
+        removals=tuple(removals),
+        removed=tuple(removed),
+        dry_run=False,
+    )

@@ -1,0 +1,377 @@
+"""`noderole renew`, `cert check --role` and the renewal schedules, on a fake clock.
+
+The certificate steps run for real under a scratch root (a k3s-style CA, real minting); services
+are started by a recording backend, so what restarts is exactly what the backend was asked.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+import noderole
+from noderole.backends import Backend
+from noderole.cli import cli
+from noderole.cli._app import App
+from noderole.clock import FakeClock
+from noderole.errors import UsageError
+from noderole.operations import Operations
+from noderole.renewal import (
+    OPENRC_PERIODIC,
+    RENEW_SERVICE,
+    SYSTEMD_TIMER,
+    jitter_offset,
+    periodic_files,
+)
+from noderole.root import NodeRoot
+from noderole.testing import (
+    ClusterCA,
+    RecordingBackend,
+    ScratchRoot,
+    load_certificate,
+)
+from noderole_k3s.testing import K3S_CA_CERT, K3S_CA_KEY, make_k3s_ca
+
+DAY = 86400.0
+CERT = "/var/lib/proxy/tls.crt"
+
+
+def _plugin(sans: list[str]) -> types.ModuleType:
+    """``proxy`` mints a serving certificate (SANs read from ``sans`` at each call); ``db`` mints
+    nothing; both in role ``r``."""
+    module = types.ModuleType("certplugin")
+
+    def noderole_services() -> list[noderole.Service]:
+        return [
+            noderole.Service(
+                name="proxy",
+                roles=["r"],
+                command=["/bin/proxy"],
+                pre_start=[
+                    noderole.MakeDirectories(paths=["/var/lib/proxy"], mode=0o700),
+                    noderole.MintCertificate(
+                        directory="/var/lib/proxy",
+                        ca_cert=K3S_CA_CERT,
+                        ca_key=K3S_CA_KEY,
+                        common_name="proxy",
+                        sans=list(sans),
+                    ),
+                ],
+            ),
+            noderole.Service(name="db", roles=["r"], command=["/bin/db"]),
+        ]
+
+    module.noderole_services = noderole.hookimpl(noderole_services)  # type: ignore[attr-defined]
+    return module
+
+
+class _App(App):
+    """The command line's App with the recording backend whatever --backend says."""
+
+    recorder: RecordingBackend
+
+    def backend(self, requested: str = "auto") -> Backend:
+        return self.recorder
+
+
+@pytest.fixture
+def sans() -> list[str]:
+    return ["proxy.example.com", "10.0.0.1"]
+
+
+@pytest.fixture
+def app(node_root: ScratchRoot, k3s_ca: ClusterCA, fake_clock: FakeClock, sans: list[str]) -> _App:
+    """Role ``r`` applied once through a recording backend, on the fake clock."""
+    made = _App(
+        root=NodeRoot(node_root.path),
+        clock=fake_clock,
+        plugin_objects=(("certplugin", _plugin(sans)),),
+        autoload=False,
+    )
+    made.recorder = RecordingBackend(node_root)
+    report = made.apply(made.plan("r"), made.recorder)
+    assert report.ok, report
+    assert sorted(made.recorder.names()) == ["db", "proxy"]
+    return made
+
+
+def _renew(app: _App) -> dict[str, Any]:
+    report = app.renew(app.plan("r"), app.recorder)
+    return {s.name: s for s in report.services}
+
+
+class TestRenew:
+    def test_nothing_due_touches_nothing(self, app: _App, node_root: ScratchRoot) -> None:
+        """A fresh certificate: nothing re-minted, nothing restarted, the report says why."""
+        before = node_root.read(CERT)
+        services = _renew(app)
+        assert list(services) == ["proxy"]
+        assert services["proxy"].status == "running"
+        assert "certificate good" in services["proxy"].reason
+        assert "days left" in services["proxy"].reason
+        assert len(app.recorder.started) == 2
+        assert node_root.read(CERT) == before
+
+    def test_window_reached_on_the_clock(
+        self, app: _App, node_root: ScratchRoot, fake_clock: FakeClock
+    ) -> None:
+        """Past the 90-day window: proxy is re-minted and restarted with its reason; db is not."""
+        before = node_root.read(CERT)
+        fake_clock.advance(280 * DAY)
+        services = _renew(app)
+        proxy = services["proxy"]
+        assert proxy.status == "restarted", proxy
+        assert "re-minted" in proxy.reason
+        assert "expires in 84 days" in proxy.reason
+        assert proxy.minted == (CERT,)
+        assert "db" not in services
+        assert app.recorder.names()[2:] == ["proxy"]
+        assert node_root.read(CERT) != before
+        # Renewed: the next run finds nothing to do.
+        assert _renew(app)["proxy"].status == "running"
+        assert app.recorder.names()[2:] == ["proxy"]
+
+    def test_changed_ca(self, app: _App, node_root: ScratchRoot, fake_clock: FakeClock) -> None:
+        """A rotated CA (same paths, new key) re-mints at once."""
+        make_k3s_ca(node_root)
+        # The new CA is valid from the real now, which the fake clock (set when the test began)
+        # may not have reached.
+        fake_clock.advance(120)
+        proxy = _renew(app)["proxy"]
+        assert proxy.status == "restarted", proxy.reason
+        assert "issued by a different CA" in proxy.reason
+        assert ClusterCA.signed(make_ca_view(node_root), load_certificate(node_root.resolve(CERT)))
+
+    def test_changed_sans(self, app: _App, sans: list[str]) -> None:
+        """SANs the service asks for changed: re-minted, restarted, the change named."""
+        sans.append("new.example.com")
+        proxy = _renew(app)["proxy"]
+        assert proxy.status == "restarted"
+        assert "SANs changed: +new.example.com" in proxy.reason
+
+    def test_stopped_service_is_left_to_apply(
+        self, app: _App, fake_clock: FakeClock, node_root: ScratchRoot
+    ) -> None:
+        """A stopped service is not started by renew, even with its certificate due."""
+        app.recorder.stop(["proxy"])
+        before = node_root.read(CERT)
+        fake_clock.advance(300 * DAY)
+        assert _renew(app) == {}
+        assert node_root.read(CERT) == before
+        assert len(app.recorder.started) == 2
+
+    def test_unusable_ca_fails_without_restart(self, app: _App, node_root: ScratchRoot) -> None:
+        """A CA key that went missing fails the service's renewal; its process keeps running."""
+        node_root.resolve(K3S_CA_KEY).unlink()
+        proxy = _renew(app)["proxy"]
+        assert proxy.status == "failed"
+        assert "cannot renew" in proxy.reason
+        assert "does not exist" in proxy.reason
+        assert len(app.recorder.started) == 2
+
+    def test_cli_json_and_exit_status(self, app: _App, fake_clock: FakeClock) -> None:
+        """`renew --json` prints apply's report shape; exit 0 when the renewed service is up."""
+        fake_clock.advance(300 * DAY)
+        result = CliRunner().invoke(cli, ["renew", "r", "--json"], obj=app)
+        assert result.exit_code == 0, result.output
+        document = json.loads(result.stdout)
+        assert document["role"] == "r"
+        assert document["ok"] is True
+        assert [s["name"] for s in document["services"]] == ["proxy"]
+        assert document["services"][0]["status"] == "restarted"
+
+    def test_cli_failure_exits_1(self, app: _App, node_root: ScratchRoot) -> None:
+        """A renewal that fails exits 1, as a failed apply does."""
+        node_root.resolve(K3S_CA_KEY).unlink()
+        result = CliRunner().invoke(cli, ["renew"], obj=app)
+        assert result.exit_code == 1
+        assert "proxy: failed: cannot renew" in result.stdout
+
+    def test_cli_text_names_each_reason_once(self, app: _App, fake_clock: FakeClock) -> None:
+        """The text report: one line per service, its status, then its reason."""
+        fake_clock.advance(300 * DAY)
+        result = CliRunner().invoke(cli, ["renew"], obj=app)
+        assert result.exit_code == 0, result.output
+        (line,) = [x for x in result.stdout.splitlines() if x.startswith("  proxy:")]
+        assert line.startswith("  proxy: restarted: certificate /var/lib/proxy/tls.crt re-minted")
+        assert "role r: 1 of 1 services with certificates renewed" in result.stdout
+
+    def test_check_needs_paths_or_role(self, app: _App) -> None:
+        """`cert check` with neither PATHs nor --role says what to give."""
+        result = CliRunner().invoke(cli, ["cert", "check"], obj=app)
+        assert result.exit_code == 2
+        assert "name certificate PATHs, or --role ROLE" in result.output
+
+
+def make_ca_view(node_root: ScratchRoot) -> ClusterCA:
+    """The CA now at k3s's paths, as a ClusterCA (for its ``signed`` check)."""
+    return ClusterCA(
+        cert_path=K3S_CA_CERT,
+        key_path=K3S_CA_KEY,
+        cert_file=node_root.resolve(K3S_CA_CERT),
+        key_file=node_root.resolve(K3S_CA_KEY),
+        common_name="",
+    )
+
+
+class TestCertCheckRole:
+    def test_lists_and_passes_when_good(self, app: _App) -> None:
+        """Every certificate of the role with issuer, SANs and days left; exit 0 when none due."""
+        result = CliRunner().invoke(cli, ["cert", "check", "--role", "r"], obj=app)
+        assert result.exit_code == 0, result.output
+        header, row = result.stdout.splitlines()
+        assert header.split()[:4] == ["SERVICE", "CERTIFICATE", "ISSUER", "SANS"]
+        assert row.startswith("proxy")
+        assert CERT in row
+        assert "k3s-server-ca@" in row
+        assert "proxy.example.com,10.0.0.1" in row
+        assert row.split()[-1] == "no"
+
+    def test_exits_1_inside_the_window(self, app: _App, fake_clock: FakeClock) -> None:
+        """Inside its window the certificate is due and the command exits 1."""
+        fake_clock.advance(300 * DAY)
+        result = CliRunner().invoke(cli, ["cert", "check", "--role", "r", "--json"], obj=app)
+        assert result.exit_code == 1
+        (check,) = json.loads(result.stdout)
+        assert check["service"] == "proxy"
+        assert check["due"] is True
+        assert check["days_left"] == 64
+        assert "renewal window 90 days" in check["reason"]
+
+    def test_missing_certificate_is_due(self, app: _App, node_root: ScratchRoot) -> None:
+        """A certificate not minted yet shows as due (no existing certificate)."""
+        node_root.resolve(CERT).unlink()
+        result = CliRunner().invoke(cli, ["cert", "check", "--role", "r"], obj=app)
+        assert result.exit_code == 1
+        assert "due: no existing certificate" in result.stdout
+
+    def test_role_and_paths_together_refused(self, app: _App) -> None:
+        """--role with PATHs is a usage error naming both."""
+        result = CliRunner().invoke(cli, ["cert", "check", "--role", "r", "/x.crt"], obj=app)
+        assert result.exit_code == 2
+        assert "PATHs (with --ca-cert) or --role, not both" in result.output
+
+
+def _ops(root: Path, config: str, *, role_plugin: bool = True) -> Operations:
+    node = ScratchRoot(root)
+    node.write_config(config)
+    plugins = (("certplugin", _plugin(["a.example"])),) if role_plugin else ()
+    return Operations(root=NodeRoot(root), plugin_objects=plugins, autoload=False)
+
+
+class TestSchedule:
+    def test_native_service_in_every_role(self, tmp_path: Path) -> None:
+        """With the native backend the role gets noderole-renew: a sh loop, stable offset."""
+        ops = _ops(tmp_path, '[noderole]\nbackend = "native"\nrenew_interval = 3600\n')
+        ScratchRoot(tmp_path).write("/etc/machine-id", "0123456789abcdef\n")
+        service = ops.plan("r")[RENEW_SERVICE].service
+        assert service.command is not None
+        offset = jitter_offset(NodeRoot(tmp_path), 3600)
+        assert service.command[0] == "/bin/sh"
+        assert list(service.command[3:]) == [
+            RENEW_SERVICE,
+            str(offset),
+            "3600",
+            "/usr/local/bin/noderole",
+        ]
+        again = ops.at_root(NodeRoot(tmp_path)).plan("r")[RENEW_SERVICE].service
+        assert again == service
+
+    def test_offset_differs_between_nodes(self, tmp_path: Path) -> None:
+        """Two machine ids give two offsets within the jitter; the same id the same one."""
+        offsets = set()
+        for number in range(8):
+            node = ScratchRoot(tmp_path / str(number))
+            node.write("/etc/machine-id", f"{number:032x}\n")
+            offsets.add(jitter_offset(NodeRoot(node.path), 3600))
+            assert jitter_offset(NodeRoot(node.path), 3600) in offsets
+        assert len(offsets) > 1
+        assert all(0 <= o < 3600 for o in offsets)
+
+    @pytest.mark.parametrize(
+        "config",
+        [
+            '[noderole]\nbackend = "native"\nrenew_interval = 0\n',
+            "[noderole]\n",  # auto under --root: a scratch root gets no loop
+            '[noderole]\nbackend = "openrc"\n',
+        ],
+    )
+    def test_no_service(self, tmp_path: Path, config: str) -> None:
+        """Off, under --root with auto, or with an init system: no noderole-renew service."""
+        assert RENEW_SERVICE not in _ops(tmp_path, config).plan("r")
+
+    def test_render_openrc_writes_the_periodic_job(self, tmp_path: Path) -> None:
+        """render --backend openrc writes /etc/periodic/daily/noderole-renew, never the loop."""
+        ops = _ops(tmp_path, '[noderole]\nbackend = "native"\n')
+        result = ops.render("r", "openrc")
+        paths = {item.path for item in result.items}
+        assert OPENRC_PERIODIC in paths
+        assert f"/etc/init.d/{RENEW_SERVICE}" not in paths
+        job = ScratchRoot(tmp_path).resolve(OPENRC_PERIODIC)
+        assert os.stat(job).st_mode & 0o777 == 0o755
+        assert "renew --backend openrc" in job.read_text()
+
+    def test_render_systemd_writes_the_timer(self, tmp_path: Path) -> None:
+        """render --backend systemd writes noderole-renew.service and a daily, jittered timer."""
+        ops = _ops(tmp_path, "[noderole]\nrenew_jitter = 600\n")
+        ops.render("r", "systemd")
+        timer = ScratchRoot(tmp_path).read(SYSTEMD_TIMER)
+        assert "OnCalendar=daily" in timer
+        assert "RandomizedDelaySec=600" in timer
+        link = ScratchRoot(tmp_path).resolve(
+            "/etc/systemd/system/timers.target.wants/noderole-renew.timer"
+        )
+        assert os.readlink(link) == "../noderole-renew.timer"
+
+    def test_render_without_renewal(self, tmp_path: Path) -> None:
+        """renew_interval = 0: render writes no periodic job."""
+        ops = _ops(tmp_path, "[noderole]\nrenew_interval = 0\n")
+        paths = {item.path for item in ops.render("r", "openrc").items}
+        assert OPENRC_PERIODIC not in paths
+
+    def test_periodic_files_for_native_and_unknown(self) -> None:
+        """Native has no periodic file (its loop is a service); an unknown backend is refused."""
+        assert periodic_files("native", noderole_path="/n") == []
+        with pytest.raises(UsageError, match="use openrc or systemd"):
+            periodic_files("runit", noderole_path="/n")
+
+    def test_openrc_job_is_valid_sh(self, tmp_path: Path) -> None:
+        """The periodic job parses as POSIX sh (dash -n)."""
+        (job,) = periodic_files("openrc", noderole_path="/usr/local/bin/noderole")
+        script = tmp_path / "job"
+        script.write_text(job.content)  # type: ignore[union-attr]
+        assert subprocess.run(["sh", "-n", str(script)], check=False).returncode == 0
+
+    def test_loop_runs_renew_repeatedly(self, tmp_path: Path) -> None:
+        """The loop's command, run for real: it calls `noderole renew --backend native` again
+        and again (a stand-in noderole counts the calls)."""
+        ops = _ops(
+            tmp_path,
+            '[noderole]\nbackend = "native"\nrenew_interval = 0.01\nrenew_jitter = 0\n'
+            f'noderole_path = "{tmp_path}/noderole"\n',
+        )
+        calls = tmp_path / "calls"
+        stand_in = tmp_path / "noderole"
+        stand_in.write_text(f'#!/bin/sh\necho "$@" >> {calls}\n')
+        stand_in.chmod(0o755)
+        command = ops.plan("r")[RENEW_SERVICE].service.command
+        assert command is not None
+        process = subprocess.Popen(list(command), stdin=subprocess.DEVNULL)
+        try:
+            from noderole.testing import eventually
+
+            eventually(
+                lambda: calls.exists() and len(calls.read_text().splitlines()) >= 3,
+                "three renew calls",
+            )
+        finally:
+            process.kill()
+            process.wait()
+        assert set(calls.read_text().splitlines()) == {"renew --backend native"}

@@ -1,0 +1,293 @@
+"""`noderole reset` and the manifest of what noderole wrote.
+
+Apply (pre-start steps for real under a scratch root, a recording backend) and render write
+files; reset --dry-run lists them, reset removes exactly those, a file planted beside them
+survives, a second reset changes nothing, --purge takes the minted key and certificate too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import types
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import noderole
+from noderole.backends import Backend
+from noderole.cli import cli
+from noderole.cli._app import App
+from noderole.clock import FakeClock
+from noderole.manifest import MANIFEST, entries, record
+from noderole.root import NodeRoot
+from noderole.steps import StepContext
+from noderole.testing import (
+    ClusterCA,
+    RecordingBackend,
+    ScratchRoot,
+)
+from noderole_k3s.testing import K3S_CA_CERT, K3S_CA_KEY
+
+DROP_IN = "/etc/proxy/conf.d/10-noderole.yaml"
+CERT = "/var/lib/proxy/tls.crt"
+KEY = "/var/lib/proxy/tls.key"
+EXTRA = "/etc/proxy/extra.conf"
+
+
+def _write_extra(ctx: StepContext) -> None:
+    """A plugin's own function that writes a file and says so (``ctx.written``)."""
+    ctx.resolve("/etc/proxy").mkdir(parents=True, exist_ok=True)
+    ctx.resolve(EXTRA).write_text("extra\n")
+    ctx.written.append(EXTRA)
+
+
+def _plugin() -> types.ModuleType:
+    """``proxy`` writes a drop-in, makes its directory and mints a certificate; has a pidfile."""
+    module = types.ModuleType("resetplugin")
+
+    def noderole_services() -> list[noderole.Service]:
+        return [
+            noderole.Service(
+                name="proxy",
+                roles=["r"],
+                command=["/bin/proxy"],
+                pidfile="/run/proxy.pid",
+                output_log="/var/log/proxy.log",
+                pre_start=[
+                    noderole.MakeDirectories(paths=["/var/lib/proxy"], mode=0o700),
+                    noderole.WriteFile(path=DROP_IN, content="listen: 1\n"),
+                    noderole.Call(function=_write_extra, description="write extra.conf"),
+                    noderole.MintCertificate(
+                        directory="/var/lib/proxy",
+                        ca_cert=K3S_CA_CERT,
+                        ca_key=K3S_CA_KEY,
+                        common_name="proxy",
+                        sans=["proxy.example.com"],
+                    ),
+                ],
+            )
+        ]
+
+    module.noderole_services = noderole.hookimpl(noderole_services)  # type: ignore[attr-defined]
+    return module
+
+
+class _App(App):
+    recorder: RecordingBackend
+
+    def backend(self, requested: str = "auto") -> Backend:
+        return self.recorder
+
+
+def _tree(root: Path) -> dict[str, str]:
+    """Every path under ``root`` -> what it is (content digest of files, link target, dir)."""
+    found = {}
+    for base, dirs, files in os.walk(root):
+        for name in dirs + files:
+            path = Path(base, name)
+            key = str(path.relative_to(root))
+            if path.is_symlink():
+                found[key] = f"link:{os.readlink(path)}"
+            elif path.is_dir():
+                found[key] = "dir"
+            else:
+                found[key] = path.read_bytes().hex()
+    return found
+
+
+@pytest.fixture
+def app(node_root: ScratchRoot, k3s_ca: ClusterCA, fake_clock: FakeClock) -> _App:
+    """Role ``r`` applied (recording backend) and rendered for OpenRC, on a scratch root."""
+    made = _App(
+        root=NodeRoot(node_root.path),
+        clock=fake_clock,
+        plugin_objects=(("resetplugin", _plugin()),),
+        autoload=False,
+    )
+    made.recorder = RecordingBackend(node_root)
+    assert made.apply(made.plan("r"), made.recorder).ok
+    made.render("r", "openrc")
+    return made
+
+
+WRITTEN = {
+    "/etc/init.d/proxy",
+    "/etc/runlevels/default/proxy",
+    "/etc/periodic/daily/noderole-renew",
+    DROP_IN,
+    EXTRA,
+    "/var/lib/noderole/role",
+    "/var/lib/noderole/applied.json",
+    "/var/lib/noderole/last-apply.json",
+    "/var/lib/noderole/rendered-openrc.json",
+    "/run/noderole/apply.lock",
+    "/run/noderole",
+    "/var/lib/noderole",
+}
+"""What apply and render wrote that reset removes by default."""
+
+
+class TestReset:
+    def test_dry_run_lists_and_changes_nothing(self, app: _App, node_root: ScratchRoot) -> None:
+        """--dry-run names the services to stop and every path to remove; nothing changes."""
+        before = _tree(node_root.path)
+        report = app.reset(None, None, dry_run=True)
+        assert report.stopped == ("proxy",)
+        assert set(report.to_remove) == WRITTEN
+        kept = {k.path: k.reason for k in report.kept}
+        assert set(kept) == {CERT, KEY, "/var/lib/proxy"}
+        assert "reset --purge removes it" in kept[KEY]
+        assert _tree(node_root.path) == before
+        assert app.recorder.stopped == []
+
+    def test_removes_exactly_what_it_wrote(self, app: _App, node_root: ScratchRoot) -> None:
+        """Reset stops the role and removes the listed paths; planted files and keys stay."""
+        planted = ["/etc/init.d/users-own", "/etc/proxy/conf.d/20-user.yaml", "/var/lib/noderole/x"]
+        for path in planted:
+            node_root.write(path, "mine\n")
+        listed = set(app.reset(None, None, dry_run=True).to_remove)
+        before = _tree(node_root.path)
+        report = app.reset(None, app.recorder)
+        assert app.recorder.stopped == ["proxy"]
+        # /var/lib/noderole holds a planted file: it stays (listed "when empty").
+        assert set(report.removed) == listed - {"/var/lib/noderole"}
+        after = _tree(node_root.path)
+        gone = {"/" + p for p in set(before) - set(after)}
+        assert gone == listed - {"/var/lib/noderole"}
+        for path in planted:
+            assert node_root.read(path) == "mine\n"
+        assert node_root.exists(CERT)
+        assert node_root.exists(KEY)
+
+    def test_second_reset_is_a_no_op(self, app: _App, node_root: ScratchRoot) -> None:
+        """After a reset, another one removes nothing and leaves the tree as it was."""
+        app.reset(None, app.recorder)
+        before = _tree(node_root.path)
+        again = app.reset("r", app.recorder)
+        assert again.removed == ()
+        assert _tree(node_root.path) == before
+
+    def test_purge_removes_keys_and_empty_directories(
+        self, app: _App, node_root: ScratchRoot
+    ) -> None:
+        """--purge removes the minted key and certificate and the directory made for them."""
+        report = app.reset(None, app.recorder, purge=True)
+        assert {CERT, KEY, "/var/lib/proxy"} <= set(report.removed)
+        assert not node_root.exists("/var/lib/proxy")
+        assert not node_root.exists("/var/lib/noderole")
+        assert entries(app.root) == {}
+
+    def test_purge_keeps_a_directory_with_data(self, app: _App, node_root: ScratchRoot) -> None:
+        """A directory noderole made but a service filled stays, and stays recorded."""
+        node_root.write("/var/lib/proxy/data.db", "rows\n")
+        report = app.reset(None, app.recorder, purge=True)
+        assert "/var/lib/proxy" not in report.removed
+        assert node_root.read("/var/lib/proxy/data.db") == "rows\n"
+        assert "/var/lib/proxy" in entries(app.root)
+
+    def test_changed_file_is_kept(self, app: _App, node_root: ScratchRoot) -> None:
+        """A runscript edited since render is not removed; the reason says why."""
+        node_root.write("/etc/init.d/proxy", "#!/sbin/openrc-run\n# edited by hand\n", mode=0o755)
+        report = app.reset(None, app.recorder)
+        assert "/etc/init.d/proxy" not in report.removed
+        (kept,) = [k for k in report.kept if k.path == "/etc/init.d/proxy"]
+        assert "changed since noderole wrote it" in kept.reason
+        assert "edited by hand" in node_root.read("/etc/init.d/proxy")
+
+    def test_cli(self, app: _App, node_root: ScratchRoot) -> None:
+        """`reset --dry-run` prints what it would do; `reset --json` what it did."""
+        runner = CliRunner()
+        dry = runner.invoke(cli, ["reset", "--dry-run"], obj=app)
+        assert dry.exit_code == 0, dry.output
+        assert "would stop proxy" in dry.stdout
+        assert f"would remove {DROP_IN}" in dry.stdout
+        assert f"kept {KEY}:" in dry.stdout
+        done = runner.invoke(cli, ["reset", "--json"], obj=app)
+        assert done.exit_code == 0, done.output
+        document = json.loads(done.stdout)
+        assert document["stopped"] == ["proxy"]
+        # The manifest stays in /var/lib/noderole: it still records the kept key.
+        assert set(document["removed"]) == WRITTEN - {"/var/lib/noderole"}
+        again = runner.invoke(cli, ["reset"], obj=app)
+        assert "kept" in again.stdout
+        assert "removed" not in again.stdout
+
+
+class TestNothingToReset:
+    def test_fresh_node(self, node_root: ScratchRoot, fake_clock: FakeClock) -> None:
+        """A node noderole never touched: nothing to stop, nothing removed, nothing created."""
+        app = _App(root=NodeRoot(node_root.path), clock=fake_clock, autoload=False)
+        app.recorder = RecordingBackend(node_root)
+        result = CliRunner().invoke(cli, ["reset"], obj=app)
+        assert result.exit_code == 0, result.output
+        assert result.stdout == "nothing to reset\n"
+        assert list(node_root.path.iterdir()) == []
+
+
+class TestRecordedRoleGone:
+    def test_reset_without_the_roles_plugin(
+        self, node_root: ScratchRoot, fake_clock: FakeClock, k3s_ca: ClusterCA
+    ) -> None:
+        """The recorded role's plugin was uninstalled: reset still removes what noderole wrote;
+        naming that role explicitly is an error."""
+        app = _App(
+            root=NodeRoot(node_root.path),
+            clock=fake_clock,
+            plugin_objects=(("resetplugin", _plugin()),),
+            autoload=False,
+        )
+        app.recorder = RecordingBackend(node_root)
+        assert app.apply(app.plan("r"), app.recorder).ok
+        bare = _App(root=NodeRoot(node_root.path), clock=fake_clock, autoload=False)
+        bare.recorder = app.recorder
+        report = bare.reset(None, bare.recorder)
+        assert report.stopped == ()
+        assert DROP_IN in report.removed
+        assert not node_root.exists(DROP_IN)
+        with pytest.raises(noderole.errors.PlanError, match="unknown role 'r'"):
+            bare.reset("r", bare.recorder)
+
+
+class TestManifest:
+    def test_concurrent_records_all_land(self, tmp_path: Path) -> None:
+        """Records from many threads at once are all kept (one locked append each)."""
+        root = NodeRoot(tmp_path)
+        paths = [f"/etc/f{i}" for i in range(40)]
+        for path in paths:
+            ScratchRoot(tmp_path).write(path, path)
+        threads = [threading.Thread(target=record, args=(root, "file", [p])) for p in paths]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert set(entries(root)) == set(paths)
+
+    def test_torn_last_line_is_skipped(self, tmp_path: Path) -> None:
+        """A line cut short by a crash is ignored; the ones before it count."""
+        root = NodeRoot(tmp_path)
+        ScratchRoot(tmp_path).write("/etc/a", "a")
+        record(root, "file", ["/etc/a"])
+        with open(root.resolve(MANIFEST), "a") as handle:
+            handle.write('{"path":"/etc/b","kind":"fi')
+        assert set(entries(root)) == {"/etc/a"}
+
+    def test_unchanged_record_not_appended(self, tmp_path: Path) -> None:
+        """Recording the same content twice adds one line; a new content adds another."""
+        root = NodeRoot(tmp_path)
+        node = ScratchRoot(tmp_path)
+        node.write("/etc/a", "one")
+        record(root, "file", ["/etc/a"])
+        record(root, "file", ["/etc/a"])
+        assert len(node.read(MANIFEST).splitlines()) == 1
+        node.write("/etc/a", "two")
+        record(root, "file", ["/etc/a"])
+        assert len(node.read(MANIFEST).splitlines()) == 2
+
+    def test_missing_path_not_recorded(self, tmp_path: Path) -> None:
+        """A path that holds nothing is not recorded (nothing was written there)."""
+        root = NodeRoot(tmp_path)
+        record(root, "file", ["/etc/none"])
+        assert entries(root) == {}
