@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from noderole.supervisor import _pidfile, _proc, _protocol, _state, _title, _watchdog
-from noderole.supervisor._log import log
+from noderole.supervisor._log import flush_suppressed, log
 from noderole.supervisor._loop import Loop
 from noderole.supervisor._server import Handler, Reply, Server
 from noderole.supervisor._sinks import Sinks
@@ -67,6 +67,8 @@ class Daemon:
         self.watchdog_pid: int | None = None
         """The process that ends the services if this daemon is SIGKILLed."""
         self.watchdog_fd = -1
+        self.watchdog_w = -1
+        """Where each new process group is told to the watchdog (_watchdog.Groups)."""
 
     # ---- start-up and shut-down
 
@@ -87,7 +89,16 @@ class Daemon:
 
     def start_watchdog(self) -> None:
         """Fork the process that ends the services if this daemon is SIGKILLed (_watchdog)."""
-        pid = _watchdog.fork_watchdog(self.run_dir, self.state_path, self.self_ticks)
+        known = {
+            name: (unit.pid, unit.start_ticks)
+            for name, unit in self.units.items()
+            if unit.pid is not None and unit.start_ticks is not None
+        }
+        if self.watchdog_w >= 0:
+            os.close(self.watchdog_w)
+        pid, self.watchdog_w = _watchdog.fork_watchdog(
+            self.run_dir, self.state_path, self.self_ticks, known
+        )
         self.watchdog_pid = pid
         self.watchdog_fd = os.pidfd_open(pid)
         self.loop.add_reader(self.watchdog_fd, self.on_watchdog_exit)
@@ -112,12 +123,32 @@ class Daemon:
         pid, self.watchdog_pid = self.watchdog_pid, None
         if pid is None:
             return
+        if self.watchdog_w >= 0:
+            os.close(self.watchdog_w)
+            self.watchdog_w = -1
         self.loop.remove_reader(self.watchdog_fd)
         os.close(self.watchdog_fd)
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
         with contextlib.suppress(ChildProcessError):
             os.waitpid(pid, 0)
+
+    def record_group(self, name: str, pgid: int | None, ticks: int | None) -> bool:
+        """Tell the watchdog that ``name`` now runs as group ``pgid`` (None: nothing runs).
+
+        False when it could not be told (its pipe is full): the caller must undo the start, or
+        the group would be unknown to the watchdog should the state file not be written either.
+        A watchdog that died is not a failure: its replacement is forked knowing every group.
+        """
+        if self.watchdog_w < 0:
+            return True
+        try:
+            os.write(self.watchdog_w, _watchdog.encode_group(name, pgid, ticks))
+        except BlockingIOError:
+            return False
+        except OSError:
+            return True
+        return True
 
     def persist(self) -> None:
         """Note that the state changed; :meth:`flush` writes it once per loop iteration.
@@ -154,6 +185,7 @@ class Daemon:
         while not (self.exiting or self.idle()):
             self.loop.run_once(1.0)
             self.flush()
+            flush_suppressed()
         self.close()
 
     def close(self) -> None:
