@@ -21,7 +21,15 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from noderole.supervisor import _pidfile, _proc, _protocol, _state, _title, _watchdog
+from noderole.supervisor import (
+    _pidfile,
+    _proc,
+    _protocol,
+    _safeopen,
+    _state,
+    _title,
+    _watchdog,
+)
 from noderole.supervisor._log import flush_suppressed, log
 from noderole.supervisor._loop import Loop
 from noderole.supervisor._server import Handler, Reply, Server
@@ -335,9 +343,9 @@ class Daemon:
 
 def _lock(run_dir: str, timeout: float) -> int | None:
     """Take the daemon lock (held for life); None if another daemon holds it past ``timeout``."""
-    fd = os.open(
-        os.path.join(run_dir, _protocol.LOCK_NAME), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600
-    )
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(os.path.join(run_dir, _protocol.LOCK_NAME), flags, 0o600)
+    os.fchmod(fd, 0o600)
     deadline = time.monotonic() + timeout
     while True:
         try:
@@ -367,16 +375,19 @@ def main(argv: list[str]) -> int:
             os.write(ready_fd, message.encode() + b"\n")
             os.close(ready_fd)
 
-    lock = _lock(run_dir, KILL_GRACE)
+    try:
+        _safeopen.private_dir(run_dir)  # 0700, whoever made it first
+        lock = _lock(run_dir, KILL_GRACE)
+    except OSError as e:
+        ready(f"cannot use {run_dir}: {e}")
+        return 1
     if lock is None:
         ready(f"another supervisor holds {os.path.join(run_dir, _protocol.LOCK_NAME)}")
         return 1
     daemon = Daemon(run_dir)
     try:
         daemon.recover()
-        with open(daemon.pid_path + ".tmp", "w") as f:
-            f.write(f"{os.getpid()}\n")
-        os.replace(daemon.pid_path + ".tmp", daemon.pid_path)
+        _safeopen.replace_file(daemon.pid_path, f"{os.getpid()}\n".encode(), mode=0o600)
         daemon.server.listen()
         daemon.persist()
         daemon.flush()
