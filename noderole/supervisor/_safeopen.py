@@ -153,6 +153,10 @@ def _open_here(dfd: int, name: str, path: str, mode: int) -> int:
             raise UnsafePathError(
                 f"refusing to write {path}: it is a symbolic link; remove it"
             ) from None
+        if e.errno == errno.ENXIO:  # a FIFO (or socket) nobody reads: O_NONBLOCK said so
+            raise UnsafePathError(
+                f"refusing to write {path}: it is not a regular file; remove it"
+            ) from None
         raise
 
 
