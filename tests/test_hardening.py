@@ -346,7 +346,7 @@ class TestLockHolder:
             assert "a note that lies" not in message
         finally:
             holder.kill()
-            holder.wait()
+            holder.communicate()  # reaps it and closes its pipes
 
 
 # ---------------------------------------------------------------------------- part 7
