@@ -588,3 +588,34 @@ class TestSafeOpen:
         (shared / "bad").symlink_to(real)
         with pytest.raises(OSError, match="refusing to follow the symbolic link"):
             _safeopen.open_dir(str(shared / "bad"))
+
+
+class TestUnrecordableStart:
+    def test_a_start_the_watchdog_cannot_be_told_about_is_undone(self, tmp_path: Path) -> None:
+        """The watchdog's pipe full: the new process is killed and the start reported failed."""
+        from noderole.supervisor._daemon import Daemon
+
+        h = Harness(root=tmp_path, supervisor=Supervisor(tmp_path / "run/noderole", timeout=30))
+        run_dir = tmp_path / "run/noderole"
+        run_dir.mkdir(parents=True)
+        daemon = Daemon(str(run_dir))
+        r, w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            with contextlib.suppress(BlockingIOError):
+                while True:
+                    os.write(w, b"x" * 4096)
+            daemon.watchdog_w = w  # a watchdog that stopped reading
+            answers: list[dict[str, Any]] = []
+            daemon.start_new(h.spec("a", "exec sleep 1000"), False, "", answers.append)
+            (answer,) = answers
+            status: dict[str, Any] = answer["statuses"][0]
+            assert status["state"] == "crashed"
+            assert "cannot tell the watchdog" in status["reason"]
+            assert h.settled_marked([]) == []  # the started process was killed
+        finally:
+            daemon.watchdog_w = -1
+            os.close(r)
+            os.close(w)
+            daemon.server.close()
+            for pid in h.marked():
+                os.kill(pid, signal.SIGKILL)
