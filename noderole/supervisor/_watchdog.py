@@ -79,17 +79,17 @@ class Groups:
         self.known = dict(known)
         self._partial = b""
 
-    def read(self) -> None:
-        """Take in whatever the daemon wrote (never blocks)."""
+    def read(self) -> bool:
+        """Take in whatever the daemon wrote (never blocks); False once the pipe is closed."""
         while True:
             try:
                 data = os.read(self.fd, 65536)
             except (BlockingIOError, InterruptedError):
-                return
+                return True
             except OSError:
                 data = b""
             if not data:
-                return
+                return False
             *lines, self._partial = (self._partial + data).split(b"\n")
             for line in lines:
                 try:
@@ -123,8 +123,8 @@ def wait_for_exit(
         watched = [fd] if groups is None else [fd, groups.fd]
         while True:
             ready = select.select(watched, [], [], 1.0)[0]
-            if groups is not None and groups.fd in ready:
-                groups.read()
+            if groups is not None and groups.fd in ready and not groups.read():
+                watched = [fd]  # the daemon closed its end: nothing more will come
             if fd in ready:
                 return
             if not ready and state is not None:
