@@ -499,7 +499,66 @@ print(json.dumps({"first": first.pid, "second": second.pid, "recorded": recorded
 )
 
 
+_APPLY_CLI_FULL = (
+    """
+import json, os, shutil, subprocess, sys
+from pathlib import Path
+import noderole
+from click.testing import CliRunner
+from noderole.cli import cli
+from noderole.cli._app import App
+from noderole.root import NodeRoot
+root = Path(sys.argv[1])
+for d in ("run", "var/lib/noderole"):
+    (root / d).mkdir(parents=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16k", "tmpfs", str(root / d)], check=True)
+(root / "bin").mkdir()
+shutil.copy("/bin/sleep", root / "bin/sleep")
+class Plugin:
+    @noderole.hookimpl
+    def noderole_services(self, node):
+        return noderole.Service(name="a", roles=["demo"], command=["/bin/sleep", "1000"],
+            environment={"NODEROLE_SUPERVISOR_TEST": str(root)},
+            supervision=noderole.Supervision(respawn_delay=0.05, stop_timeout=2))
+"""
+    + _FILL
+    + """
+fill(root / "run")
+fill(root / "var/lib/noderole")
+app = App(root=NodeRoot(root), plugin_objects=(("t", Plugin()),), autoload=False)
+result = CliRunner().invoke(cli, ["apply", "demo"], obj=app)
+exc = result.exception
+print(json.dumps({"code": result.exit_code, "out": result.output,
+                  "exc": None if exc is None or isinstance(exc, SystemExit) else repr(exc)}))
+"""
+)
+
+
 class TestFullRun:
+    def test_apply_command_on_a_full_disk_fails_clearly(self, tmp_path: Path) -> None:
+        """`noderole apply` with /run and /var/lib/noderole full: exit 1, messages, no traceback."""
+        why = _unshare_works()
+        if why:
+            pytest.skip(why)
+        root = tmp_path / "root"
+        h = Harness(root=root, supervisor=Supervisor(root / "run/noderole", timeout=30))
+        try:
+            out = subprocess.run(
+                ["unshare", "-m", "--propagation", "private", sys.executable, "-c",
+                 _APPLY_CLI_FULL, str(root)],
+                capture_output=True, text=True, timeout=90,
+            )  # fmt: skip
+            assert out.returncode == 0, out.stderr
+            result = json.loads(out.stdout)
+            assert result["exc"] is None
+            assert result["code"] == 1
+            assert "Traceback" not in result["out"]
+            assert "File " not in result["out"]
+            assert "supervisor.pid: No space left on device" in result["out"]
+            assert "cannot record /var/lib/noderole/role" in result["out"]
+        finally:
+            close_harness(h)
+
     def test_apply_on_a_full_disk_gives_clear_errors(self, tmp_path: Path) -> None:
         """Full /run: the lock is still taken; full state dir: StateError naming the file."""
         why = _unshare_works()

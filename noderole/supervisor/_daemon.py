@@ -387,11 +387,20 @@ def main(argv: list[str]) -> int:
     daemon = Daemon(run_dir)
     try:
         daemon.recover()
-        _safeopen.replace_file(daemon.pid_path, f"{os.getpid()}\n".encode(), mode=0o600)
+        try:
+            _safeopen.replace_file(daemon.pid_path, f"{os.getpid()}\n".encode(), mode=0o600)
+        except OSError as e:
+            raise OSError(e.errno, f"cannot write {daemon.pid_path}: {e.strerror or e}") from None
         daemon.server.listen()
         daemon.persist()
         daemon.flush()
         daemon.start_watchdog()
+    except OSError as e:
+        # The machine refused (a full /run, a planted link): say so, no traceback.
+        daemon.server.close()
+        log(f"start-up failed: {e.strerror or e}")
+        ready(f"start-up failed: {e.strerror or e}")
+        return 1
     except Exception as e:
         ready(f"start-up failed: {type(e).__name__}: {e}")
         raise
