@@ -29,9 +29,13 @@ class LogSink:
     """
 
     def __init__(
-        self, path: str, max_bytes: int | None = None, *, uid: int | None = None,
+        self,
+        path: str,
+        max_bytes: int | None = None,
+        *,
+        uid: int | None = None,
         gid: int | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.path = path
         self.max_bytes = max_bytes
         self.uid, self.gid = uid, gid
