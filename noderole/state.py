@@ -8,6 +8,11 @@ Files (node paths, under ``--root``):
 - ``/var/lib/noderole/applied.json``: per service, a digest of each part of its definition, so a
   restart can say *what* changed. Secrets are never written: the environment is a digest.
 - ``/run/noderole/apply.lock``: ``flock``-ed by ``apply`` and ``stop`` for their whole run.
+
+``/run/noderole`` and ``/var/lib/noderole`` are private: made 0700 by whoever comes first (a
+looser existing one is tightened, one owned by another user refused), and the files in them are
+0600, so no local user can take the lock or read what is recorded. A refused or failed write
+(a link planted there, a full disk) raises :class:`StateError` naming the file and the fix.
 """
 
 from __future__ import annotations
@@ -16,19 +21,24 @@ import errno
 import fcntl
 import json
 import os
+import stat
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
 from noderole.clock import Clock
-from noderole.errors import LockedError
+from noderole.errors import LockedError, NoderoleError
 from noderole.root import NodeRoot
+from noderole.supervisor import _safeopen
 
 __all__ = [
     "APPLIED_FILE",
     "LOCK_FILE",
     "ROLE_FILE",
     "RUN_DIR",
+    "STATE_DIR",
+    "StateError",
+    "lock_holders",
     "node_lock",
     "read_applied",
     "read_role",
@@ -37,6 +47,7 @@ __all__ = [
 ]
 
 RUN_DIR = "/run/noderole"
+STATE_DIR = "/var/lib/noderole"
 ROLE_FILE = "/var/lib/noderole/role"
 APPLIED_FILE = "/var/lib/noderole/applied.json"
 LOCK_FILE = f"{RUN_DIR}/apply.lock"
@@ -51,14 +62,28 @@ def read_role(root: NodeRoot) -> str | None:
     return text or None
 
 
-def write_role(root: NodeRoot, role: str) -> None:
-    """Record the applied role (atomically)."""
+class StateError(NoderoleError):
+    """What noderole records on the node could not be written (full disk, planted link)."""
+
+
+def _write_state_file(root: NodeRoot, node_path: str, data: bytes) -> None:
     from noderole.atomic import write_atomic
 
-    path = root.resolve(ROLE_FILE)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, f"{role}\n".encode(), mode=0o644)
-    _record(root, ROLE_FILE)
+    path = root.resolve(node_path)
+    try:
+        _safeopen.private_dir(str(path.parent))
+        write_atomic(path, data, mode=0o600)
+    except OSError as error:
+        raise StateError(
+            f"cannot record {node_path} (at {path}): {error.strerror or error}; free space or "
+            "fix the directory, then run again"
+        ) from error
+    _record(root, node_path)
+
+
+def write_role(root: NodeRoot, role: str) -> None:
+    """Record the applied role (atomically, mode 0600)."""
+    _write_state_file(root, ROLE_FILE, f"{role}\n".encode())
 
 
 def read_applied(root: NodeRoot) -> dict[str, dict[str, Any]]:
@@ -72,12 +97,58 @@ def read_applied(root: NodeRoot) -> dict[str, dict[str, Any]]:
 
 def write_applied(root: NodeRoot, applied: Mapping[str, Mapping[str, Any]]) -> None:
     """Record per-service definition digests (atomically, mode 0600)."""
-    from noderole.atomic import write_atomic
+    _write_state_file(root, APPLIED_FILE, json.dumps(applied, indent=1, sort_keys=True).encode())
 
-    path = root.resolve(APPLIED_FILE)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, json.dumps(applied, indent=1, sort_keys=True).encode(), mode=0o600)
-    _record(root, APPLIED_FILE)
+
+def lock_holders(fd: int) -> list[int]:
+    """Pids holding a lock on the file open as ``fd``, read from ``/proc/locks`` by inode.
+
+    The kernel's word, not a note in the file: it names whoever really holds the lock (for a
+    ``flock``, the process that took it).
+    """
+    info = os.fstat(fd)
+    key = f"{os.major(info.st_dev):02x}:{os.minor(info.st_dev):02x}:{info.st_ino}"
+    pids = []
+    try:
+        with open("/proc/locks") as f:
+            for line in f:
+                fields = line.split()
+                if "->" in fields or len(fields) < 6:
+                    continue  # a waiter, not a holder
+                if fields[5] == key and fields[4].isdigit():
+                    pids.append(int(fields[4]))
+    except OSError:
+        return []
+    return sorted(set(pids))
+
+
+def _describe(pid: int, note: str) -> str:
+    """``pid N: WHAT`` from the holder's own note if it is the holder's, else its command line."""
+    if note.startswith(f"pid {pid}: "):
+        return note
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            words = f.read().split(b"\0")
+        command = " ".join(w.decode(errors="replace") for w in words if w)[:200]
+    except OSError:
+        command = ""
+    return f"pid {pid}: {command or 'command unknown'}"
+
+
+def _open_lock(path: str) -> int:
+    """The lock file, 0600, in the private run directory; never through a link."""
+    _safeopen.private_dir(os.path.dirname(path))
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise _safeopen.UnsafePathError(f"{path} is not a regular file; remove it")
+        if info.st_mode & 0o7777 != 0o600:
+            os.fchmod(fd, 0o600)  # made by an older version, 0644
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def _record(root: NodeRoot, node_path: str) -> None:
@@ -91,11 +162,18 @@ def _record(root: NodeRoot, node_path: str) -> None:
 def node_lock(root: NodeRoot, *, timeout: float, clock: Clock, what: str) -> Iterator[None]:
     """Hold the node lock for ``what``; wait up to ``timeout`` seconds for another holder.
 
-    The holder's pid and purpose are written into the lock file so the refusal can name them.
+    A refusal names the holder the kernel reports (:func:`lock_holders`). The holder's pid and
+    purpose are also written into the lock file, best effort (a full ``/run`` must not fail
+    the run), and quoted only when its pid is the real holder's.
     """
     path = root.resolve(LOCK_FILE)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fd = _open_lock(str(path))
+    except OSError as error:
+        raise StateError(
+            f"cannot open the node lock {LOCK_FILE} (at {path}): {error.strerror or error}; "
+            "fix or free the run directory, then run again"
+        ) from error
     try:
         start = clock.monotonic()
         while True:
@@ -106,14 +184,19 @@ def node_lock(root: NodeRoot, *, timeout: float, clock: Clock, what: str) -> Ite
                 if exc.errno not in (errno.EAGAIN, errno.EACCES):
                     raise
             if clock.monotonic() - start >= timeout:
-                holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "unknown"
+                note = os.pread(fd, 200, 0).decode(errors="replace").strip()
+                holders = lock_holders(fd)
+                holder = "; ".join(_describe(pid, note) for pid in holders) or "holder unknown"
                 raise LockedError(
                     f"another noderole run holds {LOCK_FILE} ({holder}); it did not finish "
                     f"within {timeout:g}s. Wait for it, or raise --lock-timeout"
                 )
             clock.sleep(0.05)
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"pid {os.getpid()}: {what}\n".encode(), 0)
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"pid {os.getpid()}: {what}\n".encode(), 0)
+        except OSError:
+            pass  # only a courtesy for readers: the lock itself is held
         yield
     finally:
         os.close(fd)  # closing releases the flock

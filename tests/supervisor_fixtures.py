@@ -25,7 +25,7 @@ from noderole.supervisor._proc import is_alive
 from noderole.testing import eventually, process_cmdline, process_environ
 from noderole.testing._processes import WATCHDOG_MARK
 
-__all__ = ["Harness", "harness", "wait_for"]
+__all__ = ["Harness", "close_harness", "harness", "wait_for"]
 
 MARK = "NODEROLE_SUPERVISOR_TEST"
 _WATCHDOG = WATCHDOG_MARK
@@ -130,6 +130,11 @@ def harness(tmp_path: Path) -> Iterator[Harness]:
     """A Harness; on teardown: shutdown, then SIGKILL and report anything that survived."""
     h = Harness(root=tmp_path, supervisor=Supervisor(tmp_path / "run" / "noderole", timeout=30))
     yield h
+    close_harness(h)
+
+
+def close_harness(h: Harness) -> None:
+    """Shut ``h``'s daemon down, SIGKILL what survived, and fail the test if anything did."""
     problem = ""
     try:
         h.supervisor.shutdown()

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import secrets
+import stat
 from collections.abc import Iterable
 from pathlib import Path, PurePosixPath
 
@@ -14,6 +16,7 @@ from noderole.atomic import write_atomic
 from noderole.errors import BackendError
 from noderole.manifest import record
 from noderole.root import NodeRoot
+from noderole.supervisor import _safeopen
 
 __all__ = ["Rendered", "RenderedFile", "RenderedLink", "sync_rendered", "write_rendered"]
 
@@ -83,18 +86,38 @@ def write_rendered(files: Iterable[Rendered], *, root: NodeRoot) -> list[Path]:
 
 def _write_file(local: Path, item: RenderedFile) -> bool:
     data = item.content.encode()
+    # The directory is reached without following a link planted by someone else, and the file
+    # is looked at through O_NOFOLLOW: a chmod or a write never lands on another file.
+    dfd = _safeopen.open_dir(str(local.parent), create=True)
     try:
-        info = os.lstat(local)
-        same = not os.path.islink(local) and local.read_bytes() == data
-    except FileNotFoundError:
-        same = False
-    if same:
-        if info.st_mode & 0o7777 == item.mode:
-            return False
-        os.chmod(local, item.mode)
-        return True
-    write_atomic(local, data, mode=item.mode)
+        try:
+            fd = os.open(
+                local.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dfd
+            )
+        except (FileNotFoundError, OSError) as error:
+            if not isinstance(error, FileNotFoundError) and error.errno != errno.ELOOP:
+                raise
+        else:
+            try:
+                info = os.fstat(fd)
+                if stat.S_ISREG(info.st_mode) and _read_all(fd) == data:
+                    if info.st_mode & 0o7777 == item.mode:
+                        return False
+                    os.fchmod(fd, item.mode)
+                    return True
+            finally:
+                os.close(fd)
+        write_atomic(local, data, mode=item.mode, dir_fd=dfd)
+    finally:
+        os.close(dfd)
     return True
+
+
+def _read_all(fd: int) -> bytes:
+    chunks = []
+    while chunk := os.read(fd, 1 << 16):
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def _write_link(local: Path, target: str) -> bool:
@@ -154,7 +177,14 @@ def sync_rendered(
                 f"{error.strerror or error}"
             ) from error
         removed.append(path)
-    local_manifest.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(local_manifest, (json.dumps(current, indent=1) + "\n").encode(), mode=0o644)
+    try:
+        # noderole's state directory: private (0700), its files 0600.
+        _safeopen.private_dir(str(local_manifest.parent))
+        write_atomic(local_manifest, (json.dumps(current, indent=1) + "\n").encode(), mode=0o600)
+    except OSError as error:
+        raise BackendError(
+            f"cannot record what was rendered in {manifest} (at {local_manifest}): "
+            f"{error.strerror or error}"
+        ) from error
     record(root, "state", [manifest])
     return changed, removed

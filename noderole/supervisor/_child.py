@@ -19,7 +19,7 @@ import pwd
 import subprocess
 from collections.abc import Mapping, Sequence
 
-__all__ = ["SpawnError", "spawn"]
+__all__ = ["SpawnError", "ids", "spawn"]
 
 
 class SpawnError(Exception):
@@ -67,6 +67,16 @@ def _identity(user: str | None, group: str | None) -> dict[str, object]:
         if kwargs.get("group", os.getgid()) == os.getgid():
             kwargs.pop("group", None)
     return kwargs
+
+
+def ids(user: str | None, group: str | None) -> tuple[int | None, int | None]:
+    """The uid and gid the process will run as (None: ours); SpawnError for an unknown name.
+
+    Its log files are opened with these rights where its user could plant links (_safeopen).
+    """
+    identity = _identity(user, group)
+    uid, gid = identity.get("user"), identity.get("group")
+    return (uid if isinstance(uid, int) else None, gid if isinstance(gid, int) else None)
 
 
 def spawn(

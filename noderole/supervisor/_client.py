@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from noderole.supervisor import _protocol, _state, _title
+from noderole.supervisor import _protocol, _safeopen, _state, _title
 from noderole.supervisor._spec import ProcessSpec
 from noderole.supervisor._status import SchemaError, ServiceStatus
 
@@ -88,7 +88,11 @@ class Supervisor:
         """
         if self.daemon_pid() is not None:
             return
-        self.run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        try:
+            # 0700 whoever comes first: no other user may take its locks or read its files.
+            _safeopen.private_dir(str(self.run_dir))
+        except OSError as e:
+            raise SupervisorError(f"cannot use the run directory {self.run_dir}: {e}") from None
         lock = os.open(
             self.run_dir / _protocol.STARTER_LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600
         )
@@ -101,11 +105,15 @@ class Supervisor:
             os.close(lock)
 
     def _spawn_daemon(self) -> None:
-        self.log_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        try:
+            _safeopen.private_dir(str(self.log_path.parent))
+            log_fd = _safeopen.open_append(str(self.log_path), mode=0o600)
+        except OSError as e:
+            raise SupervisorError(f"cannot open the supervisor log {self.log_path}: {e}") from None
         package_parent = str(Path(__file__).resolve().parent.parent.parent)
         r, w = os.pipe2(os.O_CLOEXEC)
         try:
-            with open(self.log_path, "ab") as log:
+            with os.fdopen(log_fd, "ab") as log:
                 first = subprocess.Popen(
                     [
                         # Not a made-up argv[0]: the interpreter finds its own standard library
@@ -314,7 +322,11 @@ def _warn(message: str) -> None:
 
 def _daemon_environment() -> dict[str, str]:
     """The daemon's own environment: only PATH (it passes each child its spec's environment)."""
-    return {"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")}
+    env = {"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")}
+    for name in ("NODEROLE_SUPERVISOR_LOG_BYTES", "NODEROLE_SUPERVISOR_LOG_KEEP"):
+        if name in os.environ:  # the daemon's own log history (_log)
+            env[name] = os.environ[name]
+    return env
 
 
 def _flock(fd: int, timeout: float, what: str) -> None:

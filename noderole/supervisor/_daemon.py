@@ -21,8 +21,16 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from noderole.supervisor import _pidfile, _proc, _protocol, _state, _title, _watchdog
-from noderole.supervisor._log import log
+from noderole.supervisor import (
+    _pidfile,
+    _proc,
+    _protocol,
+    _safeopen,
+    _state,
+    _title,
+    _watchdog,
+)
+from noderole.supervisor._log import flush_suppressed, log
 from noderole.supervisor._loop import Loop
 from noderole.supervisor._server import Handler, Reply, Server
 from noderole.supervisor._sinks import Sinks
@@ -67,6 +75,8 @@ class Daemon:
         self.watchdog_pid: int | None = None
         """The process that ends the services if this daemon is SIGKILLed."""
         self.watchdog_fd = -1
+        self.watchdog_w = -1
+        """Where each new process group is told to the watchdog (_watchdog.Groups)."""
 
     # ---- start-up and shut-down
 
@@ -87,7 +97,16 @@ class Daemon:
 
     def start_watchdog(self) -> None:
         """Fork the process that ends the services if this daemon is SIGKILLed (_watchdog)."""
-        pid = _watchdog.fork_watchdog(self.run_dir, self.state_path, self.self_ticks)
+        known = {
+            name: (unit.pid, unit.start_ticks)
+            for name, unit in self.units.items()
+            if unit.pid is not None and unit.start_ticks is not None
+        }
+        if self.watchdog_w >= 0:
+            os.close(self.watchdog_w)
+        pid, self.watchdog_w = _watchdog.fork_watchdog(
+            self.run_dir, self.state_path, self.self_ticks, known
+        )
         self.watchdog_pid = pid
         self.watchdog_fd = os.pidfd_open(pid)
         self.loop.add_reader(self.watchdog_fd, self.on_watchdog_exit)
@@ -112,12 +131,32 @@ class Daemon:
         pid, self.watchdog_pid = self.watchdog_pid, None
         if pid is None:
             return
+        if self.watchdog_w >= 0:
+            os.close(self.watchdog_w)
+            self.watchdog_w = -1
         self.loop.remove_reader(self.watchdog_fd)
         os.close(self.watchdog_fd)
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
         with contextlib.suppress(ChildProcessError):
             os.waitpid(pid, 0)
+
+    def record_group(self, name: str, pgid: int | None, ticks: int | None) -> bool:
+        """Tell the watchdog that ``name`` now runs as group ``pgid`` (None: nothing runs).
+
+        False when it could not be told (its pipe is full): the caller must undo the start, or
+        the group would be unknown to the watchdog should the state file not be written either.
+        A watchdog that died is not a failure: its replacement is forked knowing every group.
+        """
+        if self.watchdog_w < 0:
+            return True
+        try:
+            os.write(self.watchdog_w, _watchdog.encode_group(name, pgid, ticks))
+        except BlockingIOError:
+            return False
+        except OSError:
+            return True
+        return True
 
     def persist(self) -> None:
         """Note that the state changed; :meth:`flush` writes it once per loop iteration.
@@ -154,6 +193,7 @@ class Daemon:
         while not (self.exiting or self.idle()):
             self.loop.run_once(1.0)
             self.flush()
+            flush_suppressed()
         self.close()
 
     def close(self) -> None:
@@ -303,9 +343,9 @@ class Daemon:
 
 def _lock(run_dir: str, timeout: float) -> int | None:
     """Take the daemon lock (held for life); None if another daemon holds it past ``timeout``."""
-    fd = os.open(
-        os.path.join(run_dir, _protocol.LOCK_NAME), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600
-    )
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(os.path.join(run_dir, _protocol.LOCK_NAME), flags, 0o600)
+    os.fchmod(fd, 0o600)
     deadline = time.monotonic() + timeout
     while True:
         try:
@@ -335,20 +375,32 @@ def main(argv: list[str]) -> int:
             os.write(ready_fd, message.encode() + b"\n")
             os.close(ready_fd)
 
-    lock = _lock(run_dir, KILL_GRACE)
+    try:
+        _safeopen.private_dir(run_dir)  # 0700, whoever made it first
+        lock = _lock(run_dir, KILL_GRACE)
+    except OSError as e:
+        ready(f"cannot use {run_dir}: {e}")
+        return 1
     if lock is None:
         ready(f"another supervisor holds {os.path.join(run_dir, _protocol.LOCK_NAME)}")
         return 1
     daemon = Daemon(run_dir)
     try:
         daemon.recover()
-        with open(daemon.pid_path + ".tmp", "w") as f:
-            f.write(f"{os.getpid()}\n")
-        os.replace(daemon.pid_path + ".tmp", daemon.pid_path)
+        try:
+            _safeopen.replace_file(daemon.pid_path, f"{os.getpid()}\n".encode(), mode=0o600)
+        except OSError as e:
+            raise OSError(e.errno, f"cannot write {daemon.pid_path}: {e.strerror or e}") from None
         daemon.server.listen()
         daemon.persist()
         daemon.flush()
         daemon.start_watchdog()
+    except OSError as e:
+        # The machine refused (a full /run, a planted link): say so, no traceback.
+        daemon.server.close()
+        log(f"start-up failed: {e.strerror or e}")
+        ready(f"start-up failed: {e.strerror or e}")
+        return 1
     except Exception as e:
         ready(f"start-up failed: {type(e).__name__}: {e}")
         raise

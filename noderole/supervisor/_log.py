@@ -1,19 +1,64 @@
 """The supervisor's own log: one line per event, on its stderr (a file it was started with).
 
 The daemon and its watchdog write here; the client points stderr at ``ROOT/var/log/noderole/
-supervisor.log`` so the history survives a reboot. The file is rotated past :data:`MAX_BYTES`
-(one old copy). Standard library only.
+supervisor.log`` so the history survives a reboot. Past :data:`MAX_BYTES` the file is rotated,
+keeping :data:`KEEP` old copies (``.1`` the newest). Both can be set for the daemon with the
+environment variables ``NODEROLE_SUPERVISOR_LOG_BYTES`` and ``NODEROLE_SUPERVISOR_LOG_KEEP``.
+
+Two kinds of line are treated apart, so that the evidence of a bug outlives crash-loop noise:
+
+- :func:`log_limited`: lines that repeat (a service crash-looping) are rate-limited per key:
+  the first :data:`BURST` in a :data:`WINDOW`-second window are written, the rest counted and
+  summed up in one line ``suppressed K similar lines`` when the window ends;
+- :func:`log_error`: an internal error (a traceback) is never rate-limited, and is written a
+  second time to ``supervisor-errors.log`` beside the log, rotated on its own.
+
+Standard library only.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import stat
 import time
 
-__all__ = ["MAX_BYTES", "log", "set_role"]
+from noderole.supervisor import _safeopen
 
-MAX_BYTES = 1024 * 1024
-"""The log is rotated (one old copy, ``.1``) past this size."""
+__all__ = [
+    "BURST",
+    "ERRORS_NAME",
+    "KEEP",
+    "MAX_BYTES",
+    "WINDOW",
+    "RateLimiter",
+    "flush_suppressed",
+    "log",
+    "log_error",
+    "log_limited",
+    "rotate",
+    "set_role",
+]
+
+
+def _setting(name: str, default: int) -> int:
+    try:
+        value = int(os.environ.get(name, ""))
+    except ValueError:
+        return default
+    return value if 0 < value < 1 << 40 else default
+
+
+MAX_BYTES = _setting("NODEROLE_SUPERVISOR_LOG_BYTES", 1024 * 1024)
+"""The log is rotated past this size."""
+KEEP = _setting("NODEROLE_SUPERVISOR_LOG_KEEP", 5)
+"""How many rotated copies (``.1`` … ``.KEEP``) are kept."""
+ERRORS_NAME = "supervisor-errors.log"
+"""Internal errors are also written to this file, beside the log."""
+BURST = 10
+"""Lines of one key written per window before the rest are suppressed."""
+WINDOW = 60.0
+"""Seconds of one rate-limiting window."""
 
 _role = ["noderole-supervisor"]
 
@@ -23,18 +68,134 @@ def set_role(name: str) -> None:
     _role[0] = name
 
 
+def rotate(path: str, keep: int) -> None:
+    """``path.K-1`` -> ``path.K`` ... ``path`` -> ``path.1``: renames in one directory, no link
+    followed (a missing copy is skipped)."""
+    dfd = _safeopen.open_dir(os.path.dirname(path) or "/")
+    name = os.path.basename(path)
+    try:
+        for k in range(keep, 0, -1):
+            older = f"{name}.{k - 1}" if k > 1 else name
+            with contextlib.suppress(FileNotFoundError):
+                os.rename(older, f"{name}.{k}", src_dir_fd=dfd, dst_dir_fd=dfd)
+    finally:
+        os.close(dfd)
+
+
+def _log_path() -> str | None:
+    """The file our stderr writes to, if it is a regular file still in place."""
+    try:
+        path = os.readlink("/proc/self/fd/2")
+        if not path.startswith("/") or not stat.S_ISREG(os.fstat(2).st_mode):
+            return None
+        return path
+    except OSError:
+        return None
+
+
+def _line(message: str) -> bytes:
+    text = f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {_role[0]}[{os.getpid()}]: {message}\n"
+    return text.encode(errors="replace")
+
+
 def log(message: str) -> None:
     """Append one line; never raises (a full disk must not take the supervisor down)."""
-    line = f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {_role[0]}[{os.getpid()}]: {message}\n"
+    line = _line(message)
     try:
         if os.fstat(2).st_size > MAX_BYTES:
-            path = os.readlink("/proc/self/fd/2")
-            if path.startswith("/") and os.path.isfile(path):
-                os.replace(path, path + ".1")
-                fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o640)
+            path = _log_path()
+            if path is not None:
+                rotate(path, KEEP)
+                fd = _safeopen.open_append(path, mode=0o600)
                 os.dup2(fd, 1)
                 os.dup2(fd, 2)
                 os.close(fd)
-        os.write(2, line.encode(errors="replace"))
+        os.write(2, line)
     except OSError:
         pass
+
+
+def log_error(message: str) -> None:
+    """An internal error: to the log, never rate-limited, and to :data:`ERRORS_NAME` too."""
+    log(message)
+    path = _log_path()
+    if path is None:
+        return
+    errors = os.path.join(os.path.dirname(path), ERRORS_NAME)
+    try:
+        fd = _safeopen.open_append(errors, mode=0o600)
+        try:
+            if os.fstat(fd).st_size > MAX_BYTES:
+                os.close(fd)
+                fd = -1
+                rotate(errors, KEEP)
+                fd = _safeopen.open_append(errors, mode=0o600)
+            os.write(fd, _line(message))
+        finally:
+            if fd >= 0:
+                os.close(fd)
+    except OSError:
+        pass
+
+
+class RateLimiter:
+    """Per key, the first ``burst`` lines of each ``window`` seconds pass; the rest are counted.
+
+    Times are given by the caller (a fake clock in tests). A window opens with the first line
+    of a key and lasts ``window`` seconds, then the count of suppressed lines is reported once.
+    """
+
+    def __init__(self, burst: int = BURST, window: float = WINDOW) -> None:
+        self.burst = burst
+        self.window = window
+        self._windows: dict[str, list[float]] = {}
+        """key -> [window start, lines passed, lines suppressed]."""
+        self._next = float("inf")
+        """When the earliest window ends (nothing to look at before)."""
+
+    def allow(self, key: str, now: float) -> tuple[bool, list[str]]:
+        """Whether this line of ``key`` passes, and summaries of windows that ended first."""
+        summaries = self.due(now)
+        w = self._windows.get(key)
+        if w is None:
+            self._windows[key] = [now, 1, 0]
+            self._next = min(self._next, now + self.window)
+            return True, summaries
+        if w[1] < self.burst:
+            w[1] += 1
+            return True, summaries
+        w[2] += 1
+        return False, summaries
+
+    def due(self, now: float) -> list[str]:
+        """Summaries of ended windows (each said once); ended windows are forgotten."""
+        if now < self._next:
+            return []
+        out = []
+        for key, (start, _, suppressed) in list(self._windows.items()):
+            if now - start >= self.window:
+                del self._windows[key]
+                if suppressed:
+                    out.append(
+                        f"{key}: suppressed {int(suppressed)} similar lines in {self.window:g}s"
+                    )
+        self._next = min((w[0] + self.window for w in self._windows.values()), default=float("inf"))
+        return out
+
+
+_limiter = RateLimiter()
+
+
+def log_limited(key: str, message: str, now: float | None = None) -> None:
+    """Log ``message`` unless ``key`` has had :data:`BURST` lines in this window."""
+    passed, summaries = _limiter.allow(key, time.monotonic() if now is None else now)
+    for summary in summaries:
+        log(summary)
+    if passed:
+        log(message)
+
+
+def flush_suppressed(now: float | None = None) -> None:
+    """Write the summaries of windows that ended (the daemon calls this once per loop turn)."""
+    for summary in _limiter.due(time.monotonic() if now is None else now):
+        log(summary)

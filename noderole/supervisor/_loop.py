@@ -15,7 +15,7 @@ import selectors
 import time
 from collections.abc import Callable
 
-from noderole.supervisor._log import log
+from noderole.supervisor._log import log_error
 
 __all__ = ["Loop", "Timer"]
 
@@ -79,4 +79,4 @@ def guarded(callback: Callable[[], None]) -> None:
     except Exception:
         import traceback
 
-        log("internal error, carrying on:\n" + traceback.format_exc())
+        log_error("internal error, carrying on:\n" + traceback.format_exc())

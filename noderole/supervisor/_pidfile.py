@@ -1,15 +1,17 @@
 """A service's pidfile: the *child's* pid, written on every (re)spawn, removed on stop.
 
 Unlike OpenRC's supervise-daemon, which stores its own pid there (openrc#163). A pidfile left by
-someone else is noted, never trusted: nothing is killed because a file names it. Standard library
-only.
+someone else is noted, never trusted: nothing is killed because a file names it. Its directory
+may belong to the service's user: it is written through :func:`._safeopen.replace_file` (a random
+``O_EXCL`` temporary renamed over it) and read with ``O_NOFOLLOW|O_NONBLOCK``, so a planted link
+or FIFO is never followed nor waited on. Standard library only.
 """
 
 from __future__ import annotations
 
 import os
 
-from noderole.supervisor import _proc
+from noderole.supervisor import _proc, _safeopen
 from noderole.supervisor._log import log
 
 __all__ = ["note_stale", "remove", "write"]
@@ -20,8 +22,7 @@ def note_stale(name: str, path: str | None) -> None:
     if not path:
         return
     try:
-        with open(path) as f:
-            pid = int(f.read().split()[0])
+        pid = int(_safeopen.read_small(path, 64).split()[0])
     except (OSError, ValueError, IndexError):
         return
     what = "a running process that is not ours" if _proc.is_alive(pid) else "no process"
@@ -33,11 +34,7 @@ def write(name: str, path: str | None, pid: int) -> None:
     if not path:
         return
     try:
-        os.makedirs(os.path.dirname(path) or "/", exist_ok=True)
-        tmp = f"{path}.tmp"
-        with open(tmp, "w") as f:
-            f.write(f"{pid}\n")
-        os.replace(tmp, path)
+        _safeopen.replace_file(path, f"{pid}\n".encode(), mode=0o644)
     except OSError as e:
         log(f"{name}: cannot write pidfile {path}: {e}")
 
@@ -47,8 +44,7 @@ def remove(path: str | None, pid: int | None) -> None:
     if not path:
         return
     try:
-        with open(path) as f:
-            content = f.read().strip()
+        content = _safeopen.read_small(path, 64).decode(errors="replace").strip()
         if pid is None or content == str(pid):
             os.unlink(path)
     except OSError:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from noderole.supervisor import _protocol
-from noderole.supervisor._log import log
+from noderole.supervisor._log import log_error
 from noderole.supervisor._loop import Loop
 
 __all__ = ["Handler", "Reply", "Server"]
@@ -163,5 +163,5 @@ class Server:
         except Exception as e:
             import traceback
 
-            log(f"internal error in {op!r}:\n{traceback.format_exc()}")
+            log_error(f"internal error in {op!r}:\n{traceback.format_exc()}")
             done({"ok": False, "error": f"internal error in {op!r}: {type(e).__name__}: {e}"})

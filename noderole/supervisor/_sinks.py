@@ -9,9 +9,10 @@ the last one ends. Standard library only.
 
 from __future__ import annotations
 
-import contextlib
 import os
 
+from noderole.supervisor import _safeopen
+from noderole.supervisor._log import log
 from noderole.supervisor._loop import Loop
 
 __all__ = ["LogSink", "Pipe", "Sinks"]
@@ -21,11 +22,23 @@ class LogSink:
     """One log file, appended to; reopened on SIGHUP; rotated by size when asked.
 
     Size rotation keeps one old file: ``LOG`` becomes ``LOG.1`` (replacing the previous one).
+    The file is opened by :func:`._safeopen.open_append`, with the rights of the service's user
+    (``uid``/``gid``) when it lies in a directory others can write: a link or hard link planted
+    there is refused (the error is logged) and the output goes on to the file already open, or,
+    when none is, is dropped.
     """
 
-    def __init__(self, path: str, max_bytes: int | None = None) -> None:
+    def __init__(
+        self,
+        path: str,
+        max_bytes: int | None = None,
+        *,
+        uid: int | None = None,
+        gid: int | None = None,
+    ) -> None:
         self.path = path
         self.max_bytes = max_bytes
+        self.uid, self.gid = uid, gid
         self.users = 0
         """How many streams (pipes) write here; the file closes when none is left."""
         self.fd = self._open()
@@ -33,15 +46,16 @@ class LogSink:
         self.failed = False
 
     def _open(self) -> int:
-        os.makedirs(os.path.dirname(self.path) or "/", exist_ok=True)
-        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
-        return os.open(self.path, flags, 0o640)
+        return _safeopen.open_append(self.path, uid=self.uid, gid=self.gid)
 
     def write(self, data: bytes) -> None:
         """Append ``data`` (rotating first if the file would outgrow ``max_bytes``)."""
         if self.max_bytes is not None and self.size + len(data) > self.max_bytes and self.size:
-            with contextlib.suppress(OSError):
-                os.replace(self.path, self.path + ".1")
+            try:
+                # A rename moves a planted link, never follows it.
+                _safeopen.rename_in(self.path, os.path.basename(self.path) + ".1")
+            except OSError as e:
+                log(f"cannot rotate {self.path}: {e}")
             self.reopen()
         try:
             view = memoryview(data)
@@ -58,7 +72,9 @@ class LogSink:
         """Close and open the path again: after logrotate moved the file away."""
         try:
             fd = self._open()
-        except OSError:
+        except OSError as e:
+            log(f"cannot reopen {self.path}: {e}; still writing to the file open before")
+            self.size = 0  # rotate no more until a reopen succeeds
             return  # keep writing to the old file rather than nowhere
         os.close(self.fd)
         self.fd = fd
@@ -76,13 +92,29 @@ class Sinks:
         self.loop = loop
         self.by_path: dict[str, LogSink] = {}
 
-    def output(self, path: str | None, max_bytes: int | None) -> int:
-        """A write fd for a child's stream: a pipe into ``path``'s sink, or /dev/null."""
+    def output(
+        self,
+        path: str | None,
+        max_bytes: int | None,
+        *,
+        uid: int | None = None,
+        gid: int | None = None,
+        name: str = "",
+    ) -> int:
+        """A write fd for a child's stream: a pipe into ``path``'s sink, or /dev/null.
+
+        A log that cannot be opened (a planted link, a full disk) is logged, naming service
+        ``name``, and the stream goes to /dev/null: the service runs without that log.
+        """
         if not path:
             return os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
         sink = self.by_path.get(path)
         if sink is None:
-            sink = LogSink(path)
+            try:
+                sink = LogSink(path, uid=uid, gid=gid)
+            except OSError as e:
+                log(f"{name}: cannot open its log: {e}; its output is dropped")
+                return os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
             self.by_path[path] = sink
         sink.users += 1
         if max_bytes is not None:

@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from noderole.supervisor import _proc
+from noderole.supervisor import _proc, _safeopen
 from noderole.supervisor._status import SchemaError, ServiceStatus
 
 __all__ = [
@@ -130,11 +130,9 @@ def write_state(path: str, state: State) -> None:
         else {"pid": state.supervisor_pid, "start_ticks": state.supervisor_ticks},
         "services": {name: status.to_wire() for name, status in state.services.items()},
     }
-    tmp = f"{path}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        json.dump(data, f, separators=(",", ":"), allow_nan=False)
-    os.replace(tmp, path)
+    raw = json.dumps(data, separators=(",", ":"), allow_nan=False).encode()
+    # A random O_EXCL temporary, renamed over the file: nothing planted can redirect the write.
+    _safeopen.replace_file(path, raw, mode=0o600, create_dirs=False)
 
 
 def leftover_groups(state: State) -> dict[str, tuple[int, list[int]]]:

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from noderole.supervisor import _child, _pidfile, _proc
-from noderole.supervisor._log import log
+from noderole.supervisor._log import log, log_limited
 from noderole.supervisor._loop import Loop, Timer
 from noderole.supervisor._policy import RespawnPolicy
 from noderole.supervisor._readiness import INTERVAL, ReadinessCheck
@@ -46,6 +46,9 @@ class Host(Protocol):
 
     def persist(self) -> None:
         """The state changed: write the state file soon."""
+
+    def record_group(self, name: str, pgid: int | None, ticks: int | None) -> bool:
+        """Tell the watchdog which group ``name`` runs as; False if it could not be told."""
 
 
 class Unit:
@@ -109,12 +112,17 @@ class Unit:
         spec, sinks = self.spec, self.host.sinks
         write_fds: list[int] = []
         try:
-            out_fd = sinks.output(spec.stdout_log, spec.log_max_bytes)
+            uid, gid = _child.ids(spec.user, spec.group)
+            out_fd = sinks.output(
+                spec.stdout_log, spec.log_max_bytes, uid=uid, gid=gid, name=self.name
+            )
             write_fds.append(out_fd)
             if spec.stderr_log and spec.stderr_log == spec.stdout_log:
                 err_fd = out_fd
             else:
-                err_fd = sinks.output(spec.stderr_log, spec.log_max_bytes)
+                err_fd = sinks.output(
+                    spec.stderr_log, spec.log_max_bytes, uid=uid, gid=gid, name=self.name
+                )
                 write_fds.append(err_fd)
             popen = _child.spawn(
                 argv=spec.argv,
@@ -126,25 +134,26 @@ class Unit:
                 stderr=err_fd,
             )
         except (_child.SpawnError, OSError) as e:
-            reason = str(e) if isinstance(e, _child.SpawnError) else f"cannot open a log: {e}"
-            log(f"{self.name}: {reason}")
-            if first:
-                self.state = "crashed"
-                self.reason = reason
-                self.host.persist()
-                self._finish_waiters()
-            else:
-                self.last_exit = reason
-                self._after_exit(ran_for=0.0)
+            reason = str(e) if isinstance(e, _child.SpawnError) else f"cannot start: {e}"
+            self._spawn_failed(reason, first)
             return
         finally:
             # The child has its copies; the pipes' read ends live on in the loop.
             for fd in write_fds:
                 os.close(fd)
+        st = _proc.proc_stat(popen.pid)
+        ticks = st.start_ticks if st else None
+        if ticks is not None and not self.host.record_group(self.name, popen.pid, ticks):
+            # Neither known to the watchdog nor (perhaps) to the state file: a daemon kill -9
+            # would orphan it, and the next start would run a duplicate. Undo the start.
+            _proc.kill_group(popen.pid, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                popen.wait(timeout=KILL_GRACE)
+            self._spawn_failed("cannot tell the watchdog about the new process: undone", first)
+            return
         self.popen = popen
         self.pid = popen.pid
-        st = _proc.proc_stat(popen.pid)
-        self.start_ticks = st.start_ticks if st else None
+        self.start_ticks = ticks
         self.started_at = time.time()
         self.started_mono = time.monotonic()
         self.state = "running"
@@ -157,6 +166,17 @@ class Unit:
             self.check_deadline = time.monotonic() + spec.readiness.timeout
             self._check_tick()
         self.host.persist()
+
+    def _spawn_failed(self, reason: str, first: bool) -> None:
+        log_limited(self.name, f"{self.name}: {reason}")
+        if first:
+            self.state = "crashed"
+            self.reason = reason
+            self.host.persist()
+            self._finish_waiters()
+        else:
+            self.last_exit = reason
+            self._after_exit(ran_for=0.0)
 
     def _check_tick(self) -> None:
         check = self.check
@@ -229,9 +249,13 @@ class Unit:
         if pgid is not None:
             # Processes meant to outlive it (containerd shims) leave the group with setsid.
             _proc.kill_group(pgid, signal.SIGKILL)
+        self.host.record_group(self.name, None, None)
         self._after_exit(ran_for)
         # Logged after the respawn so that the write is not part of the respawn latency.
-        log(f"{self.name}: pid {pgid} exited ({self.last_exit}) after {ran_for:.3f}s")
+        # Rate-limited per service: a crash loop must not push older evidence out of the log.
+        log_limited(
+            self.name, f"{self.name}: pid {pgid} exited ({self.last_exit}) after {ran_for:.3f}s"
+        )
 
     def _after_exit(self, ran_for: float) -> None:
         delay = self.policy.on_exit(time.monotonic(), ran_for)
@@ -317,6 +341,8 @@ class Unit:
 
     def _stopped(self, survivors: list[int]) -> None:
         _pidfile.remove(self.spec.pidfile, self.pid)
+        if not survivors:
+            self.host.record_group(self.name, None, None)
         self.stopping = False
         self.state = "stopped"
         self.reason = "stopped"

@@ -6,6 +6,11 @@ SIGKILLs every process group the daemon recorded that still runs, verified by st
 (:func:`noderole.supervisor._state.kill_leftovers`), grandchildren included. After a clean exit
 the daemon has stopped everything itself (and ended the watchdog), so there is nothing to kill.
 
+The state file is not the watchdog's only source: the daemon also tells it, over a pipe, the
+process group of every child it starts (and forgets every one that ends), before the start is
+complete. A respawn whose state could not be written (``/run`` full) is still known to the
+watchdog; a start the daemon cannot tell it about is undone (:class:`Groups`).
+
 A fork, not a new interpreter: its memory pages are the daemon's, shared copy-on-write, so the
 watchdog costs the node a few hundred kB of proportional memory (PSS) instead of a second
 interpreter's ~5 MB. It closes every descriptor it inherited (above all the daemon's lock, which
@@ -22,13 +27,15 @@ its grandchildren. The watchdog costs one process for the node and nothing per s
 from __future__ import annotations
 
 import gc
+import json
 import os
 import select
 import signal
 
 from noderole.supervisor import _log, _proc, _state, _title
+from noderole.supervisor._status import ServiceStatus
 
-__all__ = ["NAME", "StateCopy", "fork_watchdog", "wait_for_exit"]
+__all__ = ["NAME", "Groups", "StateCopy", "fork_watchdog", "wait_for_exit"]
 
 NAME = "noderole-supervisor-watchdog"
 """Its name in ``ps`` (first word of its command line) and in the log."""
@@ -60,7 +67,49 @@ class StateCopy:
             pass
 
 
-def wait_for_exit(pid: int, start_ticks: int, state: StateCopy | None = None) -> None:
+class Groups:
+    """The process groups the daemon told us about over a pipe: name -> (pgid, start ticks).
+
+    One JSON line per event, ``[name, pgid, ticks]`` for a start and ``[name, null, null]`` for
+    an end. Newer than the state file (the daemon writes the pipe before the file).
+    """
+
+    def __init__(self, fd: int, known: dict[str, tuple[int, int]]) -> None:
+        self.fd = fd
+        self.known = dict(known)
+        self._partial = b""
+
+    def read(self) -> bool:
+        """Take in whatever the daemon wrote (never blocks); False once the pipe is closed."""
+        while True:
+            try:
+                data = os.read(self.fd, 65536)
+            except (BlockingIOError, InterruptedError):
+                return True
+            except OSError:
+                data = b""
+            if not data:
+                return False
+            *lines, self._partial = (self._partial + data).split(b"\n")
+            for line in lines:
+                try:
+                    name, pgid, ticks = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(pgid, int) and isinstance(ticks, int):
+                    self.known[str(name)] = (pgid, ticks)
+                else:
+                    self.known.pop(str(name), None)
+
+
+def encode_group(name: str, pgid: int | None, ticks: int | None) -> bytes:
+    """The daemon's line for :class:`Groups`."""
+    return json.dumps([name, pgid, ticks]).encode() + b"\n"
+
+
+def wait_for_exit(
+    pid: int, start_ticks: int, state: StateCopy | None = None, groups: Groups | None = None
+) -> None:
     """Block until process ``pid`` (started at ``start_ticks``) has exited."""
     try:
         fd = os.pidfd_open(pid)
@@ -71,28 +120,46 @@ def wait_for_exit(pid: int, start_ticks: int, state: StateCopy | None = None) ->
         st = _proc.proc_stat(pid)
         if st is None or not st.running or st.start_ticks != start_ticks:
             return
-        while not select.select([fd], [], [], 1.0)[0]:
-            if state is not None:
+        watched = [fd] if groups is None else [fd, groups.fd]
+        while True:
+            ready = select.select(watched, [], [], 1.0)[0]
+            if groups is not None and groups.fd in ready and not groups.read():
+                watched = [fd]  # the daemon closed its end: nothing more will come
+            if fd in ready:
+                return
+            if not ready and state is not None:
                 state.refresh()
     finally:
         os.close(fd)
 
 
-def fork_watchdog(run_dir: str, state_path: str, daemon_ticks: int) -> int:
-    """Fork the watchdog of this (daemon) process; returns its pid once it is under way."""
+def fork_watchdog(
+    run_dir: str,
+    state_path: str,
+    daemon_ticks: int,
+    known: dict[str, tuple[int, int]] | None = None,
+) -> tuple[int, int]:
+    """Fork the watchdog of this (daemon) process, knowing the groups ``known`` already.
+
+    Returns its pid once it is under way, and the (non-blocking) write end of the pipe that
+    tells it each new group (:func:`encode_group`).
+    """
     daemon_pid = os.getpid()
     # Everything alive now is never collected again in the daemon (gc.freeze): a collection
     # writes into every object it visits, which would copy the pages the watchdog shares.
     gc.freeze()
     r, w = os.pipe()
+    groups_r, groups_w = os.pipe2(os.O_CLOEXEC)
     pid = os.fork()
     if pid:
         os.close(w)
+        os.close(groups_r)
         try:
             os.read(r, 1)  # renamed and waiting: from now on ``ps`` shows what it is
         finally:
             os.close(r)
-        return pid
+        os.set_blocking(groups_w, False)
+        return pid, groups_w
     code = 1
     try:
         gc.disable()
@@ -101,8 +168,13 @@ def fork_watchdog(run_dir: str, state_path: str, daemon_ticks: int) -> int:
         for signum in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, signal.SIG_DFL)
         # Above all the daemon's lock: it must be free the moment the daemon dies.
-        os.closerange(3, w)
-        os.closerange(w + 1, 1 << 20)
+        low = 3
+        for keep in sorted((w, groups_r)):
+            os.closerange(low, keep)
+            low = keep + 1
+        os.closerange(low, 1 << 20)
+        os.set_blocking(groups_r, False)
+        groups = Groups(groups_r, known or {})
         for fd in (0, 1):
             null = os.open(os.devnull, os.O_RDWR)
             os.dup2(null, fd)
@@ -113,26 +185,38 @@ def fork_watchdog(run_dir: str, state_path: str, daemon_ticks: int) -> int:
         copy.refresh()
         os.write(w, b"1")
         os.close(w)
-        wait_for_exit(daemon_pid, daemon_ticks, copy)
-        code = watch_over(daemon_pid, copy)
+        wait_for_exit(daemon_pid, daemon_ticks, copy, groups)
+        groups.read()
+        code = watch_over(daemon_pid, copy, groups.known)
     except BaseException:
         import traceback
 
-        _log.log("internal error:\n" + traceback.format_exc())
+        _log.log_error("internal error:\n" + traceback.format_exc())
     finally:
         os._exit(code)
 
 
-def watch_over(daemon_pid: int, copy: StateCopy) -> int:
-    """The daemon is gone: kill what it recorded as running, unless a newer daemon took over."""
+def watch_over(
+    daemon_pid: int, copy: StateCopy, known: dict[str, tuple[int, int]] | None = None
+) -> int:
+    """The daemon is gone: kill what it recorded as running, unless a newer daemon took over.
+
+    ``known`` (what the daemon said over the pipe) wins over the state file, which may be stale
+    when the daemon could not write it.
+    """
     copy.refresh()  # the daemon's last word, if the file is still there
     try:
         state = _state.parse_state(copy.raw) if copy.raw else _state.State()
     except ValueError as e:
-        _log.log(f"supervisor {daemon_pid} died and its state is unreadable ({e}): nothing killed")
-        return 1
+        state = _state.State()
+        if not known:
+            _log.log(f"supervisor {daemon_pid} died, its state unreadable ({e}): nothing killed")
+            return 1
     if state.supervisor_pid not in (None, daemon_pid):
         return 0  # a newer daemon already took over (and recovered what was left)
+    for name, (pgid, ticks) in (known or {}).items():
+        status = state.services.get(name) or ServiceStatus(name=name, state="running")
+        state.services[name] = status.but(pid=pgid, start_ticks=ticks)
     killed = _state.kill_leftovers(state)
     for name, pids in sorted(killed.items()):
         _log.log(f"supervisor {daemon_pid} died; killed {name}: {' '.join(map(str, pids))}")

@@ -1,0 +1,680 @@
+"""Hardening of the root supervisor and of apply (issue 12: parts 1, 2, 5 (full disk) and 7).
+
+A real unprivileged user, made for the test with ``useradd`` (unique name, removed at the end even
+on failure), plants symbolic links, a hard link and a FIFO where a service of his writes its log
+and pidfile, at each moment the supervisor (root) opens them: before the start, between two
+respawns, before a SIGHUP reopen and before a size rotation. Root's files must stay byte for
+byte, the daemon must live on, the service must keep running, and nothing may be left behind.
+
+The run directory and everything in it is private to root; a full ``/run`` (a real tmpfs in a
+private mount namespace) gives clear errors and never an orphan.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import pwd
+import secrets
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+
+from noderole.clock import SystemClock
+from noderole.errors import LockedError
+from noderole.records import Supervision
+from noderole.root import NodeRoot
+from noderole.state import LOCK_FILE, StateError, node_lock
+from noderole.supervisor import ProcessSpec, Supervisor, SupervisorError, _log, _safeopen
+from noderole.supervisor._status import ServiceStatus
+from tests.supervisor_fixtures import Harness, close_harness, wait_for
+
+TICK = "while :; do echo tick; sleep 0.02; done"
+
+
+# ---------------------------------------------------------------------------- fixtures
+
+
+@attrs.frozen
+class User:
+    name: str
+    uid: int
+    gid: int
+
+    def run(self, *argv: str) -> subprocess.CompletedProcess[str]:
+        """Run ``argv`` as this user (no supplementary groups)."""
+        return subprocess.run(
+            ["setpriv", f"--reuid={self.uid}", f"--regid={self.gid}", "--clear-groups", *argv],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+
+
+@pytest.fixture
+def user() -> Iterator[User]:
+    """A fresh unprivileged user, deleted at the end (its processes killed first, by pid)."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root (to make a user and to be the root supervisor)")
+    for tool in ("useradd", "userdel", "setpriv"):
+        if shutil.which(tool) is None:
+            pytest.skip(f"{tool} is not installed")
+    name = f"nrh{secrets.token_hex(4)}"
+    for _ in range(20):  # another useradd may hold /etc/passwd's lock for a moment
+        made = subprocess.run(
+            ["useradd", "--system", "--user-group", "--no-create-home", "--shell",
+             "/usr/sbin/nologin", name],
+            capture_output=True, text=True,
+        )  # fmt: skip
+        if made.returncode == 0:
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail(f"useradd {name}: {made.stderr}")
+    try:
+        pw = pwd.getpwnam(name)
+        yield User(name, pw.pw_uid, pw.pw_gid)
+    finally:
+        uid = pwd.getpwnam(name).pw_uid
+        for p in os.listdir("/proc"):
+            with contextlib.suppress(OSError):
+                if p.isdigit() and os.stat(f"/proc/{p}").st_uid == uid:
+                    os.kill(int(p), signal.SIGKILL)
+        for _ in range(20):
+            if subprocess.run(["userdel", name], capture_output=True).returncode == 0:
+                break
+            time.sleep(0.1)
+
+
+@attrs.define
+class Scene:
+    """A world-traversable base in /tmp, root's victim files, a service dir the user owns."""
+
+    base: Path
+    user: User
+    harness: Harness
+    victims: dict[Path, bytes] = attrs.field(factory=dict)
+
+    @property
+    def svc(self) -> Path:
+        return self.base / "svc"
+
+    @property
+    def supervisor_log(self) -> Path:
+        return self.harness.root / "var/log/noderole/supervisor.log"
+
+    def victim(self, name: str, mode: int = 0o644) -> Path:
+        path = self.base / name
+        data = f"{name}: root's file, never to be written by the supervisor\n".encode()
+        path.write_bytes(data)
+        path.chmod(mode)
+        self.victims[path] = data
+        return path
+
+    def plant(self, *argv: str) -> None:
+        """The service's user runs ``argv`` (ln, mkfifo, mv) in his directory."""
+        done = self.user.run(*argv)
+        assert done.returncode == 0, done.stderr
+
+    def intact(self) -> bool:
+        return all(
+            p.read_bytes() == data and p.stat().st_uid == 0 for p, data in self.victims.items()
+        )
+
+    def spec(self, name: str, script: str, **kwargs: Any) -> ProcessSpec:
+        return self.harness.spec(
+            name,
+            script,
+            user=self.user.name,
+            stdout_log=str(self.svc / "svc.log"),
+            stderr_log=str(self.svc / "svc.log"),
+            pidfile=str(self.svc / "svc.pid"),
+            **kwargs,
+        )
+
+    def said(self, words: str) -> bool:
+        return self.supervisor_log.exists() and words in self.supervisor_log.read_text()
+
+    def daemon_alive(self) -> bool:
+        return self.harness.supervisor.daemon_pid() is not None
+
+
+@pytest.fixture
+def scene(user: User) -> Iterator[Scene]:
+    base = Path(tempfile.mkdtemp(prefix="noderole-hard-", dir="/tmp"))
+    try:
+        base.chmod(0o755)  # the user must reach his directory inside
+        (base / "svc").mkdir()
+        os.chown(base / "svc", user.uid, user.gid)
+        root = base / "root"
+        root.mkdir()
+        h = Harness(root=root, supervisor=Supervisor(root / "run/noderole", timeout=30))
+        try:
+            yield Scene(base=base, user=user, harness=h)
+        finally:
+            close_harness(h)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _status(scene: Scene, name: str = "a") -> ServiceStatus:
+    return scene.harness.supervisor.status([name])[0]
+
+
+# ---------------------------------------------------------------------------- part 1
+
+
+class TestPlantedLinks:
+    def test_before_start(self, scene: Scene) -> None:
+        """Links at the log and pidfile, a FIFO in the way: refused, the service runs anyway."""
+        victim = scene.victim("victim")
+        scene.plant("ln", "-s", str(victim), str(scene.svc / "svc.log"))
+        scene.plant("ln", "-s", str(victim), str(scene.svc / "svc.pid"))
+        status = scene.harness.supervisor.start(scene.spec("a", TICK))
+        assert status.state == "running"
+        wait_for(lambda: scene.said("svc.log: it is a symbolic link"), "the refusal in the log")
+        # The pidfile's link was replaced by the rename, never written through.
+        pidfile = scene.svc / "svc.pid"
+        assert not pidfile.is_symlink()
+        assert pidfile.read_text().strip() == str(status.pid)
+        assert (scene.svc / "svc.log").is_symlink()
+        assert scene.intact()
+        assert scene.daemon_alive()
+        assert _status(scene).state == "running"
+
+    def test_fifo_at_the_pidfile_does_not_hang_the_daemon(self, scene: Scene) -> None:
+        """A FIFO planted at the pidfile is not waited on: the start answers, the file replaced."""
+        scene.plant("mkfifo", str(scene.svc / "svc.pid"))
+        status = scene.harness.supervisor.start(scene.spec("a", TICK))
+        assert status.state == "running"
+        assert (scene.svc / "svc.pid").read_text().strip() == str(status.pid)
+
+    def test_between_respawns(self, scene: Scene) -> None:
+        """A crash-looping service: a link, then a hard link, planted between two respawns."""
+        victim = scene.victim("victim")
+        shared = scene.victim("shared", mode=0o666)  # a root file the user may hard-link
+        sup = Supervision(respawn_delay=0.05, stop_timeout=2)
+        scene.harness.supervisor.start(scene.spec("a", "echo run; exit 1", supervision=sup))
+        log = scene.svc / "svc.log"
+        wait_for(lambda: log.exists() and b"run" in log.read_bytes(), "the first run's output")
+        scene.plant("rm", "-f", str(log))
+        scene.plant("ln", "-s", str(victim), str(log))
+        scene.plant("rm", "-f", str(scene.svc / "svc.pid"))
+        scene.plant("ln", "-s", str(victim), str(scene.svc / "svc.pid"))
+        wait_for(lambda: scene.said("svc.log: it is a symbolic link"), "the link refused")
+        before = _status(scene).restarts
+        wait_for(lambda: _status(scene).restarts >= before + 3, "respawns going on")
+        scene.plant("rm", "-f", str(log))
+        scene.plant("ln", str(shared), str(log))
+        wait_for(lambda: scene.said("hard links"), "the hard link refused")
+        before = _status(scene).restarts
+        wait_for(lambda: _status(scene).restarts >= before + 3, "respawns going on")
+        assert scene.intact()
+        assert scene.daemon_alive()
+
+    def test_before_sighup_reopen(self, scene: Scene) -> None:
+        """The log swapped for a link, then SIGHUP: refused, output goes on to the old file."""
+        victim = scene.victim("victim")
+        scene.harness.supervisor.start(scene.spec("a", TICK))
+        log, old = scene.svc / "svc.log", scene.svc / "svc.old"
+        wait_for(lambda: log.exists() and b"tick" in log.read_bytes(), "output in the log")
+        assert log.stat().st_uid == scene.user.uid  # opened with the user's rights
+        scene.plant("mv", str(log), str(old))
+        scene.plant("ln", "-s", str(victim), str(log))
+        daemon = scene.harness.supervisor.daemon_pid()
+        assert daemon is not None
+        os.kill(daemon, signal.SIGHUP)
+        wait_for(lambda: scene.said("cannot reopen"), "the reopen refused")
+        size = old.stat().st_size
+        wait_for(lambda: old.stat().st_size > size, "output still reaching the old file")
+        assert scene.intact()
+        assert scene.daemon_alive()
+        assert _status(scene).state == "running"
+
+    def test_before_size_rotation(self, scene: Scene) -> None:
+        """Links at LOG.1 and at LOG before rotations: moved by the renames, never followed.
+
+        (A regression guard: the rename-then-reopen order kept this moment safe before too.)
+        """
+        victim = scene.victim("victim")
+        log, rotated = scene.svc / "svc.log", scene.svc / "svc.log.1"
+        scene.plant("ln", "-s", str(victim), str(rotated))
+        scene.harness.supervisor.start(scene.spec("a", TICK, log_max_bytes=200))
+        wait_for(lambda: not rotated.is_symlink() and rotated.exists(), "a first rotation")
+        scene.plant("ln", "-sf", str(victim), str(log))
+        wait_for(
+            lambda: log.exists() and not log.is_symlink() and b"tick" in log.read_bytes(),
+            "a rotation that moved the link away and made a new log",
+        )
+        assert scene.intact()
+        assert scene.daemon_alive()
+        assert _status(scene).state == "running"
+
+    def test_link_in_place_of_the_log_directory(self, scene: Scene) -> None:
+        """The user turns his log directory into a link to root's: refused, the service runs."""
+        (scene.base / "rootdir").mkdir()
+        victim = scene.victim("rootdir/svc.log")
+        # base is root's: give the user a directory of his own to play in.
+        mine = scene.base / "mine"
+        mine.mkdir()
+        os.chown(mine, scene.user.uid, scene.user.gid)
+        scene.plant("ln", "-s", str(victim.parent), str(mine / "svc"))
+        spec = scene.harness.spec(
+            "a", TICK, user=scene.user.name, stdout_log=str(mine / "svc/svc.log")
+        )
+        assert scene.harness.supervisor.start(spec).state == "running"
+        wait_for(lambda: scene.said("refusing to follow the symbolic link"), "the refusal")
+        assert scene.intact()
+        assert scene.daemon_alive()
+
+
+# ---------------------------------------------------------------------------- part 2
+
+
+class TestPrivateRunDirectory:
+    def test_another_user_cannot_take_the_lock_nor_read_the_log(self, scene: Scene) -> None:
+        """apply.lock and supervisor.log are out of a local user's reach; modes 0700/0600."""
+        root = scene.harness.root
+        run = root / "run/noderole"
+        run.mkdir(parents=True)
+        run.chmod(0o755)  # as an older version left it: tightened
+        with node_lock(NodeRoot(root), timeout=1, clock=SystemClock(), what="apply test"):
+            pass
+        scene.harness.supervisor.start(scene.spec("a", TICK))
+        lock, log = root / LOCK_FILE.lstrip("/"), scene.supervisor_log
+        for path in (run, log.parent):
+            assert stat.S_IMODE(path.stat().st_mode) == 0o700, path
+        for path in (lock, log, run / "state.json", run / "supervisor.pid"):
+            assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+        probe = (
+            "import sys\ntry:\n open(sys.argv[1], sys.argv[2])\n"
+            "except PermissionError:\n sys.exit(7)\n"
+        )
+        assert scene.user.run(sys.executable, "-c", probe, str(lock), "r").returncode == 7
+        assert scene.user.run(sys.executable, "-c", probe, str(log), "r").returncode == 7
+
+    def test_run_directory_of_another_owner_is_refused(self, scene: Scene) -> None:
+        """A run directory owned by someone else is refused, naming it and the fix."""
+        run = scene.harness.root / "run/noderole"
+        run.mkdir(parents=True)
+        os.chown(run, scene.user.uid, scene.user.gid)
+        with pytest.raises(SupervisorError, match=r"belongs to uid \d+.*remove it"):
+            scene.harness.supervisor.ensure_running()
+        with pytest.raises(StateError, match=r"belongs to uid"):
+            _take_lock(NodeRoot(scene.harness.root), "x")
+
+
+def _take_lock(root: NodeRoot, what: str) -> None:
+    with node_lock(root, timeout=0, clock=SystemClock(), what=what):
+        pass
+
+
+class TestLockHolder:
+    def test_refusal_names_the_real_holder_not_the_note(self, tmp_path: Path) -> None:
+        """The wait message names the pid /proc/locks reports, not a note someone else wrote."""
+        root = NodeRoot(tmp_path)
+        with node_lock(root, timeout=1, clock=SystemClock(), what="first"):
+            pass
+        lock = tmp_path / LOCK_FILE.lstrip("/")
+        lock.write_text("pid 1: a note that lies\n")
+        holder = subprocess.Popen(
+            [sys.executable, "-c",
+             "import fcntl, os, sys\nfd = os.open(sys.argv[1], os.O_RDONLY)\n"
+             "fcntl.flock(fd, fcntl.LOCK_SH)\nprint('held', flush=True)\nsys.stdin.read()",
+             str(lock)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            assert holder.stdout is not None
+            assert holder.stdout.readline().strip() == "held"
+            with pytest.raises(LockedError) as caught:
+                _take_lock(root, "second")
+            message = str(caught.value)
+            assert f"pid {holder.pid}: {sys.executable}" in message
+            assert "a note that lies" not in message
+        finally:
+            holder.kill()
+            holder.communicate()  # reaps it and closes its pipes
+
+
+# ---------------------------------------------------------------------------- part 7
+
+
+class TestEvidence:
+    def test_rate_limiter_passes_a_burst_then_sums_up(self) -> None:
+        """The first BURST lines of a window pass; the rest become one summary when it ends."""
+        limiter = _log.RateLimiter(burst=3, window=60)
+        passed = [limiter.allow("a", float(t))[0] for t in range(10)]
+        assert passed == [True] * 3 + [False] * 7
+        assert limiter.allow("b", 5.0) == (True, [])  # keys are counted apart
+        assert limiter.due(59.0) == []
+        assert limiter.due(60.0) == ["a: suppressed 7 similar lines in 60s"]
+        assert limiter.due(120.0) == []  # said once; b had nothing suppressed
+        assert limiter.allow("a", 121.0) == (True, [])  # a new window
+
+    def test_crash_loop_is_rate_limited_and_errors_are_kept(self, tmp_path: Path) -> None:
+        """Many crash lines: at most BURST written; an internal error survives every rotation."""
+        code = textwrap.dedent(
+            """
+            from noderole.supervisor import _log
+            _log.log_error("internal error:\\nTraceback: the evidence")
+            for i in range(2000):
+                _log.log_limited("a", f"a: pid {i} exited (exit code 1) after 0.001s")
+                _log.log(f"noise {i} " + "x" * 60)
+            """
+        )
+        log = tmp_path / "supervisor.log"
+        env = {**os.environ, "NODEROLE_SUPERVISOR_LOG_BYTES": "4096",
+               "NODEROLE_SUPERVISOR_LOG_KEEP": "3"}  # fmt: skip
+        with open(log, "ab") as stderr:
+            subprocess.run([sys.executable, "-c", code], stderr=stderr, env=env, check=True)
+        names = sorted(p.name for p in tmp_path.iterdir())
+        assert names == [
+            "supervisor-errors.log", "supervisor.log", "supervisor.log.1", "supervisor.log.2",
+            "supervisor.log.3",
+        ]  # fmt: skip
+        text = "".join((tmp_path / n).read_text() for n in names if n.startswith("supervisor.log"))
+        assert "the evidence" not in text  # pushed out of the main log by the noise ...
+        assert "Traceback: the evidence" in (tmp_path / "supervisor-errors.log").read_text()
+        for name in names:
+            assert (tmp_path / name).stat().st_size <= 4096 + 200
+
+    def test_real_crash_loop_writes_at_most_a_burst(self, tmp_path: Path) -> None:
+        """A service crash-looping fast: restarts go on, exit lines stop at BURST per window."""
+        h = Harness(root=tmp_path, supervisor=Supervisor(tmp_path / "run/noderole", timeout=30))
+        try:
+            sup = Supervision(respawn_delay=0.01, stop_timeout=2)
+            h.supervisor.start(h.spec("a", "exit 1", supervision=sup))
+            wait_for(
+                lambda: h.supervisor.status(["a"])[0].restarts >= 3 * _log.BURST,
+                "a crash loop",
+            )
+            text = (tmp_path / "var/log/noderole/supervisor.log").read_text()
+            exits = [line for line in text.splitlines() if "a: pid " in line]
+            assert len(exits) == _log.BURST
+        finally:
+            close_harness(h)
+
+
+# ---------------------------------------------------------------------------- part 5: ENOSPC
+
+
+def _unshare_works() -> str | None:
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        return "needs root and unshare"
+    probe = subprocess.run(
+        ["unshare", "-m", "--propagation", "private", "true"], capture_output=True, text=True
+    )
+    return None if probe.returncode == 0 else f"unshare -m refused: {probe.stderr.strip()}"
+
+
+_FILL = """
+def fill(directory):
+    fd = os.open(os.path.join(directory, "filler"), os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        while True:
+            os.write(fd, b"x" * 4096)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+"""
+
+_APPLY_FULL = (
+    """
+import json, os, subprocess, sys
+from pathlib import Path
+from noderole.clock import SystemClock
+from noderole.errors import NoderoleError
+from noderole.root import NodeRoot
+from noderole.state import node_lock, write_applied
+root = Path(sys.argv[1])
+for d in ("run", "var/lib/noderole"):
+    (root / d).mkdir(parents=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16k", "tmpfs", str(root / d)], check=True)
+"""
+    + _FILL
+    + """
+fill(root / "run")
+fill(root / "var/lib/noderole")
+out = {}
+with node_lock(NodeRoot(root), timeout=1, clock=SystemClock(), what="apply full"):
+    out["locked"] = True
+try:
+    write_applied(NodeRoot(root), {"a": {"x": "y" * 100000}})
+except NoderoleError as e:
+    out["error"] = (type(e).__name__, str(e))
+print(json.dumps(out))
+"""
+)
+
+_RESPAWN_FULL = (
+    """
+import json, os, signal, subprocess, sys, time
+from pathlib import Path
+from noderole.records import Supervision
+from noderole.supervisor import Supervisor
+from tests.supervisor_fixtures import Harness, wait_for
+root = Path(sys.argv[1])
+(root / "run").mkdir(parents=True)
+subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(root / "run")], check=True)
+"""
+    + _FILL
+    + """
+h = Harness(root=root, supervisor=Supervisor(root / "run/noderole", timeout=30))
+first = h.supervisor.start(h.spec("a", "exec sleep 1000",
+                                  supervision=Supervision(respawn_delay=0.01, stop_timeout=2)))
+state = root / "run/noderole/state.json"
+def pid_recorded():
+    return json.loads(state.read_text())["services"].get("a", {}).get("pid")
+wait_for(lambda: pid_recorded() == first.pid, "the first pid in the state file")
+fill(root / "run")
+os.kill(first.pid, signal.SIGKILL)
+second = wait_for(lambda: next((s for s in h.supervisor.status(["a"]) if s.restarts == 1
+                               and s.pid and s.pid != first.pid), None), "a respawn")
+recorded = pid_recorded()
+daemon = h.supervisor.daemon_pid()
+os.kill(daemon, signal.SIGKILL)
+from noderole.supervisor._proc import is_alive
+def gone():
+    return not is_alive(second.pid)
+deadline = time.monotonic() + 15
+while not gone() and time.monotonic() < deadline:
+    time.sleep(0.02)
+print(json.dumps({"first": first.pid, "second": second.pid, "recorded": recorded,
+                  "second_gone": gone()}))
+"""
+)
+
+
+_APPLY_CLI_FULL = (
+    """
+import json, os, shutil, subprocess, sys
+from pathlib import Path
+import noderole
+from click.testing import CliRunner
+from noderole.cli import cli
+from noderole.cli._app import App
+from noderole.root import NodeRoot
+root = Path(sys.argv[1])
+for d in ("run", "var/lib/noderole"):
+    (root / d).mkdir(parents=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16k", "tmpfs", str(root / d)], check=True)
+(root / "bin").mkdir()
+shutil.copy("/bin/sleep", root / "bin/sleep")
+class Plugin:
+    @noderole.hookimpl
+    def noderole_services(self, node):
+        return noderole.Service(name="a", roles=["demo"], command=["/bin/sleep", "1000"],
+            environment={"NODEROLE_SUPERVISOR_TEST": str(root)},
+            supervision=noderole.Supervision(respawn_delay=0.05, stop_timeout=2))
+"""
+    + _FILL
+    + """
+fill(root / "run")
+fill(root / "var/lib/noderole")
+app = App(root=NodeRoot(root), plugin_objects=(("t", Plugin()),), autoload=False)
+result = CliRunner().invoke(cli, ["apply", "demo"], obj=app)
+exc = result.exception
+print(json.dumps({"code": result.exit_code, "out": result.output,
+                  "exc": None if exc is None or isinstance(exc, SystemExit) else repr(exc)}))
+"""
+)
+
+
+class TestFullRun:
+    def test_apply_command_on_a_full_disk_fails_clearly(self, tmp_path: Path) -> None:
+        """`noderole apply` with /run and /var/lib/noderole full: exit 1, messages, no traceback."""
+        why = _unshare_works()
+        if why:
+            pytest.skip(why)
+        root = tmp_path / "root"
+        h = Harness(root=root, supervisor=Supervisor(root / "run/noderole", timeout=30))
+        try:
+            out = subprocess.run(
+                ["unshare", "-m", "--propagation", "private", sys.executable, "-c",
+                 _APPLY_CLI_FULL, str(root)],
+                capture_output=True, text=True, timeout=90,
+            )  # fmt: skip
+            assert out.returncode == 0, out.stderr
+            result = json.loads(out.stdout)
+            assert result["exc"] is None
+            assert result["code"] == 1
+            assert "Traceback" not in result["out"]
+            assert "File " not in result["out"]
+            assert "supervisor.pid: No space left on device" in result["out"]
+            assert "cannot record /var/lib/noderole/role" in result["out"]
+        finally:
+            close_harness(h)
+
+    def test_apply_on_a_full_disk_gives_clear_errors(self, tmp_path: Path) -> None:
+        """Full /run: the lock is still taken; full state dir: StateError naming the file."""
+        why = _unshare_works()
+        if why:
+            pytest.skip(why)
+        out = subprocess.run(
+            ["unshare", "-m", "--propagation", "private", sys.executable, "-c", _APPLY_FULL,
+             str(tmp_path / "root")],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        result = json.loads(out.stdout)
+        assert result["locked"] is True
+        kind, message = result["error"]
+        assert kind == "StateError"
+        assert "/var/lib/noderole/applied.json" in message
+        assert "No space left on device" in message
+
+    def test_respawn_not_recorded_in_state_is_still_known_to_the_watchdog(
+        self, tmp_path: Path
+    ) -> None:
+        """Full /run: a respawn's state is not written, yet a daemon kill -9 leaves no orphan."""
+        why = _unshare_works()
+        if why:
+            pytest.skip(why)
+        root = tmp_path / "root"
+        h = Harness(root=root, supervisor=Supervisor(root / "run/noderole", timeout=30))
+        try:
+            out = subprocess.run(
+                ["unshare", "-m", "--propagation", "private", sys.executable, "-c",
+                 _RESPAWN_FULL, str(root)],
+                capture_output=True, text=True, timeout=90, cwd=Path(__file__).parent.parent,
+            )  # fmt: skip
+            assert out.returncode == 0, out.stderr
+            result = json.loads(out.stdout)
+            assert result["recorded"] == result["first"]  # the state file could not be written
+            assert result["second_gone"], "the respawned child was orphaned"
+        finally:
+            close_harness(h)
+
+
+class TestSafeOpen:
+    def test_open_append_refuses_a_link_and_a_fifo(self, tmp_path: Path) -> None:
+        """A link at a log is refused with ELOOP; a FIFO is refused at once, not waited on."""
+        victim = tmp_path / "victim"
+        victim.write_bytes(b"keep")
+        (tmp_path / "log").symlink_to(victim)
+        with pytest.raises(OSError, match="symbolic link"):
+            _safeopen.open_append(str(tmp_path / "log"))
+        os.mkfifo(tmp_path / "fifo")
+        with pytest.raises(OSError, match="not a regular file"):
+            _safeopen.open_append(str(tmp_path / "fifo"))
+        assert victim.read_bytes() == b"keep"
+
+    def test_replace_file_replaces_a_link_and_leaves_no_temporary(self, tmp_path: Path) -> None:
+        """A link at the target is replaced by the rename; the target's file is untouched."""
+        victim = tmp_path / "victim"
+        victim.write_bytes(b"keep")
+        (tmp_path / "pid").symlink_to(victim)
+        _safeopen.replace_file(str(tmp_path / "pid"), b"42\n", mode=0o644)
+        assert (tmp_path / "pid").read_bytes() == b"42\n"
+        assert not (tmp_path / "pid").is_symlink()
+        assert victim.read_bytes() == b"keep"
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["pid", "victim"]
+
+    def test_private_dir_tightens_modes_and_refuses_links(self, tmp_path: Path) -> None:
+        """0755 becomes 0700; a link in place of the directory is refused."""
+        loose = tmp_path / "loose"
+        loose.mkdir(mode=0o755)
+        _safeopen.private_dir(str(loose))
+        assert stat.S_IMODE(loose.stat().st_mode) == 0o700
+        (tmp_path / "link").symlink_to(loose)
+        with pytest.raises(OSError, match="not a real directory"):
+            _safeopen.private_dir(str(tmp_path / "link"))
+
+    def test_open_dir_follows_links_only_in_trusted_directories(self, tmp_path: Path) -> None:
+        """A link in a root-only directory is followed; one in a world-writable one is not."""
+        real = tmp_path / "real"
+        real.mkdir()
+        (tmp_path / "ok").symlink_to(real)
+        fd = _safeopen.open_dir(str(tmp_path / "ok"))
+        os.close(fd)
+        shared = tmp_path / "shared"
+        shared.mkdir()
+        shared.chmod(0o777)
+        (shared / "bad").symlink_to(real)
+        with pytest.raises(OSError, match="refusing to follow the symbolic link"):
+            _safeopen.open_dir(str(shared / "bad"))
+
+
+class TestUnrecordableStart:
+    def test_a_start_the_watchdog_cannot_be_told_about_is_undone(self, tmp_path: Path) -> None:
+        """The watchdog's pipe full: the new process is killed and the start reported failed."""
+        from noderole.supervisor._daemon import Daemon
+
+        h = Harness(root=tmp_path, supervisor=Supervisor(tmp_path / "run/noderole", timeout=30))
+        run_dir = tmp_path / "run/noderole"
+        run_dir.mkdir(parents=True)
+        daemon = Daemon(str(run_dir))
+        r, w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            with contextlib.suppress(BlockingIOError):
+                while True:
+                    os.write(w, b"x" * 4096)
+            daemon.watchdog_w = w  # a watchdog that stopped reading
+            answers: list[dict[str, Any]] = []
+            daemon.start_new(h.spec("a", "exec sleep 1000"), False, "", answers.append)
+            (answer,) = answers
+            status: dict[str, Any] = answer["statuses"][0]
+            assert status["state"] == "crashed"
+            assert "cannot tell the watchdog" in status["reason"]
+            assert h.settled_marked([]) == []  # the started process was killed
+        finally:
+            daemon.watchdog_w = -1
+            os.close(r)
+            os.close(w)
+            daemon.server.close()
+            for pid in h.marked():
+                os.kill(pid, signal.SIGKILL)
