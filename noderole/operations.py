@@ -26,9 +26,10 @@ if TYPE_CHECKING:
     from noderole.backends import Backend
     from noderole.config import Config
     from noderole.context import NodeContext
-    from noderole.engine import ApplyReport, Progress
+    from noderole.engine import ApplyReport, Progress, ServiceReport
     from noderole.plan import Plan
     from noderole.plugins import PluginSet
+    from noderole.recorded import RecordedPlan
     from noderole.records import Service, StandIn
     from noderole.render import Rendered
 
@@ -171,6 +172,86 @@ class Operations:
             )
         return recorded
 
+    # ---------------------------------------------------------------- the role at boot
+
+    def resolve_role(self, role: str | None = None) -> str:
+        """The role ``apply`` applies: ``role`` if given, else the role recorded by the last
+        apply, else the plugins' answer from the node's first-boot inputs.
+
+        The recorded role comes before the plugins' answer, as in the shell's node-role selector:
+        first-boot inputs decide the role at the first boot, the recorded role afterwards, so a
+        role never changes because an input file was edited or a service failed. Nothing is
+        written here; a resolver that fails raises its error (nothing has been written or
+        started yet), and no answer at all is a :class:`UsageError` saying what to pass.
+        """
+        from noderole.plugins import resolve_role
+        from noderole.state import ROLE_FILE, read_role
+
+        if role:
+            return role
+        recorded = read_role(self.root)
+        if recorded is not None:
+            return recorded
+        resolved = resolve_role(self.plugins, self.node_for(None))
+        if resolved is not None:
+            return resolved
+        roles = sorted({r for s in self.services() for r in s.roles})
+        raise UsageError(
+            f"no role given, none recorded in {ROLE_FILE}, and no installed plugin resolves one "
+            "from this node's first-boot inputs: pass the role, as in noderole apply ROLE "
+            f"(roles of the installed plugins: {', '.join(roles) or 'none'})"
+        )
+
+    def plan_for_apply(self, role: str) -> tuple[Plan, list[ServiceReport]]:
+        """The plan ``apply`` starts, and the failures of plugins that could not define services.
+
+        A plugin whose ``noderole_services`` fails is left out with every service that needs
+        what it may have defined (see :mod:`noderole.partial`); the rest of the role is planned
+        as usual. When nothing of the role is left, the first plugin's error is raised.
+        """
+        from noderole.errors import NoderoleError
+        from noderole.plan import build_plan
+
+        broken: dict[str, NoderoleError] = {}
+        services = self.plugins.services(self.node_for(role), broken=broken)
+        if not broken:
+            return self.plan(role, services), []
+        from noderole.partial import without_broken
+
+        kept, failures = without_broken(services, role, broken)
+        if not any(role in s.roles for s in kept):
+            raise next(iter(broken.values()))
+        return build_plan(kept, role, plugins=self.plugins.names()), failures
+
+    def recorded_plan(self, role: str | None = None) -> Plan:
+        """The plan of ``role`` (default: the recorded role) for ``status`` and ``stop``: the
+        one the last apply recorded, without loading any plugin, when it is of that role;
+        otherwise planned from the plugins."""
+        recorded = self._recorded(role)
+        if recorded is not None:
+            return recorded.plan
+        return self.plan(self.recorded_role(role))
+
+    def recorded_backend(self, requested: str = "auto") -> Backend:
+        """:meth:`backend` for ``status`` and ``stop``: with ``auto`` and a recorded plan, the
+        backend that applied it, without loading the plugins or their settings."""
+        recorded = self._recorded(None)
+        if recorded is None:
+            return self.backend(requested)
+        from noderole.backends.detect import backend_named
+
+        name = recorded.backend if requested == "auto" else requested
+        return backend_named(name, self.root, noderole_path=recorded.noderole_path)
+
+    def _recorded(self, role: str | None) -> RecordedPlan | None:
+        from noderole.recorded import read_plan
+        from noderole.state import read_role
+
+        recorded_role = read_role(self.root)
+        if recorded_role is None or (role and role != recorded_role):
+            return None
+        return read_plan(self.root, recorded_role)
+
     def service(self, name: str) -> Service:
         """The definition of service ``name`` now, in the role last applied (``hook``, ``exec``)."""
         from noderole.state import read_role
@@ -184,12 +265,24 @@ class Operations:
                 f"no installed plugin defines service {name!r} (services: {known})"
             ) from None
 
-    def targets(self, names: Sequence[str]) -> tuple[Plan, list[str]]:
+    def targets(self, names: Sequence[str], *, from_record: bool = False) -> tuple[Plan, list[str]]:
         """The plan of the role named (or recorded) and the services to act on, in stop order.
 
         One name that is a role acts on the whole role, unless the role has a service of that
-        name; otherwise the names are services of the recorded role.
+        name; otherwise the names are services of the recorded role. With ``from_record``
+        (``stop``), the applied role's plan comes from the record, without loading any plugin,
+        when it has every name asked for.
         """
+        if from_record:
+            recorded = self._recorded(None)
+            if recorded is not None:
+                plan = recorded.plan
+                whole_role = len(names) == 1 and names[0] == plan.role and plan.role not in plan
+                if not names or whole_role:
+                    return plan, list(plan.stop_order())
+                if all(n in plan for n in names):
+                    return plan, [n for n in plan.stop_order() if n in names]
+                # Another role, or a name the record lacks: the plugins decide (and say why).
         services = None
         if len(names) == 1:
             services = self.services(names[0])
@@ -231,18 +324,28 @@ class Operations:
         progress: Progress | None = None,
         lock_timeout: float = 300.0,
         readiness_timeout: float | None = None,
+        failures: Sequence[ServiceReport] = (),
+        record_plan: bool = True,
     ) -> ApplyReport:
-        """Apply ``plan`` under the node lock, then record the role and the definition digests.
+        """Apply ``plan`` under the node lock: record the role and the plan (``record_plan``,
+        off for a ``restart`` of a few services), start, then record the definition digests.
 
         ``readiness_timeout`` (seconds a dependent waits for a service to be ready) defaults to
-        the ``readiness_timeout`` setting.
+        the ``readiness_timeout`` setting. ``failures`` (from :meth:`plan_for_apply`) are put at
+        the head of the report, so it is not ok when a plugin could not define its services.
         """
+        import attrs
+
         from noderole.console import QuietProgress
         from noderole.engine import apply_plan
-        from noderole.state import node_lock, read_applied, write_applied, write_role
+        from noderole.state import node_lock, read_applied, write_applied
 
         what = f"apply {plan.role}"
         with node_lock(self.root, timeout=lock_timeout, clock=self.clock, what=what):
+            if record_plan:
+                # Before anything starts: the role does not change because a service failed,
+                # and the next boot applies the same one (status and stop read the plan).
+                self._record_role(plan, backend)
             previous = read_applied(self.root)
             recorded: dict[str, dict[str, str]] = {}
             report = apply_plan(
@@ -259,9 +362,22 @@ class Operations:
                 previous=previous,
                 on_digests=recorded.update,
             )
-            write_role(self.root, plan.role)
-            write_applied(self.root, {**previous, **recorded})
+            applied = {**previous, **recorded}
+            if applied != previous:  # an apply that changed nothing writes nothing
+                write_applied(self.root, applied)
+        if failures:
+            report = attrs.evolve(report, services=(*failures, *report.services))
         return report
+
+    def _record_role(self, plan: Plan, backend: Backend) -> None:
+        """Record ``plan``'s role and the plan itself (each only when it changed)."""
+        from noderole.recorded import plan_data, write_plan
+        from noderole.state import read_role, write_role
+
+        if read_role(self.root) != plan.role:
+            write_role(self.root, plan.role)
+        noderole_path = str(self.setting("noderole_path"))
+        write_plan(self.root, plan_data(plan, backend=backend.name, noderole_path=noderole_path))
 
     def dry_run(self, plan: Plan, backend: Backend) -> list[dict[str, Any]]:
         """What applying ``plan`` would do to each service, changing nothing (``--dry-run``)."""
@@ -294,7 +410,13 @@ class Operations:
 
         with node_lock(self.root, timeout=lock_timeout, clock=self.clock, what="restart"):
             backend.stop([n for n in names if plan[n].service.command is not None])
-        return self.apply(plan.subset(names), backend, progress=progress, lock_timeout=lock_timeout)
+        return self.apply(
+            plan.subset(names),
+            backend,
+            progress=progress,
+            lock_timeout=lock_timeout,
+            record_plan=False,
+        )
 
     # ---------------------------------------------------------------- status
 
@@ -357,6 +479,9 @@ class Operations:
         manifest = f"/var/lib/noderole/rendered-{backend}.json"
         changed, removed = sync_rendered(items, root=self.root, manifest=manifest)
         write_role(self.root, role)
+        from noderole.recorded import plan_data, write_plan
+
+        write_plan(self.root, plan_data(plan, backend=backend, noderole_path=noderole_path))
         written = set(changed)
         return RenderResult(
             items,
