@@ -345,7 +345,7 @@ class Operations:
             if record_plan:
                 # Before anything starts: the role does not change because a service failed,
                 # and the next boot applies the same one (status and stop read the plan).
-                self._record_role(plan, backend)
+                self._record_role(plan, backend, failures)
             previous = read_applied(self.root)
             recorded: dict[str, dict[str, str]] = {}
             report = apply_plan(
@@ -369,15 +369,23 @@ class Operations:
             report = attrs.evolve(report, services=(*failures, *report.services))
         return report
 
-    def _record_role(self, plan: Plan, backend: Backend) -> None:
-        """Record ``plan``'s role and the plan itself (each only when it changed)."""
-        from noderole.recorded import plan_data, write_plan
+    def _record_role(
+        self, plan: Plan, backend: Backend, failures: Sequence[ServiceReport] = ()
+    ) -> None:
+        """Record ``plan``'s role and the plan itself (each only when it changed); services
+        left out because of a broken plugin (``failures``) stay recorded as they were."""
+        from noderole.partial import PLUGIN_PREFIX
+        from noderole.recorded import keeping, plan_data, write_plan
         from noderole.state import read_role, write_role
 
         if read_role(self.root) != plan.role:
             write_role(self.root, plan.role)
         noderole_path = str(self.setting("noderole_path"))
-        write_plan(self.root, plan_data(plan, backend=backend.name, noderole_path=noderole_path))
+        data = plan_data(plan, backend=backend.name, noderole_path=noderole_path)
+        failed = [f.name for f in failures]
+        origins = [n.removeprefix(PLUGIN_PREFIX) for n in failed if n.startswith(PLUGIN_PREFIX)]
+        names = [n for n in failed if not n.startswith(PLUGIN_PREFIX)]
+        write_plan(self.root, keeping(self.root, data, origins=origins, names=names))
 
     def dry_run(self, plan: Plan, backend: Backend) -> list[dict[str, Any]]:
         """What applying ``plan`` would do to each service, changing nothing (``--dry-run``)."""

@@ -5,8 +5,10 @@ keep every other service of the node down, as one broken runscript or unit does 
 or systemd. Its services are unknown (the hook that names them failed), so they cannot be
 planned; the plugin is reported as failed (``plugin:NAME``, with the last line of its
 traceback), and so is every service that ``need``s a name nothing loaded defines any more, since
-the broken plugin may have been its provider. Everything else is planned and started as usual,
-and the apply's exit status says that something failed. ``plan`` and ``apply --dry-run`` stay
+the broken plugin may have been its provider. Neither is started nor stopped: what an earlier
+apply started of them runs on untouched, and stays in the recorded plan (so ``stop`` still stops
+it). Everything else is planned and started as usual, and the apply's exit status says that
+something failed. ``plan`` and ``apply --dry-run`` stay
 strict: they report the broken plugin as the error it is.
 """
 
@@ -71,11 +73,11 @@ def without_broken(
             break
         for name, target in newly.items():
             which = (
-                "which is not started either"
+                "which is not applied either"
                 if target in left_out
                 else "which no loaded plugin defines now"
             )
-            left_out[name] = f"not started: it needs {target}, {which}: {cause}"
+            left_out[name] = f"not applied: it needs {target}, {which}: {cause}"
     for name in sorted(_reached(services, role) & set(left_out)):
         reports.append(ServiceReport(name=name, status="failed", reason=left_out[name]))
     return kept, reports

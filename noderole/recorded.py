@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from noderole.plan import Plan
     from noderole.records import Service
 
-__all__ = ["PLAN_FILE", "RecordedPlan", "read_plan", "write_plan"]
+__all__ = ["PLAN_FILE", "RecordedPlan", "keeping", "plan_data", "read_plan", "write_plan"]
 
 PLAN_FILE = "/var/lib/noderole/plan.json"
 """Node path of the recorded plan."""
@@ -78,6 +78,33 @@ def plan_data(plan: Plan, *, backend: str, noderole_path: str) -> dict[str, Any]
         "noderole_path": noderole_path,
         "services": [_service_data(entry.service) for entry in plan.services],
     }
+
+
+def keeping(
+    root: NodeRoot, data: Mapping[str, Any], *, origins: Iterable[str], names: Iterable[str]
+) -> dict[str, Any]:
+    """``data`` plus the services the recorded plan of the same role has that ``data`` lacks and
+    that come from ``origins`` or are called one of ``names``.
+
+    An apply that went on without a broken plugin neither starts nor stops that plugin's
+    services (nor what needs them); they stay recorded, so ``stop`` still stops them.
+    """
+    origins, names = set(origins), set(names)
+    if not origins and not names:
+        return dict(data)
+    try:
+        previous = json.loads(root.resolve(PLAN_FILE).read_text())
+        if previous.get("version") != _VERSION or previous.get("role") != data["role"]:
+            return dict(data)
+        have = {item["name"] for item in data["services"]}
+        kept = [
+            item
+            for item in previous["services"]
+            if item["name"] not in have and (item["origin"] in origins or item["name"] in names)
+        ]
+    except Exception:  # nothing usable recorded: nothing to keep
+        return dict(data)
+    return {**data, "services": [*data["services"], *kept]}
 
 
 def write_plan(root: NodeRoot, data: Mapping[str, Any]) -> bool:

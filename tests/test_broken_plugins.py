@@ -177,11 +177,46 @@ class TestServicesHookAtApply:
         assert f"plugin 'fmbad' failed to define its services ({HOOK_LAST_LINES[fault]}" in reason
         assert "--disable-plugin fmbad" in reason
         assert report["b"]["status"] == "failed"
-        assert "it needs c, which no loaded plugin defines now" in report["b"]["reason"]
+        assert (
+            "not applied: it needs c, which no loaded plugin defines now" in report["b"]["reason"]
+        )
         assert HOOK_LAST_LINES[fault] in report["b"]["reason"]
         assert (report["a"]["status"], report["d"]["status"]) == ("started", "started")
         wait_until(lambda: running(scene.node, "a") and running(scene.node, "d"), "a and d")
         assert not running(scene.node, "b")
+
+    def test_what_an_earlier_apply_started_runs_on_and_stop_stops_it(self, scene: Scene) -> None:
+        """The plugin worked at the last apply and breaks now: its service c and b (which needs
+        it) are left running as they were, and `stop` (from the record) still stops them."""
+        scene.good()
+        source = (
+            "import noderole\n\n@noderole.hookimpl\ndef noderole_services(node):\n"
+            "    if node.resolve('/etc/fm/broken').exists():\n"
+            "        raise RuntimeError('disk on fire')\n"
+            "    return noderole.Service(name='c', roles=['demo'], pidfile='/run/c.pid',\n"
+            "        command=['/usr/local/bin/sleeper', 'c'], output_log='/var/log/c.log',\n"
+            "        supervision=noderole.Supervision(respawn_delay=0.05, stop_timeout=2))\n"
+        )
+        scene.install("fm-switch", "1.0", {"fmbad": "fm_switch"}, {"fm_switch": source})
+        code, out, err = scene.cli("apply", "demo", "--json")
+        assert code == 0, (out, err)
+        pids = {s["name"]: s["pid"] for s in json.loads(out)["services"]}
+        (scene.node.root / "etc/fm").mkdir(parents=True)
+        (scene.node.root / "etc/fm/broken").touch()
+        code, out, err = scene.cli("apply", "demo", "--json")
+        assert code == ExitCode.FAILED, (out, err)
+        report = {s["name"]: s for s in json.loads(out)["services"]}
+        assert report["plugin:fmbad"]["status"] == "failed"
+        assert report["b"]["status"] == "failed"
+        assert (report["a"]["status"], report["d"]["status"]) == ("running", "running")
+        assert "c" not in report
+        for name in "bc":
+            assert running(scene.node, name)
+            assert int((scene.node.root / f"run/{name}.pid").read_text()) == pids[name]
+        code, out, err = scene.cli("stop")
+        assert code == 0, (out, err)
+        assert {" * Stopped b", " * Stopped c"} <= set(out.splitlines())
+        assert not any(running(scene.node, name) for name in "abcd")
 
     def test_the_text_report_names_the_plugin(self, scene: Scene) -> None:
         """Without --json, the failed plugin is listed with its reason on stderr."""
