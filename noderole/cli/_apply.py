@@ -35,8 +35,11 @@ def apply_command(
     did not change are left alone. Exit 0 when every service runs, 1 otherwise (a plugin that
     cannot define its services fails those, and what needs them; the rest still starts).
 
-    Without ROLE (at boot): the role recorded by the last apply, else the role the plugins
-    resolve from the node's first-boot inputs. The role is recorded before anything starts.
+    The role: ROLE when given; else the role recorded by the last apply or render
+    (/var/lib/noderole/role); else, at the first boot, the one the plugins resolve from the
+    node's first-boot inputs (k3s: SPINIFEX_K3S_ROLE in first-boot.env). The record comes before
+    the inputs, as in the shell's node-role selector, and is written before anything starts, so
+    a failed service never changes a node's role. A role that cannot be decided changes nothing.
     """
     from noderole.console import ConsoleProgress, QuietProgress
 
