@@ -195,7 +195,9 @@ class Operations:
         resolved = resolve_role(self.plugins, self.node_for(None))
         if resolved is not None:
             return resolved
-        roles = sorted({r for s in self.services() for r in s.roles})
+        # A plugin whose services hook fails must not turn this usage error into its own.
+        services = self.plugins.services(self.node_for(None), broken={})
+        roles = sorted({r for s in services for r in s.roles})
         raise UsageError(
             f"no role given, none recorded in {ROLE_FILE}, and no installed plugin resolves one "
             "from this node's first-boot inputs: pass the role, as in noderole apply ROLE "

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 from click.testing import CliRunner, Result
 
@@ -193,3 +194,40 @@ class TestNoSideEffect:
         assert "plugin 'second' resolves 'other'" in message
         assert tree(node.root) == before
         assert node.processes() == []
+
+
+class TestRecordedPlan:
+    def test_the_record_rebuilds_the_applied_plan(self, node: Node) -> None:
+        """plan.json gives back the same order, waves, readiness and logs, with no environment."""
+        from noderole.recorded import PLAN_FILE, read_plan
+
+        ready = noderole.WaitForPaths(paths=["/run/ready-flag"], timeout=30)
+        writer = sleeper("a", readiness=ready, environment={"TOKEN": noderole.Secret("s3cret")})
+        node.services += [
+            attrs.evolve(writer, command=["/usr/local/bin/ready-writer"]),
+            sleeper("b", need=["a"]),
+        ]
+        result = run(node, "apply", "demo")
+        assert result.exit_code == 0, result.output
+        applied = App(
+            root=NodeRoot(node.root), plugin_objects=(("test", node.plugin()),), autoload=False
+        ).plan("demo")
+        recorded = read_plan(NodeRoot(node.root), "demo")
+        assert recorded is not None
+        assert recorded.backend == "native"
+        assert recorded.plan.waves == applied.waves
+        assert [p.service.readiness for p in recorded.plan] == [
+            p.service.readiness for p in applied
+        ]
+        assert [p.service.output_log for p in recorded.plan] == ["/var/log/a.log", "/var/log/b.log"]
+        assert "s3cret" not in (node.root / PLAN_FILE.lstrip("/")).read_text()
+        assert all(not p.service.environment for p in recorded.plan)
+
+    def test_an_unusable_record_falls_back_to_the_plugins(self, node: Node) -> None:
+        """A plan.json of the wrong shape is ignored: status plans from the plugins instead."""
+        node.services += [sleeper("a")]
+        assert run(node, "apply", "demo").exit_code == 0
+        (node.root / STATE[2]).write_text('{"version": 1, "role": "demo", "services": [{"x": 1}]}')
+        result = run(node, "status", "--json")
+        assert result.exit_code == 0, result.output
+        assert [row["name"] for row in json.loads(result.stdout)["services"]] == ["a"]
