@@ -382,7 +382,9 @@ class Operations:
 
         if read_role(self.root) != plan.role:
             write_role(self.root, plan.role)
-        noderole_path = str(self.setting("noderole_path"))
+        # The init-system backends carry the path their files call; the native one needs none
+        # (and reading the setting here would make apply depend on the configuration twice).
+        noderole_path = str(getattr(backend, "noderole_path", "noderole"))
         data = plan_data(plan, backend=backend.name, noderole_path=noderole_path)
         failed = [f.name for f in failures]
         origins = [n.removeprefix(PLUGIN_PREFIX) for n in failed if n.startswith(PLUGIN_PREFIX)]
