@@ -49,8 +49,6 @@ MANIFEST = "/var/lib/noderole/boot-entry.json"
 
 BOOT_KINDS = ("openrc", "systemd")
 
-_APPLY = 'role=$(cat {role_file}) && [ -n "$role" ] && exec "$0" apply --backend {kind} "$role"'
-
 
 @attrs.frozen(kw_only=True)
 class BootFile:
@@ -72,9 +70,9 @@ def _openrc(noderole_path: str) -> list[BootFile]:
     script = f"""\
 #!/sbin/openrc-run
 # Written by `noderole enable`; `noderole disable` removes it. Applies the role recorded in
-# {ROLE_FILE} at every boot.
+# {ROLE_FILE} at every boot (at the first boot, the one the plugins resolve).
 
-description="Apply the recorded noderole role"
+description="Apply the node's noderole role"
 
 depend() {{
 \t# The first-boot inputs the role reads are written by cloud-init.
@@ -82,12 +80,10 @@ depend() {{
 }}
 
 start() {{
-\tif [ ! -s {ROLE_FILE} ]; then
-\t\teerror "no role recorded in {ROLE_FILE}: run noderole enable ROLE"
-\t\treturn 1
-\tfi
-\tebegin "Applying the noderole role $(cat {ROLE_FILE})"
-\t{sh_quote(noderole_path)} apply --backend openrc "$(cat {ROLE_FILE})"
+\t# No role on the command line: apply takes the recorded one, else (first boot) the one the
+\t# plugins resolve from the first-boot inputs; with neither it fails, saying what to pass.
+\tebegin "Applying the noderole role"
+\t{sh_quote(noderole_path)} apply --backend openrc
 \teend $?
 }}
 """
@@ -100,16 +96,14 @@ start() {{
 def _systemd(noderole_path: str) -> list[BootFile]:
     from noderole.render._quote import systemd_command_line
 
-    command = systemd_command_line(
-        ["/bin/sh", "-c", _APPLY.format(role_file=ROLE_FILE, kind="systemd"), noderole_path]
-    )
+    # No role: apply takes the recorded one, else the one the plugins resolve at first boot.
+    command = systemd_command_line([noderole_path, "apply", "--backend", "systemd"])
     unit = f"""\
 # Written by `noderole enable`; `noderole disable` removes it.
 [Unit]
-Description=Apply the recorded noderole role ({ROLE_FILE})
+Description=Apply the node's noderole role (recorded in {ROLE_FILE}, or resolved at first boot)
 Wants=network-online.target
 After=network-online.target cloud-final.service
-ConditionPathExists={ROLE_FILE}
 
 [Service]
 Type=oneshot
@@ -182,8 +176,9 @@ def _wanted(item: BootFile) -> str:
     return f"link:{item.target}"
 
 
-def enable(root: NodeRoot, role: str, kind: str, *, noderole_path: str) -> list[str]:
-    """Record ``role`` and install the boot entry; return the node paths written.
+def enable(root: NodeRoot, role: str | None, kind: str, *, noderole_path: str) -> list[str]:
+    """Record ``role`` (None: leave it to the first boot's resolution) and install the boot
+    entry; return the node paths written.
 
     Idempotent. Refuses (before writing anything) a path that holds something ``enable`` did not
     write, naming it. An entry of the other kind that ``enable`` wrote earlier is removed.
@@ -212,7 +207,8 @@ def enable(root: NodeRoot, role: str, kind: str, *, noderole_path: str) -> list[
             if local.is_symlink():
                 local.unlink()
             local.symlink_to(item.target)
-    write_role(root, role)
+    if role is not None:
+        write_role(root, role)
     record = root.resolve(MANIFEST)
     record.parent.mkdir(parents=True, exist_ok=True)
     document = {"backend": kind, "paths": {i.path: _wanted(i) for i in items}}

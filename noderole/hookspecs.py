@@ -183,11 +183,15 @@ def noderole_standins(
 def noderole_resolve_role(node: NodeContext) -> str | None:
     """Say which role this node takes, from its first-boot inputs; None when you cannot tell.
 
-    Used when ``apply`` is given no role (at boot). Every plugin is asked; the first answer that
-    is not None wins, and two plugins answering differently is an error naming both, so the role
-    never depends on load order. Raise :class:`noderole.errors.UsageError` (or another
-    :class:`noderole.errors.NoderoleError`) for an input that names no valid role: nothing is
-    then written or started. ``node.role`` is None during this call.
+    Used when ``apply`` is given no role and none is recorded yet (the first boot): an explicit
+    role comes first, then the role the last apply recorded in ``/var/lib/noderole/role``, then
+    this hook. Every plugin is asked; the first answer that is not None wins, and two plugins
+    answering differently is an error naming both, so the role never depends on load order. The
+    answer is then recorded before any service starts, so later boots apply the same role
+    whatever the inputs say by then. Raise :class:`noderole.errors.EnvFileError` (or another
+    :class:`noderole.errors.NoderoleError`) for an input that names no valid role: ``apply``
+    then exits with that error's code, and nothing is written or started. ``node.role`` is None
+    during this call.
 
     Example::
 

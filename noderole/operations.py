@@ -26,9 +26,10 @@ if TYPE_CHECKING:
     from noderole.backends import Backend
     from noderole.config import Config
     from noderole.context import NodeContext
-    from noderole.engine import ApplyReport, Progress
+    from noderole.engine import ApplyReport, Progress, ServiceReport
     from noderole.plan import Plan
     from noderole.plugins import PluginSet
+    from noderole.recorded import RecordedPlan
     from noderole.records import Service, StandIn, Wait
     from noderole.render import Rendered
     from noderole.renewal import CertificateCheck
@@ -173,6 +174,99 @@ class Operations:
             )
         return recorded
 
+    # ---------------------------------------------------------------- the role at boot
+
+    def resolve_role(self, role: str | None = None) -> str:
+        """The role ``apply`` applies: ``role`` if given, else the role recorded by the last
+        apply, else the plugins' answer from the node's first-boot inputs.
+
+        The recorded role comes before the plugins' answer, as in the shell's node-role selector:
+        first-boot inputs decide the role at the first boot, the recorded role afterwards, so a
+        role never changes because an input file was edited or a service failed. Nothing is
+        written here; a resolver that fails raises its error (nothing has been written or
+        started yet), and no answer at all is a :class:`UsageError` saying what to pass.
+        """
+        from noderole.plugins import resolve_role
+        from noderole.state import ROLE_FILE, read_role
+
+        if role:
+            return role
+        recorded = read_role(self.root)
+        if recorded is not None:
+            return recorded
+        resolved = resolve_role(self.plugins, self.node_for(None))
+        if resolved is not None:
+            return resolved
+        # A plugin whose services hook fails must not turn this usage error into its own.
+        services = self.plugins.services(self.node_for(None), broken={})
+        roles = sorted({r for s in services for r in s.roles})
+        raise UsageError(
+            f"no role given, none recorded in {ROLE_FILE}, and no installed plugin resolves one "
+            "from this node's first-boot inputs: pass the role, as in noderole apply ROLE "
+            f"(roles of the installed plugins: {', '.join(roles) or 'none'})"
+        )
+
+    def plan_for_apply(self, role: str) -> tuple[Plan, list[ServiceReport]]:
+        """The plan ``apply`` starts, and the failures of plugins that could not define services.
+
+        A plugin whose ``noderole_services`` fails is left out with every service that needs
+        what it may have defined (see :mod:`noderole.partial`); the rest of the role is planned
+        as usual. When nothing of the role is left, the first plugin's error is raised.
+        """
+        from noderole.errors import NoderoleError
+        from noderole.plan import build_plan
+
+        broken: dict[str, NoderoleError] = {}
+        services = self.plugins.services(self.node_for(role), broken=broken)
+        if not broken:
+            return self.plan(role, services), []
+        from noderole.partial import without_broken
+
+        kept, failures = without_broken(services, role, broken)
+        if not any(role in s.roles for s in kept):
+            raise next(iter(broken.values()))
+        return build_plan(kept, role, plugins=self.plugins.names()), failures
+
+    def recorded_plan(self, role: str | None = None) -> Plan:
+        """The plan of ``role`` (default: the recorded role) for ``status`` and ``stop``: the
+        one the last apply recorded, without loading any plugin, when it is of that role;
+        otherwise planned from the plugins."""
+        recorded = self._recorded(role)
+        if recorded is not None:
+            return recorded.plan
+        return self.plan(self.recorded_role(role))
+
+    def recorded_backend(self, requested: str = "auto") -> Backend:
+        """:meth:`backend` for ``status`` and ``stop``: with ``auto`` and a recorded plan, the
+        backend that applied it, without loading the plugins or their settings."""
+        recorded = self._recorded(None)
+        if recorded is None:
+            return self.backend(requested)
+        from noderole.backends.detect import backend_named
+
+        name = recorded.backend if requested == "auto" else requested
+        plan = recorded.plan
+
+        def readiness(service: str) -> Wait | None:
+            return plan[service].service.readiness if service in plan else None
+
+        return backend_named(
+            name,
+            self.root,
+            noderole_path=recorded.noderole_path,
+            clock=self.clock,
+            readiness=readiness,
+        )
+
+    def _recorded(self, role: str | None) -> RecordedPlan | None:
+        from noderole.recorded import read_plan
+        from noderole.state import read_role
+
+        recorded_role = read_role(self.root)
+        if recorded_role is None or (role and role != recorded_role):
+            return None
+        return read_plan(self.root, recorded_role)
+
     def service(self, name: str) -> Service:
         """The definition of service ``name`` now, in the role last applied (``hook``, ``exec``)."""
         from noderole.state import read_role
@@ -186,12 +280,24 @@ class Operations:
                 f"no installed plugin defines service {name!r} (services: {known})"
             ) from None
 
-    def targets(self, names: Sequence[str]) -> tuple[Plan, list[str]]:
+    def targets(self, names: Sequence[str], *, from_record: bool = False) -> tuple[Plan, list[str]]:
         """The plan of the role named (or recorded) and the services to act on, in stop order.
 
         One name that is a role acts on the whole role, unless the role has a service of that
-        name; otherwise the names are services of the recorded role.
+        name; otherwise the names are services of the recorded role. With ``from_record``
+        (``stop``), the applied role's plan comes from the record, without loading any plugin,
+        when it has every name asked for.
         """
+        if from_record:
+            recorded = self._recorded(None)
+            if recorded is not None:
+                plan = recorded.plan
+                whole_role = len(names) == 1 and names[0] == plan.role and plan.role not in plan
+                if not names or whole_role:
+                    return plan, list(plan.stop_order())
+                if all(n in plan for n in names):
+                    return plan, [n for n in plan.stop_order() if n in names]
+                # Another role, or a name the record lacks: the plugins decide (and say why).
         services = None
         if len(names) == 1:
             services = self.services(names[0])
@@ -250,20 +356,30 @@ class Operations:
         lock_timeout: float = 300.0,
         readiness_timeout: float | None = None,
         publish: bool = True,
+        failures: Sequence[ServiceReport] = (),
+        record_plan: bool = True,
     ) -> ApplyReport:
-        """Apply ``plan`` under the node lock, then record the role and the definition digests.
+        """Apply ``plan`` under the node lock: record the role and the plan (``record_plan``,
+        off for a ``restart`` of a few services), start, then record the definition digests.
 
         ``readiness_timeout`` (seconds a dependent waits for a service to be ready) defaults to
-        the ``readiness_timeout`` setting. With ``publish``, the outcome is kept for the fleet
-        metrics (:meth:`publish_metrics`).
+        the ``readiness_timeout`` setting. ``failures`` (from :meth:`plan_for_apply`) are put at
+        the head of the report, so it is not ok when a plugin could not define its services.
+        With ``publish``, the outcome is kept for the fleet metrics (:meth:`publish_metrics`).
         """
+        import attrs
+
         from noderole.console import QuietProgress
         from noderole.engine import apply_plan
         from noderole.manifest import record_processes
-        from noderole.state import node_lock, read_applied, write_applied, write_role
+        from noderole.state import node_lock, read_applied, write_applied
 
         what = f"apply {plan.role}"
         with node_lock(self.root, timeout=lock_timeout, clock=self.clock, what=what):
+            if record_plan:
+                # Before anything starts: the role does not change because a service failed,
+                # and the next boot applies the same one (status and stop read the plan).
+                self._record_role(plan, backend, failures)
             previous = read_applied(self.root)
             recorded: dict[str, dict[str, str]] = {}
             report = apply_plan(
@@ -280,12 +396,35 @@ class Operations:
                 previous=previous,
                 on_digests=recorded.update,
             )
-            write_role(self.root, plan.role)
-            write_applied(self.root, {**previous, **recorded})
+            applied = {**previous, **recorded}
+            if applied != previous:  # an apply that changed nothing writes nothing
+                write_applied(self.root, applied)
             record_processes(self.root, plan, backend.name)
+        if failures:
+            report = attrs.evolve(report, services=(*failures, *report.services))
         if publish:
             self.publish_metrics(plan, backend, report)
         return report
+
+    def _record_role(
+        self, plan: Plan, backend: Backend, failures: Sequence[ServiceReport] = ()
+    ) -> None:
+        """Record ``plan``'s role and the plan itself (each only when it changed); services
+        left out because of a broken plugin (``failures``) stay recorded as they were."""
+        from noderole.partial import PLUGIN_PREFIX
+        from noderole.recorded import keeping, plan_data, write_plan
+        from noderole.state import read_role, write_role
+
+        if read_role(self.root) != plan.role:
+            write_role(self.root, plan.role)
+        # The init-system backends carry the path their files call; the native one needs none
+        # (and reading the setting here would make apply depend on the configuration twice).
+        noderole_path = str(getattr(backend, "noderole_path", "noderole"))
+        data = plan_data(plan, backend=backend.name, noderole_path=noderole_path)
+        failed = [f.name for f in failures]
+        origins = [n.removeprefix(PLUGIN_PREFIX) for n in failed if n.startswith(PLUGIN_PREFIX)]
+        names = [n for n in failed if not n.startswith(PLUGIN_PREFIX)]
+        write_plan(self.root, keeping(self.root, data, origins=origins, names=names))
 
     # ---------------------------------------------------------------- fleet metrics
 
@@ -312,7 +451,7 @@ class Operations:
                 )
                 metrics.write_last_apply(self.root, outcome)
                 written.append(metrics.LAST_APPLY)
-            directory = str(self.setting("textfile_dir"))
+            directory = self._textfile_dir()
             if directory:
                 metrics.write_textfile(self.root.resolve(directory), self.metrics(plan, backend))
                 written.append(f"{directory.rstrip('/')}/{metrics.TEXTFILE}")
@@ -320,6 +459,23 @@ class Operations:
             # The services are up: a metrics file that cannot be written must not fail the apply.
             print(f"noderole: warning: fleet metrics not written: {exc}", file=sys.stderr)
         manifest.record(self.root, "state", written)
+
+    def _textfile_dir(self) -> str:
+        """``[noderole] textfile_dir``, read without loading plugins when none are loaded yet:
+        ``stop`` and ``status`` work from the recorded plan and must not import a plugin."""
+        if "config" in self.__dict__:
+            return str(self.setting("textfile_dir"))
+        import tomllib
+
+        from noderole.config import CONFIG_PATH
+
+        try:
+            document = tomllib.loads(self.root.resolve(CONFIG_PATH).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return ""  # no file, or one `noderole config check` will explain: metrics stay off
+        table = document.get("noderole")
+        value = table.get("textfile_dir", "") if isinstance(table, dict) else ""
+        return value if isinstance(value, str) else ""
 
     def dry_run(self, plan: Plan, backend: Backend) -> list[dict[str, Any]]:
         """What applying ``plan`` would do to each service, changing nothing (``--dry-run``)."""
@@ -354,7 +510,12 @@ class Operations:
         with node_lock(self.root, timeout=lock_timeout, clock=self.clock, what="restart"):
             backend.stop([n for n in names if plan[n].service.command is not None])
         report = self.apply(
-            plan.subset(names), backend, progress=progress, lock_timeout=lock_timeout, publish=False
+            plan.subset(names),
+            backend,
+            progress=progress,
+            lock_timeout=lock_timeout,
+            record_plan=False,
+            publish=False,
         )
         self.publish_metrics(plan, backend, None)  # a restart is not an apply of the role
         return report
@@ -463,6 +624,9 @@ class Operations:
         manifest = f"/var/lib/noderole/rendered-{backend}.json"
         changed, removed = sync_rendered(items, root=self.root, manifest=manifest)
         write_role(self.root, role)
+        from noderole.recorded import plan_data, write_plan
+
+        write_plan(self.root, plan_data(plan, backend=backend, noderole_path=noderole_path))
         written = set(changed)
         return RenderResult(
             items,

@@ -7,7 +7,9 @@ no longer imports.
 
 Hooks that return records are called one plugin at a time, in a thread bounded by the hook
 timeout, so a failure — an exception, a generator that raises later, a wrong type, a hang — is
-reported naming the plugin, its distribution and the hook.
+reported naming the plugin, its distribution and the hook. Importing an entry point is bounded the
+same way; ``SystemExit`` (or any other ``BaseException``) raised by plugin code, at import or in a
+hook, is a :class:`~noderole.errors.PluginError` like any other failure, never an exit of noderole.
 """
 
 from __future__ import annotations
@@ -126,9 +128,15 @@ class PluginSet:
             seen[table.table] = table
         return [seen[name] for name in sorted(seen)]
 
-    def services(self, node: Any) -> list[Service]:
-        """Every service every plugin contributes (duplicates are the plan's to report)."""
-        return self.collect("noderole_services", Service, {"node": node})
+    def services(
+        self, node: Any, *, broken: dict[str, NoderoleError] | None = None
+    ) -> list[Service]:
+        """Every service every plugin contributes (duplicates are the plan's to report).
+
+        With ``broken``, a plugin whose hook fails is recorded there and skipped (``apply``: one
+        broken plugin fails its own services, not the whole role).
+        """
+        return self.collect_any("noderole_services", (Service,), {"node": node}, broken=broken)
 
     def standins(self, node: Any) -> list[Any]:
         """Every rehearsal record plugins supply: stand-in programs, input files, settings."""
@@ -140,9 +148,18 @@ class PluginSet:
         return self.collect_any(hook_name, (kind,), kwargs)
 
     def collect_any(
-        self, hook_name: str, kinds: tuple[type[Any], ...], kwargs: Mapping[str, Any]
+        self,
+        hook_name: str,
+        kinds: tuple[type[Any], ...],
+        kwargs: Mapping[str, Any],
+        *,
+        broken: dict[str, NoderoleError] | None = None,
     ) -> list[Any]:
-        """:meth:`collect` for a hook that returns records of several ``kinds``."""
+        """:meth:`collect` for a hook that returns records of several ``kinds``.
+
+        With ``broken`` (a dict), a plugin whose hook fails does not fail the call: its error is
+        stored under its name, none of its records are returned, and the other plugins' are.
+        """
         hook = getattr(self.manager.hook, hook_name, None)
         if hook is None:
             raise PluginError(
@@ -155,18 +172,36 @@ class PluginSet:
             if impl.hookwrapper or impl.wrapper:
                 continue  # wrappers observe other calls; record hooks are called one by one
             plugin = self.manager.get_name(impl.plugin) or repr(impl.plugin)
-            items = self._call(impl, plugin, hook_name, kwargs)
-            for item in items:
-                if not isinstance(item, kinds):
-                    raise PluginError(
-                        f"{self._describe(plugin)} hook {hook_name} returned {item!r} "
-                        f"({type(item).__name__}); it must return {expected} records "
-                        f"(a single one, a list, or None). Fix the plugin, or disable it with "
-                        f"--disable-plugin {plugin}"
-                    )
-                if attrs.has(type(item)) and hasattr(item, "origin"):
-                    item = attrs.evolve(item, origin=plugin)
-                records.append(item)
+            try:
+                records.extend(self._records(impl, plugin, hook_name, kinds, expected, kwargs))
+            except NoderoleError as exc:
+                if broken is None:
+                    raise
+                broken[plugin] = exc
+        return records
+
+    def _records(
+        self,
+        impl: Any,
+        plugin: str,
+        hook_name: str,
+        kinds: tuple[type[Any], ...],
+        expected: str,
+        kwargs: Mapping[str, Any],
+    ) -> list[Any]:
+        """One plugin's records from ``hook_name``, type-checked and stamped with its name."""
+        records: list[Any] = []
+        for item in self._call(impl, plugin, hook_name, kwargs):
+            if not isinstance(item, kinds):
+                raise PluginError(
+                    f"{self._describe(plugin)} hook {hook_name} returned {item!r} "
+                    f"({type(item).__name__}); it must return {expected} records "
+                    f"(a single one, a list, or None). Fix the plugin, or disable it with "
+                    f"--disable-plugin {plugin}"
+                )
+            if attrs.has(type(item)) and hasattr(item, "origin"):
+                item = attrs.evolve(item, origin=plugin)
+            records.append(item)
         return records
 
     def _describe(self, plugin: str) -> str:
@@ -196,12 +231,12 @@ class PluginSet:
         thread.start()
         thread.join(self.hook_timeout)
         if thread.is_alive():
+            late = TimeoutError(f"hook {hook_name} did not return within {self.hook_timeout:g}s")
             raise PluginError(
-                f"{self._describe(plugin)} hook {hook_name} did not return within "
-                f"{self.hook_timeout:g}s; it is probably blocked on something. Fix the plugin, "
-                f"raise the limit with {HOOK_TIMEOUT_ENV}=SECONDS, or disable it with "
-                f"--disable-plugin {plugin}"
-            )
+                f"{self._describe(plugin)} {late.args[0]}; it is probably blocked on something. "
+                f"Fix the plugin, raise the limit with {HOOK_TIMEOUT_ENV}=SECONDS, or disable it "
+                f"with --disable-plugin {plugin}"
+            ) from late
         error = outcome.get("error")
         if error is None:
             items: list[Any] = outcome["items"]
@@ -274,6 +309,7 @@ def load_plugins(
     skip = set(disabled)
     if autoload is None:
         autoload = not _autoload_disabled()
+    timeout = hook_timeout if hook_timeout is not None else _hook_timeout()
     manager = pluggy.PluginManager(hookspecs.PROJECT)
     manager.add_hookspecs(hookspecs)
     # Historic: every plugin registered from now on gets the call, so plugins can add hookspecs
@@ -292,6 +328,12 @@ def load_plugins(
             ) from exc
         except ValueError as exc:  # duplicate name or object
             raise PluginError(f"{info.describe()} cannot be registered: {exc}") from exc
+        except (Exception, SystemExit) as exc:  # its noderole_addhooks, called as it registers
+            raise PluginError(
+                f"{info.describe()} failed while registering (in its noderole_addhooks): "
+                f"{_exception_line(exc)}. Fix the plugin, or disable it with "
+                f"--disable-plugin {info.name}"
+            ) from exc
         infos.append(info)
 
     if builtin and "builtin" not in skip:
@@ -307,15 +349,7 @@ def load_plugins(
             if entry_point.name in skip:
                 continue
             info = _info(entry_point)
-            try:
-                obj = entry_point.load()
-            except Exception as exc:
-                raise PluginError(
-                    f"{info.describe()} failed to import: {type(exc).__name__}: {exc}. "
-                    f"Reinstall or fix the distribution, or skip it with "
-                    f"--disable-plugin {info.name} (or {AUTOLOAD_ENV}=1 to load no plugins)"
-                ) from exc
-            register(obj, info)
+            register(_import(entry_point, info, timeout), info)
     try:
         manager.check_pending()
     except pluggy.PluginValidationError as exc:
@@ -326,9 +360,7 @@ def load_plugins(
             "spelling against the hook reference; a hook of another plugin that may be absent "
             "must be marked @noderole.hookimpl(optionalhook=True)"
         ) from exc
-    plugin_set = PluginSet(
-        manager, infos, hook_timeout=hook_timeout if hook_timeout is not None else _hook_timeout()
-    )
+    plugin_set = PluginSet(manager, infos, hook_timeout=timeout)
     _SETS[manager] = plugin_set
     return plugin_set
 
@@ -366,6 +398,49 @@ def resolve_role(plugins: PluginSet, node: Any) -> str | None:
                 "--disable-plugin NAME"
             )
     return first
+
+
+def _import(entry_point: importlib.metadata.EntryPoint, info: PluginInfo, timeout: float) -> Any:
+    """Import ``entry_point`` in a worker thread, bounded by ``timeout`` seconds.
+
+    A plugin that blocks at import (a network call, a lock) must not hang every command. Python
+    cannot stop a thread: a hung import stays blocked in its daemon thread until this process
+    exits, holding that module's import lock, and nothing waits for it. ``SystemExit`` and the
+    other ``BaseException``s raised by the plugin's code are caught in the worker, so they are
+    reported as this plugin's error; a real Ctrl-C still interrupts the wait in the main thread.
+    """
+    outcome: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            outcome["object"] = entry_point.load()
+        except BaseException as exc:  # the plugin's, reported to the caller thread below
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=target, name=f"import {info.name}", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        raise PluginError(
+            f"{info.describe()} did not finish importing within {timeout:g}s; it is probably "
+            f"blocked on something at import. Fix the plugin, raise the limit with "
+            f"{HOOK_TIMEOUT_ENV}=SECONDS, or skip it with --disable-plugin {info.name} (its "
+            "import stays blocked in the background until noderole exits)"
+        )
+    error = outcome.get("error")
+    if error is not None:
+        raise PluginError(
+            f"{info.describe()} failed to import: {_exception_line(error)}. "
+            f"Reinstall or fix the distribution, or skip it with "
+            f"--disable-plugin {info.name} (or {AUTOLOAD_ENV}=1 to load no plugins)"
+        ) from error
+    return outcome["object"]
+
+
+def _exception_line(exc: BaseException) -> str:
+    """``Type: message``, the last line of a traceback (``SystemExit: 0``)."""
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def _entry_points() -> list[importlib.metadata.EntryPoint]:

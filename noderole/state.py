@@ -44,6 +44,7 @@ __all__ = [
     "read_role",
     "write_applied",
     "write_role",
+    "write_state_file",
 ]
 
 RUN_DIR = "/run/noderole"
@@ -66,7 +67,9 @@ class StateError(NoderoleError):
     """What noderole records on the node could not be written (full disk, planted link)."""
 
 
-def _write_state_file(root: NodeRoot, node_path: str, data: bytes) -> None:
+def write_state_file(root: NodeRoot, node_path: str, data: bytes) -> None:
+    """Write one of noderole's state files: private directory, 0600, never through a link,
+    recorded for ``reset``; :class:`StateError` when the machine refuses."""
     from noderole.atomic import write_atomic
 
     path = root.resolve(node_path)
@@ -83,7 +86,7 @@ def _write_state_file(root: NodeRoot, node_path: str, data: bytes) -> None:
 
 def write_role(root: NodeRoot, role: str) -> None:
     """Record the applied role (atomically, mode 0600)."""
-    _write_state_file(root, ROLE_FILE, f"{role}\n".encode())
+    write_state_file(root, ROLE_FILE, f"{role}\n".encode())
 
 
 def read_applied(root: NodeRoot) -> dict[str, dict[str, Any]]:
@@ -97,7 +100,7 @@ def read_applied(root: NodeRoot) -> dict[str, dict[str, Any]]:
 
 def write_applied(root: NodeRoot, applied: Mapping[str, Mapping[str, Any]]) -> None:
     """Record per-service definition digests (atomically, mode 0600)."""
-    _write_state_file(root, APPLIED_FILE, json.dumps(applied, indent=1, sort_keys=True).encode())
+    write_state_file(root, APPLIED_FILE, json.dumps(applied, indent=1, sort_keys=True).encode())
 
 
 def lock_holders(fd: int) -> list[int]:

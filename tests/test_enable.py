@@ -80,10 +80,19 @@ class TestUnderRoot:
         assert "After=network-online.target cloud-final.service" in unit
         assert "Wants=network-online.target" in unit
         assert "WantedBy=multi-user.target" in unit
-        # systemd would expand $role itself: the shell's variables are written $$
-        assert '"$$role' in unit
+        # No role in the unit: apply takes the recorded one, or resolves it at first boot.
+        exec_start = next(line for line in unit.splitlines() if line.startswith("ExecStart="))
+        assert exec_start.endswith(" apply --backend systemd")
         link = tmp_path / SYSTEMD_FILES[1]
         assert str(link.readlink()) == "../noderole.service"
+
+    def test_without_a_role_nothing_is_recorded(self, tmp_path: Path) -> None:
+        """enable with no ROLE installs the entry and leaves the role to the first boot."""
+        result = run(tmp_path, "enable", "--backend", "openrc")
+        assert result.exit_code == 0, result.output
+        assert "first boot" in result.output
+        assert (tmp_path / "etc/init.d/noderole").exists()
+        assert not (tmp_path / ROLE_FILE.lstrip("/")).exists()
 
     def test_idempotent_and_switching_backend(self, tmp_path: Path) -> None:
         """enable twice changes nothing; enable with the other backend replaces the entry."""

@@ -434,3 +434,58 @@ class TestPluginSetOver:
         bare = PluginSet.over(manager)
         assert bare.names() == ["solo"]
         assert bare.hook_timeout == 9.0
+
+
+class TestBaseExceptions:
+    """SystemExit and KeyboardInterrupt raised by plugin code are that plugin's error."""
+
+    @pytest.mark.parametrize(
+        ("error", "line"),
+        [(SystemExit(0), "SystemExit: 0"), (KeyboardInterrupt(), "KeyboardInterrupt")],
+    )
+    def test_raised_in_a_hook(self, tmp_path: Path, error: BaseException, line: str) -> None:
+        """A hook raising a BaseException: a PluginError naming plugin and hook, not an exit."""
+
+        def noderole_services(node: Any) -> None:
+            raise error
+
+        plugins = load_plugins(
+            autoload=False, plugins=[("p", _module("p", noderole_services=noderole_services))]
+        )
+        with pytest.raises(PluginError, match=rf"plugin 'p' hook noderole_services raised {line}"):
+            plugins.services(_node(plugins, tmp_path))
+
+    def test_raised_while_registering(self) -> None:
+        """SystemExit from noderole_addhooks (called as the plugin registers) names the plugin."""
+
+        def noderole_addhooks(pluginmanager: Any) -> None:
+            raise SystemExit(3)
+
+        with pytest.raises(
+            PluginError, match=r"plugin 'p' failed while registering.*SystemExit: 3"
+        ):
+            load_plugins(
+                autoload=False, plugins=[("p", _module("p", noderole_addhooks=noderole_addhooks))]
+            )
+
+    def test_broken_plugins_are_set_aside_on_request(self, tmp_path: Path) -> None:
+        """services(broken=...) keeps the others' services and records the failing plugin."""
+
+        def fails(node: Any) -> None:
+            raise RuntimeError("disk on fire")
+
+        def works(node: Any) -> Service:
+            return Service(name="ok", roles=["r"], command=["/bin/true"])
+
+        plugins = load_plugins(
+            autoload=False,
+            plugins=[
+                ("bad", _module("bad", noderole_services=fails)),
+                ("good", _module("good", noderole_services=works)),
+            ],
+        )
+        broken: dict[str, Any] = {}
+        services = plugins.services(_node(plugins, tmp_path), broken=broken)
+        assert [s.name for s in services if s.origin == "good"] == ["ok"]
+        assert list(broken) == ["bad"]
+        assert "RuntimeError: disk on fire" in str(broken["bad"])

@@ -10,7 +10,7 @@ import json
 import click
 
 from noderole.cli._app import App
-from noderole.cli._options import backend_option, lock_timeout_option, role_argument
+from noderole.cli._options import backend_option, lock_timeout_option, optional_role_argument
 from noderole.cli._output import echo_status
 from noderole.cli._params import Seconds
 from noderole.errors import ExitCode
@@ -19,24 +19,33 @@ __all__ = ["apply_command", "restart_command", "status_command", "stop_command"]
 
 
 @click.command("apply")
-@role_argument
+@optional_role_argument
 @click.option("--json", "as_json", is_flag=True, help="Print the final report as JSON.")
 @backend_option
 @click.option("--dry-run", is_flag=True, help="Show what would start, restart or be minted.")
 @lock_timeout_option
 @click.pass_obj
 def apply_command(
-    app: App, role: str, as_json: bool, backend: str, dry_run: bool, lock_timeout: float
+    app: App, role: str | None, as_json: bool, backend: str, dry_run: bool, lock_timeout: float
 ) -> None:
     """Bring every service of ROLE up, in dependency order, and keep it up.
 
     Runs each service's pre-start steps (waits, certificates) then starts it; independent
     services proceed concurrently. Idempotent: running services whose definition and certificates
-    did not change are left alone. Exit 0 when every service runs, 1 otherwise.
+    did not change are left alone. Exit 0 when every service runs, 1 otherwise (a plugin that
+    cannot define its services fails those, and what needs them; the rest still starts).
+
+    The role: ROLE when given; else the role recorded by the last apply or render
+    (/var/lib/noderole/role); else, at the first boot, the one the plugins resolve from the
+    node's first-boot inputs (k3s: SPINIFEX_K3S_ROLE in first-boot.env). The record comes before
+    the inputs, as in the shell's node-role selector, and is written before anything starts, so
+    a failed service never changes a node's role. A role that cannot be decided changes nothing.
     """
     from noderole.console import ConsoleProgress, QuietProgress
 
-    plan = app.plan(role)
+    role = app.resolve_role(role)
+    # A dry run is strict (a broken plugin is its error); apply starts what does not need it.
+    plan, failures = (app.plan(role), []) if dry_run else app.plan_for_apply(role)
     chosen = app.backend(backend)
     if dry_run:
         rows = app.dry_run(plan, chosen)
@@ -49,7 +58,9 @@ def apply_command(
                 click.echo(f"{row['name']:<28} {row['action']:<14} {row['why']}")
         return
     progress = QuietProgress() if as_json else ConsoleProgress()
-    report = app.apply(plan, chosen, progress=progress, lock_timeout=lock_timeout)
+    report = app.apply(
+        plan, chosen, progress=progress, lock_timeout=lock_timeout, failures=failures
+    )
     if as_json:
         click.echo(json.dumps(report.to_dict(), indent=2))
     else:
@@ -99,11 +110,14 @@ def status_command(
     Exit 0 when every service is up (and ready, where it has a readiness check), 1 when one
     crashed or is stopped, 11 while some are still starting.
     """
-    plan = app.plan(app.recorded_role(role))
+    # From the plan the last apply recorded: status imports no plugin (a broken one cannot
+    # hide what runs). Another role is planned from the plugins.
+    plan = app.recorded_plan(role)
+    chosen = app.recorded_backend(backend)
     if output_format == "prometheus":
-        click.echo(app.metrics(plan, app.backend(backend)), nl=False)
+        click.echo(app.metrics(plan, chosen), nl=False)
         return
-    rows, verdict = app.status(plan, app.backend(backend), wait=wait, timeout=timeout)
+    rows, verdict = app.status(plan, chosen, wait=wait, timeout=timeout)
     echo_status(plan.role, rows, verdict, as_json=as_json or output_format == "json")
     if verdict != ExitCode.OK:
         raise SystemExit(int(verdict))
@@ -119,8 +133,8 @@ def stop_command(app: App, names: tuple[str, ...], backend: str, lock_timeout: f
 
     Returns only when every process (and its process group) is gone.
     """
-    plan, targets = app.targets(names)
-    stopped = app.stop(plan, targets, app.backend(backend), lock_timeout=lock_timeout)
+    plan, targets = app.targets(names, from_record=True)  # no plugin is imported
+    stopped = app.stop(plan, targets, app.recorded_backend(backend), lock_timeout=lock_timeout)
     for name in stopped:
         click.echo(f" * Stopped {name}")
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import click
 
 from noderole.cli._app import App
-from noderole.cli._options import role_argument
+from noderole.cli._options import optional_role_argument
 from noderole.errors import ExitCode, UsageError
 
 __all__ = ["disable_command", "enable_command"]
@@ -36,7 +36,7 @@ def _kind(app: App, requested: str) -> str:
 
 
 @click.command("enable")
-@role_argument
+@optional_role_argument
 @click.option(
     "--backend",
     type=click.Choice(["auto", "openrc", "systemd"]),
@@ -45,8 +45,11 @@ def _kind(app: App, requested: str) -> str:
     help="The init system that runs the boot entry (auto: the running one; required with --root).",
 )
 @click.pass_obj
-def enable_command(app: App, role: str, backend: str) -> None:
-    """Record ROLE and install noderole's boot entry, which applies it at every boot.
+def enable_command(app: App, role: str | None, backend: str) -> None:
+    """Record ROLE and install noderole's boot entry, which applies the node's role at every boot.
+
+    Without ROLE nothing is recorded: the first boot applies the role the plugins resolve from
+    the node's first-boot inputs (the k3s plugin: SPINIFEX_K3S_ROLE), and records it.
 
     OpenRC: /etc/init.d/noderole in the default runlevel, after cloud-init. systemd: the
     oneshot noderole.service, wanted by multi-user.target, after network-online.target and
@@ -54,11 +57,13 @@ def enable_command(app: App, role: str, backend: str) -> None:
     """
     from noderole.bootentry import enable
 
-    app.plan(role)  # an unknown role fails here, naming the known ones
+    if role is not None:
+        app.plan(role)  # an unknown role fails here, naming the known ones
     kind = _kind(app, backend)
     noderole_path = str(app.setting("noderole_path"))
     written = enable(app.root, role, kind, noderole_path=noderole_path)
-    click.echo(f"role {role} recorded; {kind} boot entry: {', '.join(written)}")
+    recorded = f"role {role} recorded" if role else "role left to the first boot's inputs"
+    click.echo(f"{recorded}; {kind} boot entry: {', '.join(written)}")
 
 
 @click.command("disable")

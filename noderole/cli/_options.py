@@ -7,7 +7,7 @@ import click
 from noderole.cli._app import App
 from noderole.cli._params import Seconds
 
-__all__ = ["backend_option", "lock_timeout_option", "role_argument"]
+__all__ = ["backend_option", "lock_timeout_option", "optional_role_argument", "role_argument"]
 
 BACKEND_CHOICES = ("auto", "native", "openrc", "systemd")
 
@@ -25,6 +25,9 @@ def _complete_role(ctx: click.Context, param: click.Parameter, incomplete: str) 
 
 
 role_argument = click.argument("role", shell_complete=_complete_role)
+
+optional_role_argument = click.argument("role", required=False, shell_complete=_complete_role)
+"""``apply``'s ROLE: when omitted, the recorded role, else the plugins' answer (at boot)."""
 
 backend_option = click.option(
     "--backend",

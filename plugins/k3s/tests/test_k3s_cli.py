@@ -13,6 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from noderole.cli import cli
+from noderole.errors import ExitCode
 from noderole.testing import ScratchRoot
 
 TOKEN = "K10-cli-secret-token::server:0ddba11"
@@ -94,3 +95,43 @@ class TestGraph:
         assert "need net, cgroups" in lines["k3s"]
         assert "pulled in by k3s" in lines["net"]
         assert "pulled in by k3s" in lines["cgroups"]
+
+
+def tree(root: ScratchRoot) -> dict[str, tuple[int, int, int]]:
+    """Every path under the root with its mode, size and modification time (ns)."""
+    found = {}
+    for path in sorted(root.path.rglob("*")):
+        st = path.lstat()
+        found[str(path.relative_to(root.path))] = (st.st_mode, st.st_size, st.st_mtime_ns)
+    return found
+
+
+class TestApplyWithoutRole:
+    """`noderole apply` with no role: k3s resolves it from first-boot.env (docs/plugins/k3s.md)."""
+
+    @pytest.mark.parametrize("role", ["server", "server-join", "agent"])
+    def test_the_first_boot_role_is_the_one_applied(self, root: ScratchRoot, role: str) -> None:
+        """SPINIFEX_K3S_ROLE decides the role of `apply` (seen through --dry-run: no change)."""
+        root.write_env("/etc/spinifex-eks/first-boot.env", {"SPINIFEX_K3S_ROLE": role})
+        data = json.loads(invoke(root, "apply", "--dry-run", "--json"))
+        assert data["role"] == role
+
+    @pytest.mark.parametrize(
+        ("values", "words"),
+        [
+            ({"SPINIFEX_K3S_ROLE": "master"}, "SPINIFEX_K3S_ROLE='master' in "),
+            ({"OTHER": "x"}, "SPINIFEX_K3S_ROLE missing from "),
+        ],
+    )
+    def test_an_invalid_or_missing_role_changes_nothing(
+        self, node_root: ScratchRoot, values: dict[str, str], words: str
+    ) -> None:
+        """A role k3s cannot read from first-boot.env: exit 8, nothing written or started."""
+        node_root.write_env("/etc/spinifex-eks/first-boot.env", values)
+        before = tree(node_root)
+        result = CliRunner().invoke(
+            cli, ["--root", str(node_root.path), "apply"], catch_exceptions=False
+        )
+        assert result.exit_code == ExitCode.ENVFILE, result.output
+        assert words in " ".join(result.output.split())
+        assert tree(node_root) == before

@@ -8,10 +8,11 @@ Services:
   :mod:`noderole_k3s.hookspecs`.
 - ``k3s-cluster-init`` (role ``server``) and ``k3s-cluster-join`` (role ``server-join``): the
   part that differs between the two roles, as milestones that both provide ``k3s-cluster``, which
-  ``k3s`` needs. Service definitions do not know the role being applied, and one ``k3s`` service
-  serves both roles, so each role brings its own milestone: it writes the role drop-in
-  (``cluster-init: true``, or the join URL and token), and a join without URL or token fails
-  there, so ``k3s`` is never started as a new cluster by mistake.
+  ``k3s`` needs. Each writes the role drop-in (``cluster-init: true``, or the join URL and
+  token), and a join without URL or token fails there, so ``k3s`` is never started as a new
+  cluster by mistake. They are not folded into one service reading ``node.role``: they share no
+  steps, and a renamed service would change every node's plan, status and rendered files
+  (docs/plugins/k3s.md says more).
 - ``k3s-agent`` (role ``agent``): ``k3s agent`` with ``K3S_URL``, ``K3S_TOKEN`` (a
   :class:`noderole.Secret`) and ``K3S_NODE_NAME`` from ``agent.env`` in its environment. Its
   pre-start writes the agent-side files and configuration drop-in other plugins contribute.
