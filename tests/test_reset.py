@@ -122,6 +122,7 @@ WRITTEN = {
     "/var/lib/noderole/role",
     "/var/lib/noderole/applied.json",
     "/var/lib/noderole/last-apply.json",
+    "/var/lib/noderole/plan.json",
     "/var/lib/noderole/rendered-openrc.json",
     "/run/noderole/apply.lock",
     "/run/noderole",
