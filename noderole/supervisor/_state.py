@@ -133,7 +133,9 @@ def write_state(path: str, state: State) -> None:
     tmp = f"{path}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
     with os.fdopen(fd, "w") as f:
-        json.dump(data, f, separators=(",", ":"), allow_nan=False)
+        # dumps, not dump: dump streams through the pure-Python encoder, ~10x slower (60 ms for
+        # 1,000 services, once per change of any of them).
+        f.write(json.dumps(data, separators=(",", ":"), allow_nan=False))
     os.replace(tmp, path)
 
 
