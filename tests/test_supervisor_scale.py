@@ -22,7 +22,7 @@ from noderole.root import NodeRoot
 from noderole.supervisor import NotAnswering, Supervisor
 from noderole.testing import end_node_processes, node_processes
 
-COUNT = 300
+COUNT = 500
 
 
 def _services(count: int) -> list[Service]:
@@ -50,7 +50,7 @@ def root(tmp_path: Path) -> object:
 @pytest.mark.timeout(120)
 class TestHundreds:
     def test_apply_starts_every_service_and_stop_ends_them(self, root: Path) -> None:
-        """apply of 300 services (a thread each) starts all 300; one stop ends every process."""
+        """apply of 500 services (a thread each) starts all 500; one stop ends every process."""
         plan = build_plan(_services(COUNT), "many")
         backend = NativeBackend(NodeRoot(root))
         report = apply_plan(
