@@ -181,7 +181,7 @@ class TestHungDaemon:
         assert harness.daemons() == [daemon]  # and no second daemon was started beside it
 
     def test_native_backend_fails_every_start_once_it_knows(self, tmp_path: Path) -> None:
-        """apply through the native backend: the first start that finds it hung fails them all."""
+        """Native backend: once a status finds the daemon hung, starts fail fast until resumed."""
         from noderole.backends.native import NativeBackend
         from noderole.errors import BackendError
         from noderole.testing import end_node_processes
@@ -205,6 +205,10 @@ class TestHungDaemon:
                         hung.start(Service(name=name, command=["/bin/sleep", "1"]), fingerprint="")
             finally:
                 os.kill(daemon, signal.SIGCONT)
+            # Resumed: the next status gets an answer, and starts work again.
+            assert "not answering" not in hung.status(["a"])["a"].reason
+            again = hung.start(Service(name="b", command=["/bin/sleep", "1000"]), fingerprint="")
+            assert again.state == "running"
         finally:
             survivors = end_node_processes(tmp_path)
         assert survivors == []

@@ -101,8 +101,6 @@ class NativeBackend:
             root.resolve(RUN_DIR), log_path=root.resolve(LOG_PATH), warn=warn
         )
         self._in_flight = threading.BoundedSemaphore(IN_FLIGHT)
-        self._unreachable: str | None = None
-        """Why the daemon is not answering, once a request found out: later ones fail at once."""
 
     def status(self, names: Sequence[str] | None = None) -> Mapping[str, ServiceStatus]:
         """Current status of the named services (all known ones when ``names`` is None)."""
@@ -117,13 +115,13 @@ class NativeBackend:
         """
         spec = process_spec(service, root=self.root, fingerprint=fingerprint)
         with self._in_flight, _as_backend_error():
-            hung = self._unreachable or self.supervisor.not_answering
+            hung = self.supervisor.not_answering
             if hung is not None:
                 raise BackendError(hung)
             try:
                 return self.supervisor.start(spec)
             except NotAnswering as e:
-                self._unreachable = str(e)
+                self.supervisor.not_answering = str(e)
                 raise
 
     def stop(self, names: Sequence[str]) -> list[ServiceStatus]:

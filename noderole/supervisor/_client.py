@@ -65,7 +65,8 @@ class Supervisor:
         self.timeout = timeout
         self.warn = warn if warn is not None else _warn
         self.not_answering: str | None = None
-        """Set when a status found the daemon not answering (why, for the caller to report)."""
+        """Why the daemon is not answering, as the last status (or a caller) found; None once a
+        status got an answer. The native backend fails its starts at once while it is set."""
 
     @property
     def socket_path(self) -> Path:
@@ -332,6 +333,7 @@ class Supervisor:
             return self._from_state(
                 list(names) if names is not None else None, hung=str(e).split(";")[0]
             )
+        self.not_answering = None
         if answer is not None and not answer.get("ok"):
             raise SupervisorError(f"the native supervisor refused 'status': {answer.get('error')}")
         if answer is None:
