@@ -212,3 +212,48 @@ class TestHungDaemon:
         finally:
             survivors = end_node_processes(tmp_path)
         assert survivors == []
+
+
+_SLOW_DAEMON = """
+import json, os, socket, sys, time
+sock = socket.socket(socket.AF_UNIX)
+sock.bind(sys.argv[1])
+sock.listen(8)
+print("listening", flush=True)
+conn, _ = sock.accept()
+conn.recv(65536)
+end = time.monotonic() + 3.0
+while time.monotonic() < end:
+    if sys.argv[2] == "sleep":
+        time.sleep(0.05)
+answer = {"v": 2, "ok": True, "pid": os.getpid()}
+conn.sendall(b'{"v": 2, "accepted": true}\\n' + json.dumps(answer).encode() + b"\\n")
+conn.close()
+"""
+
+
+@pytest.mark.timeout(90)
+class TestBusyIsNotHung:
+    @pytest.mark.parametrize("how", ["spin", "sleep"])
+    def test_a_daemon_using_the_cpu_is_waited_for(self, tmp_path: Path, how: str) -> None:
+        """No hello within 2 s: a daemon busy on the CPU is waited for; an idle one is not."""
+        run_dir = tmp_path / "run/noderole"
+        run_dir.mkdir(parents=True)
+        fake = subprocess.Popen(
+            [sys.executable, "-c", _SLOW_DAEMON, str(run_dir / "supervisor.sock"), how],
+            stdout=subprocess.PIPE,
+        )
+        try:
+            assert fake.stdout is not None
+            assert fake.stdout.readline() == b"listening\n"
+            client = Supervisor(run_dir, timeout=60)
+            if how == "spin":
+                assert client.daemon_pid() == fake.pid
+            else:
+                with pytest.raises(NotAnswering, match=f"pid {fake.pid}"):
+                    client.daemon_pid()
+        finally:
+            fake.kill()
+            fake.wait()
+            if fake.stdout is not None:
+                fake.stdout.close()

@@ -219,7 +219,9 @@ class Supervisor:
         """One request; None when no daemon answers (absent, dead, or exiting).
 
         Raises :class:`NotAnswering` when a daemon accepts the connection but says no hello
-        within ``hello`` seconds (stopped or hung); ``timeout`` bounds the rest of the request.
+        within ``hello`` seconds and is stopped or made no progress meanwhile (a daemon that used
+        the CPU is busy, and is waited for up to ``timeout``); ``timeout`` also bounds the rest
+        of the request.
         """
         request = {"v": _protocol.PROTOCOL_VERSION, **request}
         sock = self._connect(hello)
@@ -229,10 +231,23 @@ class Supervisor:
             pid = _protocol.peer_credentials(sock)[0]
             sock.settimeout(hello)
             data = b""
+            give_up = time.monotonic() + timeout
+            ticks = _cpu_ticks(pid)
             try:
                 sock.sendall(_protocol.encode(request))
                 while b"\n" not in data:
-                    chunk = sock.recv(65536)
+                    try:
+                        chunk = sock.recv(65536)
+                    except TimeoutError:
+                        # Busy (it used the CPU meanwhile: a burst of work on a loaded machine)
+                        # is not hung: wait on, within the request's own timeout. Stopped by a
+                        # signal, or idle without answering, is.
+                        now_ticks = _cpu_ticks(pid)
+                        busy = not _stopped(pid) and now_ticks > ticks
+                        if not busy or time.monotonic() >= give_up:
+                            raise
+                        ticks = now_ticks
+                        continue
                     if not chunk:
                         break
                     data += chunk
@@ -491,6 +506,16 @@ def _is_hello(line: bytes) -> bool:
         return bool(_protocol.decode(line).get("accepted"))
     except ValueError:
         return False
+
+
+def _cpu_ticks(pid: int) -> int:
+    """CPU time ``pid`` has used so far (utime + stime, in clock ticks); -1 when unknown."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])
+    except (OSError, IndexError, ValueError):
+        return -1
 
 
 def _stopped(pid: int) -> bool:
