@@ -222,10 +222,11 @@ sock.listen(8)
 print("listening", flush=True)
 conn, _ = sock.accept()
 conn.recv(65536)
+if sys.argv[2] == "sleep":
+    time.sleep(3.0)
 end = time.monotonic() + 3.0
-while time.monotonic() < end:
-    if sys.argv[2] == "sleep":
-        time.sleep(0.05)
+while sys.argv[2] == "spin" and time.monotonic() < end:
+    pass
 answer = {"v": 2, "ok": True, "pid": os.getpid()}
 conn.sendall(b'{"v": 2, "accepted": true}\\n' + json.dumps(answer).encode() + b"\\n")
 conn.close()

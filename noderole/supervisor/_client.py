@@ -243,7 +243,7 @@ class Supervisor:
                         # is not hung: wait on, within the request's own timeout. Stopped by a
                         # signal, or idle without answering, is.
                         now_ticks = _cpu_ticks(pid)
-                        busy = not _stopped(pid) and now_ticks > ticks
+                        busy = not _stopped(pid) and now_ticks - ticks >= _busy_ticks(hello)
                         if not busy or time.monotonic() >= give_up:
                             raise
                         ticks = now_ticks
@@ -516,6 +516,14 @@ def _cpu_ticks(pid: int) -> int:
         return int(fields[11]) + int(fields[12])
     except (OSError, IndexError, ValueError):
         return -1
+
+
+def _busy_ticks(seconds: float) -> int:
+    """CPU ticks that show a daemon working over ``seconds``: 5 % of one core, at least 2.
+
+    Accounting is sampled per tick, so an idle process waking now and then may show one.
+    """
+    return max(2, int(seconds * os.sysconf("SC_CLK_TCK") * 0.05))
 
 
 def _stopped(pid: int) -> bool:
