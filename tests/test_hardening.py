@@ -668,6 +668,7 @@ class TestUnrecordableStart:
             daemon.watchdog_w = w  # a watchdog that stopped reading
             answers: list[dict[str, Any]] = []
             daemon.start_new(h.spec("a", "exec sleep 1000"), False, "", answers.append)
+            daemon.flush(force=True)  # a start is answered once a state write covers it
             (answer,) = answers
             status: dict[str, Any] = answer["statuses"][0]
             assert status["state"] == "crashed"

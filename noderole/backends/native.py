@@ -10,6 +10,7 @@ here. The supervisor's own log is ``ROOT/var/log/noderole/supervisor.log``.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 
@@ -20,6 +21,7 @@ from noderole.records import Service
 from noderole.root import NodeRoot
 from noderole.state import RUN_DIR
 from noderole.supervisor import (
+    NotAnswering,
     ProcessSpec,
     ReadinessSpec,
     ServiceStatus,
@@ -29,7 +31,15 @@ from noderole.supervisor import (
 )
 from noderole.waits import probe_for
 
-__all__ = ["BASE_ENVIRONMENT", "LOG_PATH", "NativeBackend", "process_spec"]
+__all__ = ["BASE_ENVIRONMENT", "IN_FLIGHT", "LOG_PATH", "NativeBackend", "process_spec"]
+
+IN_FLIGHT = 64
+"""Start requests one apply keeps in flight to the daemon at once.
+
+The engine runs a thread per service; the daemon answers starts in batches (once a state write
+covers them), so a batch is at most this many; more in flight would only deepen its listen queue
+(and, past its backlog, a connection fails with EAGAIN, which the client retries).
+"""
 
 
 BASE_ENVIRONMENT = {
@@ -90,6 +100,7 @@ class NativeBackend:
         self.supervisor = Supervisor(
             root.resolve(RUN_DIR), log_path=root.resolve(LOG_PATH), warn=warn
         )
+        self._in_flight = threading.BoundedSemaphore(IN_FLIGHT)
 
     def status(self, names: Sequence[str] | None = None) -> Mapping[str, ServiceStatus]:
         """Current status of the named services (all known ones when ``names`` is None)."""
@@ -97,11 +108,21 @@ class NativeBackend:
             return {s.name: s for s in self.supervisor.status(list(names) if names else None)}
 
     def start(self, service: Service, *, fingerprint: str) -> ServiceStatus:
-        """Start or replace the service's process; the daemon is started on first use."""
+        """Start or replace the service's process; the daemon is started on first use.
+
+        At most :data:`IN_FLIGHT` starts talk to the daemon at once; once the daemon was found
+        not answering, every later start of this backend fails at once with the same reason.
+        """
         spec = process_spec(service, root=self.root, fingerprint=fingerprint)
-        with _as_backend_error():
-            self.supervisor.ensure_running()
-            return self.supervisor.start(spec)
+        with self._in_flight, _as_backend_error():
+            hung = self.supervisor.not_answering
+            if hung is not None:
+                raise BackendError(hung)
+            try:
+                return self.supervisor.start(spec)
+            except NotAnswering as e:
+                self.supervisor.not_answering = str(e)
+                raise
 
     def stop(self, names: Sequence[str]) -> list[ServiceStatus]:
         """Stop in the given order; returns when every process is gone."""

@@ -13,11 +13,12 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from noderole.supervisor._client import Supervisor, SupervisorError
+    from noderole.supervisor._client import NotAnswering, Supervisor, SupervisorError
     from noderole.supervisor._spec import ProcessSpec, ReadinessSpec, SupervisionSpec
     from noderole.supervisor._status import SchemaError, ServiceState, ServiceStatus
 
 _WHERE = {
+    "NotAnswering": "_client",
     "Supervisor": "_client",
     "SupervisorError": "_client",
     "ProcessSpec": "_spec",
@@ -29,6 +30,7 @@ _WHERE = {
 }
 
 __all__ = [
+    "NotAnswering",
     "ProcessSpec",
     "ReadinessSpec",
     "SchemaError",

@@ -23,9 +23,12 @@ from noderole.supervisor import _protocol, _safeopen, _state, _title
 from noderole.supervisor._spec import ProcessSpec
 from noderole.supervisor._status import SchemaError, ServiceStatus
 
-__all__ = ["SupervisorError", "Supervisor"]
+__all__ = ["NotAnswering", "Supervisor", "SupervisorError"]
 
 _LAUNCH = _protocol.launch_source("_daemon")
+
+STATUS_HELLO_TIMEOUT = 1.0
+"""A status waits this long for the daemon's hello before answering from the state file."""
 
 _START_TIMEOUT = 30.0
 """Seconds to wait for a new daemon to answer (it may first kill a predecessor's leftovers)."""
@@ -33,6 +36,10 @@ _START_TIMEOUT = 30.0
 
 class SupervisorError(RuntimeError):
     """The supervisor could not be reached or refused a request; ``str()`` says why and where."""
+
+
+class NotAnswering(SupervisorError):
+    """A daemon holds the node but says nothing (stopped with SIGSTOP, or hung)."""
 
 
 class Supervisor:
@@ -57,6 +64,9 @@ class Supervisor:
         self.log_path = Path(log_path) if log_path is not None else default_log_path(self.run_dir)
         self.timeout = timeout
         self.warn = warn if warn is not None else _warn
+        self.not_answering: str | None = None
+        """Why the daemon is not answering, as the last status (or a caller) found; None once a
+        status got an answer. The native backend fails its starts at once while it is set."""
 
     @property
     def socket_path(self) -> Path:
@@ -145,7 +155,7 @@ class Supervisor:
                 os.close(w)
         if message == "ok":
             return
-        if message.startswith("another supervisor holds") and self.daemon_pid() is not None:
+        if message.startswith("another supervisor") and self.daemon_pid() is not None:
             return
         raise SupervisorError(
             f"the native supervisor did not start in {self.run_dir}: "
@@ -155,38 +165,120 @@ class Supervisor:
 
     # ---- requests
 
-    def _send(self, request: dict[str, Any], *, timeout: float) -> dict[str, Any] | None:
-        """One request; None when no daemon answers (absent, dead, or exiting)."""
-        request = {"v": _protocol.PROTOCOL_VERSION, **request}
-        try:
-            address, dirfd = _protocol.socket_address(str(self.socket_path))
-        except (FileNotFoundError, NotADirectoryError):
-            return None  # no run dir yet: no daemon
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
-        try:
-            sock.settimeout(timeout)
+    def _connect(self, hello: float) -> socket.socket | None:
+        """A connection to the daemon, or None when none listens.
+
+        The abstract name first (it outlives ``rm -rf`` of the run dir), then the socket file.
+        A full listen backlog (``EAGAIN``: many callers at once) is retried with a growing pause
+        for up to ``hello`` seconds; past that the daemon is reported as not answering.
+        """
+        addresses: list[str] = []
+        with contextlib.suppress(OSError):
+            addresses.append(_protocol.abstract_address(str(self.run_dir)))
+        addresses.append(str(self.socket_path))
+        deadline = time.monotonic() + hello
+        for address in addresses:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+            pause = 0.001
             try:
-                sock.connect(address)
+                while True:
+                    sock.settimeout(max(0.001, deadline - time.monotonic()))
+                    try:
+                        _connect_to(sock, address)
+                        break
+                    except (BlockingIOError, TimeoutError):
+                        if time.monotonic() >= deadline:
+                            raise NotAnswering(self._not_answering(None, hello)) from None
+                        time.sleep(pause)
+                        pause = min(pause * 2, 0.05)
             except (FileNotFoundError, ConnectionRefusedError, NotADirectoryError):
-                return None
-            finally:
-                if dirfd is not None:
-                    os.close(dirfd)
+                sock.close()
+                continue
+            except BaseException:
+                sock.close()
+                raise
+            pid, uid = _protocol.peer_credentials(sock)
+            if uid not in (0, os.getuid()):
+                sock.close()
+                raise SupervisorError(
+                    f"the process listening as the native supervisor of {self.run_dir} (pid "
+                    f"{pid}, uid {uid}) is not run by root or by you: refusing to talk to it; "
+                    "stop that process"
+                )
+            return sock
+        return None
+
+    def _not_answering(self, pid: int | None, hello: float) -> str:
+        if pid is None:
+            with contextlib.suppress(OSError, ValueError):
+                pid = int(self.pid_path.read_text().split()[0])
+        who = f"the native supervisor (pid {pid})" if pid else "the native supervisor"
+        how = "stopped (SIGSTOP?) or hung"
+        if pid and _stopped(pid):
+            how = f"stopped by a signal: `kill -CONT {pid}` resumes it"
+        return (
+            f"{who} of {self.run_dir} is not answering (nothing within {hello:g}s; it is {how}); "
+            f"its services run on unsupervised as last recorded; see {self.log_path}"
+        )
+
+    def _send(
+        self, request: dict[str, Any], *, timeout: float, hello: float = _protocol.HELLO_TIMEOUT
+    ) -> dict[str, Any] | None:
+        """One request; None when no daemon answers (absent, dead, or exiting).
+
+        Raises :class:`NotAnswering` when a daemon accepts the connection but says no hello
+        within ``hello`` seconds and is stopped or made no progress meanwhile (a daemon that used
+        the CPU is busy, and is waited for up to ``timeout``); ``timeout`` also bounds the rest
+        of the request.
+        """
+        request = {"v": _protocol.PROTOCOL_VERSION, **request}
+        sock = self._connect(hello)
+        if sock is None:
+            return None
+        try:
+            pid = _protocol.peer_credentials(sock)[0]
+            sock.settimeout(hello)
+            data = b""
+            give_up = time.monotonic() + timeout
+            ticks = _cpu_ticks(pid)
             try:
                 sock.sendall(_protocol.encode(request))
-                chunks = []
-                while chunk := sock.recv(65536):
-                    chunks.append(chunk)
+                while b"\n" not in data:
+                    try:
+                        chunk = sock.recv(65536)
+                    except TimeoutError:
+                        # Busy (it used the CPU meanwhile: a burst of work on a loaded machine)
+                        # is not hung: wait on, within the request's own timeout. Stopped by a
+                        # signal, or idle without answering, is.
+                        now_ticks = _cpu_ticks(pid)
+                        busy = not _stopped(pid) and now_ticks - ticks >= _busy_ticks(hello)
+                        if not busy or time.monotonic() >= give_up:
+                            raise
+                        ticks = now_ticks
+                        continue
+                    if not chunk:
+                        break
+                    data += chunk
             except (BrokenPipeError, ConnectionResetError):
                 return None
             except TimeoutError:
-                raise SupervisorError(
-                    f"the native supervisor ({self.socket_path}) did not answer "
-                    f"{request['op']!r} within {timeout:g}s; see {self.log_path}"
-                ) from None
+                raise NotAnswering(self._not_answering(pid, hello)) from None
+            first, _, rest = data.partition(b"\n")
+            if first.strip() and _is_hello(first):
+                data = rest
+                sock.settimeout(timeout)
+                try:
+                    while chunk := sock.recv(65536):
+                        data += chunk
+                except (BrokenPipeError, ConnectionResetError):
+                    return None
+                except TimeoutError:
+                    raise SupervisorError(
+                        f"the native supervisor (pid {pid}) of {self.run_dir} did not answer "
+                        f"{request['op']!r} within {timeout:g}s; see {self.log_path}"
+                    ) from None
         finally:
             sock.close()
-        data = b"".join(chunks)
         if not data.strip():
             return None  # it exited while we asked
         answer = _protocol.decode(data)
@@ -196,14 +288,14 @@ class Supervisor:
 
     def _request(self, request: dict[str, Any], *, start: bool) -> dict[str, Any] | None:
         """Send, starting the daemon first if ``start`` (and again if it was just exiting)."""
-        for _ in range(5):
-            if start:
-                self.ensure_running()
+        for attempt in range(5):
             answer = self._send(request, timeout=self.timeout)
             if answer is None:
                 if not start:
                     return None
-                time.sleep(0.01)
+                if attempt:
+                    time.sleep(0.01)
+                self.ensure_running()
                 continue
             if not answer.get("ok"):
                 raise SupervisorError(
@@ -256,25 +348,57 @@ class Supervisor:
     def status(self, names: Sequence[str] | None = None) -> list[ServiceStatus]:
         """Statuses of the named services (all known ones if None), daemon running or not."""
         request = {"op": "status", "names": list(names) if names is not None else None}
-        answer = self._request(request, start=False)
+        try:
+            answer = self._send(request, timeout=self.timeout, hello=STATUS_HELLO_TIMEOUT)
+        except NotAnswering as e:
+            self.not_answering = str(e)
+            self.warn(str(e))
+            return self._from_state(
+                list(names) if names is not None else None, hung=str(e).split(";")[0]
+            )
+        self.not_answering = None
+        if answer is not None and not answer.get("ok"):
+            raise SupervisorError(f"the native supervisor refused 'status': {answer.get('error')}")
         if answer is None:
             return self._from_state(list(names) if names is not None else None)
         return self._statuses(answer)
 
     def shutdown(self) -> None:
-        """Stop every service and let the daemon exit; return once it has."""
-        answer = self._request({"op": "shutdown"}, start=False)
-        if answer is None and self._leftovers():
-            self._request({"op": "shutdown"}, start=True)
-        lock = self.run_dir / _protocol.LOCK_NAME
-        if not lock.exists():
-            return
-        fd = os.open(lock, os.O_RDWR | os.O_CLOEXEC)
+        """Stop every service and let the daemon exit; return once it has.
+
+        Also waits for a daemon that was already exiting: the abstract name it holds to its
+        last breath is free once it is gone.
+        """
+        pid = self.daemon_pid()
+        if pid is None and self._leftovers():
+            self.ensure_running()  # a new daemon kills the leftovers
+            pid = self.daemon_pid()
+        if pid is not None:
+            self._request({"op": "shutdown"}, start=False)
+        self._wait_gone(30.0)
+
+    def _wait_gone(self, timeout: float) -> None:
+        """Return once no daemon holds this node's abstract name."""
         try:
-            # The daemon holds this lock until its last breath.
-            _flock(fd, 30.0, "the native supervisor did not exit after shutdown")
-        finally:
-            os.close(fd)
+            address = _protocol.abstract_address(str(self.run_dir))
+        except OSError:
+            return
+        deadline = time.monotonic() + timeout
+        while True:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC) as probe:
+                probe.settimeout(1.0)
+                try:
+                    probe.connect(address)
+                except ConnectionRefusedError:
+                    return
+                except (BlockingIOError, TimeoutError):
+                    pass
+            if time.monotonic() >= deadline:
+                raise SupervisorError(
+                    f"the native supervisor of {self.run_dir} did not exit after shutdown "
+                    f"(waited {timeout:g}s); see {self.log_path}"
+                )
+            time.sleep(0.01)
 
     # ---- without a daemon
 
@@ -284,8 +408,18 @@ class Supervisor:
     def _leftovers(self) -> bool:
         return bool(_state.leftover_groups(self._load()))
 
-    def _from_state(self, names: list[str] | None) -> list[ServiceStatus]:
+    def _from_state(self, names: list[str] | None, hung: str = "") -> list[ServiceStatus]:
+        """Statuses as the state file last recorded them (``hung``: why the daemon is not asked)."""
         state = self._load()
+        if hung:
+            if names is None:
+                names = list(state.services)
+            return [
+                (state.services.get(n) or ServiceStatus(name=n, reason="not supervised")).but(
+                    reason=f"as last recorded: {hung}"
+                )
+                for n in names
+            ]
         leftovers = _state.leftover_groups(state)
         if names is None:
             names = list(state.services)
@@ -365,3 +499,49 @@ def _tail(path: Path, lines: int = 5) -> str:
         if text:
             return "\n  " + "\n  ".join(text)
     return ""
+
+
+def _connect_to(sock: socket.socket, address: str) -> None:
+    if address.startswith("\0"):
+        sock.connect(address)
+        return
+    path, dirfd = _protocol.socket_address(address)
+    try:
+        sock.connect(path)
+    finally:
+        if dirfd is not None:
+            os.close(dirfd)
+
+
+def _is_hello(line: bytes) -> bool:
+    try:
+        return bool(_protocol.decode(line).get("accepted"))
+    except ValueError:
+        return False
+
+
+def _cpu_ticks(pid: int) -> int:
+    """CPU time ``pid`` has used so far (utime + stime, in clock ticks); -1 when unknown."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])
+    except (OSError, IndexError, ValueError):
+        return -1
+
+
+def _busy_ticks(seconds: float) -> int:
+    """CPU ticks that show a daemon working over ``seconds``: 5 % of one core, at least 2.
+
+    Accounting is sampled per tick, so an idle process waking now and then may show one.
+    """
+    return max(2, int(seconds * os.sysconf("SC_CLK_TCK") * 0.05))
+
+
+def _stopped(pid: int) -> bool:
+    """``pid`` is stopped by a signal (state T in /proc)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("T", "t")
+    except (OSError, IndexError):
+        return False

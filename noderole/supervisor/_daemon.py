@@ -13,9 +13,11 @@ Only the standard library and ``noderole.supervisor`` are imported (a test guard
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import signal
+import socket
 import sys
 import time
 from collections.abc import Callable
@@ -31,8 +33,8 @@ from noderole.supervisor import (
     _watchdog,
 )
 from noderole.supervisor._log import flush_suppressed, log
-from noderole.supervisor._loop import Loop
-from noderole.supervisor._server import Handler, Reply, Server
+from noderole.supervisor._loop import Loop, Timer, guarded
+from noderole.supervisor._server import BACKLOG, Handler, Reply, Server
 from noderole.supervisor._sinks import Sinks
 from noderole.supervisor._spec import ProcessSpec
 from noderole.supervisor._status import ServiceStatus
@@ -43,12 +45,16 @@ __all__ = ["NAME", "main"]
 NAME = _title.NAME
 STARTUP_GRACE = 10.0
 """Seconds a daemon with nothing to supervise waits for its first request before exiting."""
+FLUSH_GAP_MIN = 0.02
+"""Seconds between two writes of the state file, at least (see :meth:`Daemon.flush`)."""
+RUN_DIR_CHECK = 1.0
+"""Seconds between two looks at the run directory (made again if someone removed it)."""
 
 
 class Daemon:
     """Serves requests and keeps services alive until nothing is left to supervise."""
 
-    def __init__(self, run_dir: str) -> None:
+    def __init__(self, run_dir: str, abstract: socket.socket | None = None) -> None:
         self.run_dir = run_dir
         self.state_path = os.path.join(run_dir, _protocol.STATE_NAME)
         self.pid_path = os.path.join(run_dir, _protocol.PID_NAME)
@@ -63,12 +69,19 @@ class Daemon:
             "stop": self.op_stop,
             "shutdown": self.op_shutdown,
         }
-        self.server = Server(self.loop, os.path.join(run_dir, _protocol.SOCKET_NAME), handlers)
+        self.server = Server(
+            self.loop, os.path.join(run_dir, _protocol.SOCKET_NAME), handlers, abstract
+        )
+        self.lock_fd = -1
+        """The run directory's lock file, flocked for life (the abstract name is the real guard)."""
         self.units: dict[str, Unit] = {}
         self.past: dict[str, ServiceStatus] = {}
         """Final statuses from earlier daemons, reported until the service is started again."""
         self.exiting = False
         self.dirty = False
+        self.next_flush = 0.0
+        self.flush_timer: Timer | None = None
+        self.flushed_waiters: list[Callable[[], None]] = []
         self.started = time.monotonic()
         self.ever_supervised = False
         self.self_ticks = (_proc.proc_stat(os.getpid()) or _proc.ProcStat(0, "R", 0, 0, 0, 0))[5]
@@ -159,16 +172,35 @@ class Daemon:
         return True
 
     def persist(self) -> None:
-        """Note that the state changed; :meth:`flush` writes it once per loop iteration.
+        """Note that the state changed; :meth:`flush` writes it after the event batch.
 
         Writing after the event batch, not in the middle of a respawn, keeps the file write out
         of the respawn latency (the new child is already running while it happens).
         """
         self.dirty = True
 
-    def flush(self) -> None:
-        """Write the state file if something changed."""
+    def after_flush(self, callback: Callable[[], None]) -> None:
+        """Run ``callback`` once the state file records what is true now (or at once)."""
+        if self.dirty:
+            self.flushed_waiters.append(callback)
+        else:
+            callback()
+
+    def flush(self, *, force: bool = False) -> None:
+        """Write the state file if something changed, at most once per :attr:`flush_gap`.
+
+        A write costs time in proportion to the services (tens of ms at 1,000): under a burst
+        of changes (an apply or a stop of hundreds) the writes are coalesced, the next one due
+        twice the last one's duration later, so writing takes at most a third of the daemon's
+        time. A start is answered only once a write covers it (:meth:`after_flush`): a client
+        told "started" can count on the watchdog knowing the process.
+        """
         if not self.dirty:
+            return
+        now = time.monotonic()
+        if not force and now < self.next_flush:
+            if self.flush_timer is None:
+                self.flush_timer = self.loop.call_later(self.next_flush - now, self._flush_due)
             return
         self.dirty = False
         state = _state.State(
@@ -180,6 +212,45 @@ class Daemon:
             _state.write_state(self.state_path, state)
         except OSError as e:
             log(f"cannot write {self.state_path}: {e}")
+        done = time.monotonic()
+        self.next_flush = done + max(FLUSH_GAP_MIN, 2 * (done - now))
+        waiters, self.flushed_waiters = self.flushed_waiters, []
+        for waiter in waiters:
+            guarded(waiter)
+
+    def _flush_due(self) -> None:
+        self.flush_timer = None  # the loop wakes up; run() then flushes
+
+    def write_pid(self) -> None:
+        """The daemon's own pid file (a random ``O_EXCL`` temporary, renamed; 0600)."""
+        try:
+            _safeopen.replace_file(self.pid_path, f"{os.getpid()}\n".encode(), mode=0o600)
+        except OSError as e:
+            raise OSError(e.errno, f"cannot write {self.pid_path}: {e.strerror or e}") from None
+
+    def check_run_dir(self) -> None:
+        """Make the run directory again if it was removed under this daemon (``rm -rf``).
+
+        The daemon stays the node's only one (it holds the abstract name), so the files that
+        describe it (socket, pid file, lock, state) are simply written again where clients and
+        the watchdog look for them.
+        """
+        self.loop.call_later(RUN_DIR_CHECK, self.check_run_dir)
+        if self.exiting or self.server.path_is_ours():
+            return
+        log(f"{self.run_dir} was removed or replaced under the running daemon: making it again")
+        try:
+            _safeopen.private_dir(self.run_dir)
+            lock = _lock(self.run_dir, 0.0)
+            if lock is not None:
+                if self.lock_fd >= 0:
+                    os.close(self.lock_fd)
+                self.lock_fd = lock
+            self.server.rebind()
+            self.write_pid()
+        except OSError as e:
+            log(f"cannot make {self.run_dir} again: {e}")
+        self.persist()
 
     def idle(self) -> bool:
         """Nothing to supervise and nobody waiting for an answer."""
@@ -200,7 +271,7 @@ class Daemon:
         """Stop listening, answer queued clients "retry", drop the pid file, persist, and go."""
         self.server.close()
         self.persist()
-        self.flush()
+        self.flush(force=True)
         self.stop_watchdog()
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.pid_path)
@@ -222,7 +293,7 @@ class Daemon:
     # ---- operations (the server's dispatch table)
 
     def op_ping(self, request: dict[str, Any], done: Reply) -> None:
-        done({"ok": True, "pid": os.getpid()})
+        done({"ok": True, "pid": os.getpid(), "run_dir": self.run_dir})
 
     def op_modules(self, request: dict[str, Any], done: Reply) -> None:
         """Diagnostics: every module this daemon has loaded (a test guards the list)."""
@@ -305,6 +376,10 @@ class Daemon:
         self.start_new(spec, wait_ready, "", done)
 
     def start_new(self, spec: ProcessSpec, wait_ready: bool, why: str, done: Reply) -> None:
+        foreign = self.foreign_pid(spec)
+        if foreign is not None:
+            self.refuse(spec, foreign, done)
+            return
         unit = Unit(spec, self)
         self.units[unit.name] = unit
         self.past.pop(unit.name, None)
@@ -320,7 +395,49 @@ class Daemon:
         if wait_ready and unit.state == "running" and unit.check is not None:
             unit.ready_waiters.append(answer)
         else:
-            answer()
+            self.after_flush(answer)
+
+    def foreign_pid(self, spec: ProcessSpec) -> int | None:
+        """The pid in ``spec``'s pidfile if it runs the service's program and is not ours.
+
+        A supervisor killed with its watchdog (and its state lost) leaves the service running
+        with nobody supervising it: starting it again would run two copies. A pidfile naming a
+        process of another program is stale (a reused pid): it is replaced, as before.
+        """
+        if not spec.pidfile:
+            return None
+        try:
+            # Never a plain open(): a FIFO or link planted at the pidfile must not hang the
+            # daemon nor lead it out of the service's directory.
+            pid = int(_safeopen.read_small(spec.pidfile, 64).split()[0])
+        except (OSError, ValueError, IndexError):
+            return None
+        if pid <= 0 or pid == os.getpid() or any(u.pid == pid for u in self.units.values()):
+            return None
+        if not _proc.is_alive(pid) or not _runs_program(pid, spec.argv):
+            return None
+        return pid
+
+    def refuse(self, spec: ProcessSpec, pid: int, done: Reply) -> None:
+        """Answer a start that would duplicate a running process that is not ours (``pid``)."""
+        reason = (
+            f"refusing to start: its pidfile {spec.pidfile} names pid {pid}, a running "
+            f"{os.path.basename(spec.argv[0])} that this supervisor did not start (left by a "
+            f"killed supervisor?); stop pid {pid}, then apply again"
+        )
+        log(f"{spec.name}: {reason}")
+        self.units.pop(spec.name, None)
+        status = ServiceStatus(
+            name=spec.name,
+            state="crashed",
+            log=spec.log,
+            pidfile=spec.pidfile,
+            fingerprint=spec.fingerprint,
+            reason=reason,
+        )
+        self.past[spec.name] = status
+        self.persist()
+        self.after_flush(lambda: done({"ok": True, "statuses": [status.to_wire()]}))
 
     def stop_all(self, then: Callable[[], None]) -> None:
         units = [u for u in self.units.values() if u.active]
@@ -339,6 +456,55 @@ class Daemon:
 
 
 # --------------------------------------------------------------------------- entry point
+
+
+def _runs_program(pid: int, argv: tuple[str, ...]) -> bool:
+    """``pid`` runs ``argv`` (same command line, or the same executable file)."""
+    with contextlib.suppress(OSError):
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            words = [w.decode(errors="replace") for w in f.read().split(b"\0")[:-1]]
+        if words == list(argv):
+            return True
+    with contextlib.suppress(OSError):
+        exe = os.stat(f"/proc/{pid}/exe")
+        program = os.stat(argv[0])
+        return (exe.st_dev, exe.st_ino) == (program.st_dev, program.st_ino)
+    return False
+
+
+def _claim(run_dir: str, timeout: float) -> socket.socket | str:
+    """Bind the node's abstract name (held for life); or why not, naming the holder.
+
+    Waits up to ``timeout`` for a predecessor that is just exiting (it holds the name to its
+    last breath, so that it never writes its state over its successor's).
+    """
+    address = _protocol.abstract_address(run_dir)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            sock.bind(address)
+            sock.listen(BACKLOG)
+            return sock
+        except OSError as e:
+            if e.errno != errno.EADDRINUSE:
+                sock.close()
+                raise
+        if time.monotonic() >= deadline:
+            sock.close()
+            return f"another supervisor serves this node root{_holder(address)}"
+        time.sleep(0.01)
+
+
+def _holder(address: str) -> str:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC) as probe:
+        probe.settimeout(1.0)
+        try:
+            probe.connect(address)
+            pid, uid = _protocol.peer_credentials(probe)
+        except OSError:
+            return ""
+    return f" (pid {pid}, uid {uid})"
 
 
 def _lock(run_dir: str, timeout: float) -> int | None:
@@ -375,22 +541,31 @@ def main(argv: list[str]) -> int:
             os.write(ready_fd, message.encode() + b"\n")
             os.close(ready_fd)
 
+    # The abstract name first: it is what no file deletion can undo (a run dir removed and made
+    # again has a fresh lock file that any newcomer could take).
+    try:
+        claim = _claim(run_dir, KILL_GRACE)
+    except OSError as e:
+        ready(f"start-up failed: cannot bind the supervisor's abstract socket: {e}")
+        return 1
+    if isinstance(claim, str):
+        ready(claim)
+        return 1
     try:
         _safeopen.private_dir(run_dir)  # 0700, whoever made it first
         lock = _lock(run_dir, KILL_GRACE)
     except OSError as e:
+        claim.close()
         ready(f"cannot use {run_dir}: {e}")
         return 1
     if lock is None:
         ready(f"another supervisor holds {os.path.join(run_dir, _protocol.LOCK_NAME)}")
         return 1
-    daemon = Daemon(run_dir)
+    daemon = Daemon(run_dir, claim)
+    daemon.lock_fd = lock
     try:
         daemon.recover()
-        try:
-            _safeopen.replace_file(daemon.pid_path, f"{os.getpid()}\n".encode(), mode=0o600)
-        except OSError as e:
-            raise OSError(e.errno, f"cannot write {daemon.pid_path}: {e.strerror or e}") from None
+        daemon.write_pid()
         daemon.server.listen()
         daemon.persist()
         daemon.flush()
@@ -409,6 +584,7 @@ def main(argv: list[str]) -> int:
     for signum in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: None)
     daemon.loop.add_reader(r, lambda: daemon.on_signal_bytes(r))
+    daemon.loop.call_later(RUN_DIR_CHECK, daemon.check_run_dir)
     log(f"supervising from {run_dir}")
     ready("ok")
     daemon.run()

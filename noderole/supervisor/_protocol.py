@@ -1,21 +1,35 @@
 """The control protocol: one JSON request, one JSON response, per unix-socket connection.
 
-Request: ``{"v": 1, "op": "start"|"stop"|"restart"|"status"|"shutdown"|"ping"|"modules", ...}``
+Request: ``{"v": 2, "op": "start"|"stop"|"restart"|"status"|"shutdown"|"ping"|"modules", ...}``
 + newline (``modules``, for diagnostics, answers the names of the daemon's loaded modules).
-Response: ``{"v": 1, "ok": true, "statuses": [...]}`` or ``{"v": 1, "ok": false, "error": "..."}``
-+ newline, then the daemon closes the connection. A daemon that is about to exit answers
+As soon as the daemon has read a well-formed request it answers ``{"v": 2, "accepted": true}`` +
+newline (the hello: a client that gets none within :data:`HELLO_TIMEOUT` knows the daemon is not
+answering, without waiting the whole request timeout). Then the response: ``{"v": 2, "ok": true,
+"statuses": [...]}`` or ``{"v": 2, "ok": false, "error": "..."}`` + newline, and the daemon closes
+the connection. A daemon that is about to exit answers
 ``{"ok": false, "retry": true}``: the client starts a new daemon and asks again.
+
+The daemon listens on two addresses: ``run_dir/supervisor.sock`` and an abstract-namespace name
+derived from the node root's device and inode (:func:`abstract_address`). The abstract name is
+held by the kernel for the daemon's whole life and vanishes with it: no file deletion can undo it,
+so it is what keeps a node to one daemon, and what a client finds the daemon by when the run
+directory was removed under it. Either side checks the other's uid (``SO_PEERCRED``).
 
 Also the names of the files in ``run_dir``. Standard library only (the daemon imports it).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import socket
+import struct
 from typing import Any
 
 __all__ = [
+    "ACCEPTED",
+    "HELLO_TIMEOUT",
     "LOCK_NAME",
     "MAX_MESSAGE",
     "PID_NAME",
@@ -23,9 +37,11 @@ __all__ = [
     "SOCKET_NAME",
     "STARTER_LOCK_NAME",
     "STATE_NAME",
+    "abstract_address",
     "decode",
     "encode",
     "launch_source",
+    "peer_credentials",
     "socket_address",
 ]
 
@@ -48,7 +64,7 @@ def launch_source(module: str) -> str:
     )
 
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
 """Bumped on any incompatible change; a daemon refuses requests of another version."""
 
 SOCKET_NAME = "supervisor.sock"
@@ -61,6 +77,11 @@ LOCK_NAME = "supervisor.lock"
 """flock held by the live daemon for its whole life: at most one daemon per run_dir."""
 STARTER_LOCK_NAME = "starter.lock"
 """flock held by a client while it starts a daemon: two callers never start two."""
+
+ACCEPTED = {"accepted": True}
+"""The hello: the daemon has read the request and is working on it."""
+HELLO_TIMEOUT = 2.0
+"""Seconds a client waits to connect and for the hello before it reports the daemon hung."""
 
 MAX_MESSAGE = 4 * 1024 * 1024
 """Refuse larger messages (a request is a few kB)."""
@@ -89,3 +110,29 @@ def socket_address(path: str) -> tuple[str, int | None]:
         return path, None
     dirfd = os.open(os.path.dirname(path), os.O_PATH | os.O_DIRECTORY)
     return f"/proc/self/fd/{dirfd}/{os.path.basename(path)}", dirfd
+
+
+def abstract_address(run_dir: str) -> str:
+    """The abstract-namespace socket name of the daemon serving ``run_dir``.
+
+    Derived from the device and inode of the node root (``ROOT`` of ``ROOT/run/noderole``; for
+    another run dir, its parent's, plus its name), so it survives ``rm -rf`` of the run dir and a
+    scratch root made again at the same path gets a new one. Raises OSError if the root is gone.
+    """
+    run_dir = os.path.abspath(run_dir)
+    tail = "/run/noderole"
+    if run_dir.endswith(tail):
+        anchor, name = run_dir[: -len(tail)] or "/", tail
+    else:
+        anchor, name = os.path.dirname(run_dir), os.path.basename(run_dir)
+    st = os.stat(anchor)
+    digest = hashlib.sha256(f"{st.st_dev}:{st.st_ino}:{name}".encode()).hexdigest()[:32]
+    return f"\0noderole-supervisor-{digest}"
+
+
+def peer_credentials(sock: socket.socket) -> tuple[int, int]:
+    """``(pid, uid)`` of the process at the other end of a connected unix socket."""
+    pid, uid, _gid = struct.unpack(
+        "3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    )
+    return pid, uid

@@ -1,4 +1,4 @@
-"""The control socket: accept, read one JSON line, dispatch it by ``op``, answer once.
+"""The control socket: accept, read one JSON line, say hello, dispatch it by ``op``, answer once.
 
 Handlers are a table ``op -> handler(request, reply)``; a handler may answer at once or later
 (a stop answers when the processes are gone), but exactly once. A malformed request, a request
@@ -15,30 +15,57 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from noderole.supervisor import _protocol
-from noderole.supervisor._log import log_error
+from noderole.supervisor._log import log, log_error
 from noderole.supervisor._loop import Loop
 
-__all__ = ["Handler", "Reply", "Server"]
+__all__ = ["BACKLOG", "Handler", "Reply", "Server"]
 
 Reply = Callable[[dict[str, Any]], None]
 Handler = Callable[[dict[str, Any], Reply], None]
+
+BACKLOG = 1024
+"""Listen backlog of each control socket."""
+ACCEPTED = _protocol.ACCEPTED
 
 RETRY = {"ok": False, "retry": True, "error": "supervisor exiting"}
 """The answer of a daemon that is about to exit: the client starts a new one and asks again."""
 
 
 class Server:
-    """Serves the control socket from ``loop``; ``pending`` counts unanswered requests."""
+    """Serves the control socket from ``loop``; ``pending`` counts unanswered requests.
 
-    def __init__(self, loop: Loop, path: str, handlers: Mapping[str, Handler]) -> None:
+    ``abstract`` is the daemon's abstract-namespace socket (bound by the daemon at start-up, held
+    for its whole life: see :func:`~._protocol.abstract_address`); it is served beside the path
+    socket and never closed before the process ends. Only root and the daemon's own uid may
+    talk to either (``SO_PEERCRED``): the abstract name has no file mode to keep others out.
+    """
+
+    def __init__(
+        self,
+        loop: Loop,
+        path: str,
+        handlers: Mapping[str, Handler],
+        abstract: socket.socket | None = None,
+    ) -> None:
         self.loop = loop
         self.path = path
         self.handlers = handlers
+        self.abstract = abstract
         self.connections = 0
         self.pending = 0
         self.listener: socket.socket | None = None
+        self.listener_inode: tuple[int, int] | None = None
+        self.allowed_uids = {0, os.getuid()}
 
     def listen(self) -> None:
+        """Bind the path socket (replacing a leftover) and serve it and the abstract one."""
+        self._bind_path()
+        if self.abstract is not None:
+            self.abstract.setblocking(False)
+            listener = self.abstract
+            self.loop.add_reader(listener.fileno(), lambda: self._on_accept(listener))
+
+    def _bind_path(self) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.path)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
@@ -46,14 +73,37 @@ class Server:
         old = os.umask(0o177)  # the socket is born 0600: no window where others may connect
         try:
             sock.bind(address)
+            st = os.stat(self.path)
+        except BaseException:
+            sock.close()
+            raise
         finally:
             os.umask(old)
             if dirfd is not None:
                 os.close(dirfd)
-        sock.listen(64)
+        # Beyond the clients in flight (the native backend keeps a few per apply), a deep
+        # backlog absorbs a burst of other callers; a client also retries EAGAIN.
+        sock.listen(BACKLOG)
         sock.setblocking(False)
         self.listener = sock
-        self.loop.add_reader(sock.fileno(), self._on_accept)
+        self.listener_inode = (st.st_dev, st.st_ino)
+        self.loop.add_reader(sock.fileno(), lambda: self._on_accept(sock))
+
+    def path_is_ours(self) -> bool:
+        """The path socket still exists and is the one this server bound."""
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return False
+        return (st.st_dev, st.st_ino) == self.listener_inode
+
+    def rebind(self) -> None:
+        """Bind the path socket again (after its run directory was removed under the daemon)."""
+        if self.listener is not None:
+            self.loop.remove_reader(self.listener.fileno())
+            self.listener.close()
+            self.listener = None
+        self._bind_path()
 
     @property
     def busy(self) -> bool:
@@ -61,28 +111,49 @@ class Server:
         return bool(self.pending or self.connections)
 
     def close(self) -> None:
-        """Stop listening; clients already queued are told to retry with a new daemon."""
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.path)
-        if self.listener is None:
-            return
-        self.loop.remove_reader(self.listener.fileno())
-        self.listener.setblocking(False)
-        while True:
-            try:
-                conn, _ = self.listener.accept()
-            except OSError:
-                break
-            with contextlib.suppress(OSError), conn:
-                conn.sendall(_protocol.encode({"v": _protocol.PROTOCOL_VERSION, **RETRY}))
-        self.listener.close()
-        self.listener = None
+        """Stop listening; clients already queued are told to retry with a new daemon.
 
-    def _on_accept(self) -> None:
-        assert self.listener is not None
+        The abstract socket stops being served but stays bound until the process ends: a new
+        daemon cannot start (and write its state) while this one is still writing its own.
+        """
+        if self.path_is_ours():
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.path)
+        for listener in (self.listener, self.abstract):
+            if listener is None:
+                continue
+            self.loop.remove_reader(listener.fileno())
+            listener.setblocking(False)
+            while True:
+                try:
+                    conn, _ = listener.accept()
+                except OSError:
+                    break
+                with contextlib.suppress(OSError), conn:
+                    conn.sendall(_protocol.encode({"v": _protocol.PROTOCOL_VERSION, **RETRY}))
+        if self.listener is not None:
+            self.listener.close()
+            self.listener = None
+
+    def _on_accept(self, listener: socket.socket) -> None:
+        # Every queued connection at once (bounded): under a burst, one per wake-up would
+        # leave most of the batch for later iterations.
+        for _ in range(BACKLOG):
+            try:
+                conn, _ = listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            self._serve(conn)
+
+    def _serve(self, conn: socket.socket) -> None:
         try:
-            conn, _ = self.listener.accept()
-        except BlockingIOError:
+            pid, uid = _protocol.peer_credentials(conn)
+        except OSError:
+            conn.close()
+            return
+        if uid not in self.allowed_uids:
+            log(f"refused a control connection from pid {pid} (uid {uid})")
+            conn.close()
             return
         conn.setblocking(False)
         buffer = bytearray()
@@ -106,7 +177,17 @@ class Server:
             if not buffer.strip():
                 self._close(conn)
                 return
-            self.handle(bytes(buffer), lambda response: self._answer(conn, response))
+            if chunk and _hung_up(conn):
+                # The client gave up waiting (this daemon was stopped or busy) and was told it
+                # failed: acting on its request now would do what it reported undone.
+                log(f"dropped a request whose client gave up: {bytes(buffer[:120])!r}")
+                self._close(conn)
+                return
+            self.handle(
+                bytes(buffer),
+                lambda response: self._answer(conn, response),
+                lambda: self._hello(conn),
+            )
 
         self.loop.add_reader(conn.fileno(), on_readable)
 
@@ -120,12 +201,21 @@ class Server:
             pass
         self._close(conn)
 
+    def _hello(self, conn: socket.socket) -> None:
+        # The client now waits as long as the request may take, not just the hello timeout.
+        with contextlib.suppress(OSError):
+            conn.send(_protocol.encode({"v": _protocol.PROTOCOL_VERSION, **ACCEPTED}))
+
     def _close(self, conn: socket.socket) -> None:
         conn.close()
         self.connections -= 1
 
-    def handle(self, data: bytes, reply: Reply) -> None:
-        """Decode one request and dispatch it; ``reply`` is called once, now or later."""
+    def handle(self, data: bytes, reply: Reply, hello: Callable[[], None] | None = None) -> None:
+        """Decode one request and dispatch it; ``reply`` is called once, now or later.
+
+        ``hello`` is called first for a request of this protocol naming a known operation (an
+        older or newer client gets just the one-line error it can read).
+        """
         try:
             request = _protocol.decode(data)
         except ValueError as e:
@@ -146,6 +236,8 @@ class Server:
         if handler is None:
             reply({"ok": False, "error": f"unknown operation {op!r}"})
             return
+        if hello is not None:
+            hello()
         self.pending += 1
         answered = [False]
 
@@ -165,3 +257,13 @@ class Server:
 
             log_error(f"internal error in {op!r}:\n{traceback.format_exc()}")
             done({"ok": False, "error": f"internal error in {op!r}: {type(e).__name__}: {e}"})
+
+
+def _hung_up(conn: socket.socket) -> bool:
+    """The peer has closed its end (EOF is waiting after its request)."""
+    try:
+        return conn.recv(1, socket.MSG_PEEK) == b""
+    except (BlockingIOError, InterruptedError):
+        return False
+    except OSError:
+        return True

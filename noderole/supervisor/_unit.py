@@ -77,6 +77,8 @@ class Unit:
         self.timer: Timer | None = None
         self.stopping = False
         self.stop_waiters: list[Callable[[], None]] = []
+        self.stop_poll: Callable[[], None] | None = None
+        """While stopping: look at the group now (the leader's exit calls it)."""
         self.ready_waiters: list[Callable[[], None]] = []
         self.check: ReadinessCheck | None = None
         self.check_deadline = 0.0
@@ -241,7 +243,9 @@ class Unit:
             return
         self._end_check()
         if self.stopping:
-            return  # the stop's own poll sees the group empty and finishes
+            if self.stop_poll is not None:
+                self.stop_poll()  # at once: no wait for the next tick (a stop of 1,000 in a row)
+            return
         if self.timer is not None:
             self.timer.cancel()
         pgid = self.pid
@@ -313,10 +317,15 @@ class Unit:
         killed = [False]
 
         def poll() -> None:
+            if self.timer is not None:
+                self.timer.cancel()
+                self.timer = None
             self._reap()
-            left = _proc.group_members(pgid, started_since=ticks)
             leader_alive = self.popen is not None and _proc.is_alive(pgid)
-            if not left and not leader_alive:
+            # While the leader lives there is no need to list the group (a scan of /proc, tens
+            # of ms with a thousand processes): its exit wakes this poll through on_exit.
+            left = [pgid] if leader_alive else _proc.group_members(pgid, started_since=ticks)
+            if not left:
                 self._reap_blocking()
                 self._stopped([])
                 return
@@ -327,10 +336,11 @@ class Unit:
                 _proc.kill_group(pgid, signal.SIGKILL)
             elif now >= give_up_at:
                 self._reap_blocking()
-                self._stopped(left)
+                self._stopped(_proc.group_members(pgid, started_since=ticks) or left)
                 return
             self.timer = self.host.loop.call_later(GROUP_POLL, poll)
 
+        self.stop_poll = poll
         poll()
 
     def _reap_blocking(self) -> None:
@@ -344,6 +354,7 @@ class Unit:
         if not survivors:
             self.host.record_group(self.name, None, None)
         self.stopping = False
+        self.stop_poll = None
         self.state = "stopped"
         self.reason = "stopped"
         if survivors:

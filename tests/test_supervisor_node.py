@@ -1,0 +1,260 @@
+"""One supervisor per node, whatever happens to its files, and one that answers or says it cannot.
+
+Real daemons, real processes, real signals; every process is ended by the harness (by pid).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from noderole.records import Service
+from noderole.root import NodeRoot
+from noderole.supervisor import NotAnswering, ProcessSpec, SupervisionSpec, Supervisor
+from noderole.supervisor._proc import is_alive
+from tests.supervisor_fixtures import MARK, Harness, harness, wait_for
+
+__all__ = ["harness"]  # the fixture, imported for pytest
+
+SLEEP = "exec sleep 1000"
+
+
+def _sleep_spec(harness: Harness, name: str, pidfile: Path) -> ProcessSpec:
+    """``/bin/sleep 1000`` itself (no shell), with a pidfile and the test's marker."""
+    return ProcessSpec(
+        name=name,
+        argv=("/bin/sleep", "1000"),
+        environment={"PATH": "/usr/bin:/bin", MARK: harness.mark},
+        supervision=SupervisionSpec(respawn_delay=0.05, stop_timeout=2),
+        pidfile=str(pidfile),
+        fingerprint="f1",
+    )
+
+
+@pytest.mark.timeout(90)
+class TestOneDaemonPerNode:
+    def test_removed_run_dir_gets_no_second_daemon(self, harness: Harness) -> None:
+        """rm -rf of the run dir under a live daemon, then start: the same daemon answers."""
+        first = harness.supervisor.start(harness.spec("a", SLEEP))
+        [daemon] = harness.daemons()
+        shutil.rmtree(harness.run_dir)
+        again = Supervisor(harness.run_dir, timeout=30).start(harness.spec("a", SLEEP))
+        assert again.already_running
+        assert again.pid == first.pid
+        assert harness.daemons() == [daemon]
+        assert harness.settled_marked([first.pid or 0]) == [first.pid]
+        # The daemon writes its files again where clients and the watchdog look for them.
+        wait_for(lambda: (harness.run_dir / "supervisor.sock").exists(), "the socket again")
+        wait_for(lambda: (harness.run_dir / "state.json").exists(), "the state file again")
+        assert (harness.run_dir / "supervisor.pid").read_text().split() == [str(daemon)]
+        assert harness.run_dir.stat().st_mode & 0o777 == 0o700
+
+    def test_stop_after_removed_run_dir_leaves_no_copy(self, harness: Harness) -> None:
+        """stop reports success only once the one copy is gone (no orphaned old daemon)."""
+        first = harness.supervisor.start(harness.spec("a", SLEEP))
+        shutil.rmtree(harness.run_dir)
+        [stopped] = Supervisor(harness.run_dir, timeout=30).stop(["a"])
+        assert stopped.state == "stopped"
+        assert first.pid is not None
+        assert not is_alive(first.pid)
+        assert harness.settled_marked([]) == []
+
+    def test_a_second_daemon_refuses_to_start(self, harness: Harness) -> None:
+        """A daemon started by hand on a served node exits at once, naming the live one."""
+        harness.supervisor.start(harness.spec("a", SLEEP))
+        [daemon] = harness.daemons()
+        shutil.rmtree(harness.run_dir)
+        harness.run_dir.mkdir(parents=True)
+        r, w = os.pipe()
+        package_parent = str(Path(__file__).resolve().parent.parent)
+        from noderole.supervisor._client import _LAUNCH
+
+        try:
+            done = subprocess.run(
+                [
+                    sys.executable,
+                    "-I",
+                    "-S",
+                    "-c",
+                    _LAUNCH,
+                    package_parent,
+                    str(harness.run_dir),
+                    str(w),
+                ],
+                pass_fds=(w,),
+                timeout=60,
+                capture_output=True,
+            )
+            os.close(w)
+            w = -1
+            message = os.read(r, 4096).decode()
+        finally:
+            os.close(r)
+            if w >= 0:
+                os.close(w)
+        assert done.returncode == 0  # the session leader; the daemon reports through the pipe
+        assert message.startswith("another supervisor serves this node root")
+        assert f"pid {daemon}" in message
+        wait_for(lambda: harness.daemons() == [daemon], "the refused daemon to exit")
+
+
+@pytest.mark.timeout(90)
+class TestPidfileOfAnother:
+    def test_running_process_named_by_the_pidfile_is_not_duplicated(
+        self, harness: Harness, tmp_path: Path
+    ) -> None:
+        """Both supervisors killed, state lost: the next start refuses, naming the pid."""
+        pidfile = tmp_path / "a.pid"
+        spec = _sleep_spec(harness, "a", pidfile)
+        first = harness.supervisor.start(spec)
+        assert first.pid is not None
+        [daemon], [watchdog] = harness.daemons(), harness.watchdogs()
+        harness.extra_pids.append(first.pid)
+        os.kill(watchdog, signal.SIGKILL)  # first, so it cannot end the service
+        os.kill(daemon, signal.SIGKILL)
+        wait_for(lambda: not harness.daemons() and not harness.watchdogs(), "both to be gone")
+        (harness.run_dir / "state.json").unlink()
+        assert is_alive(first.pid)
+        status = harness.supervisor.start(spec)
+        assert status.state == "crashed"
+        assert f"pidfile {pidfile} names pid {first.pid}" in status.reason
+        assert "did not start" in status.reason
+        assert harness.settled_marked([first.pid]) == [first.pid]  # no second copy
+        assert pidfile.read_text().split() == [str(first.pid)]
+        [reported] = harness.supervisor.status(["a"])
+        assert reported.state == "crashed"
+        assert str(first.pid) in reported.reason
+        # Once that process is gone, the service starts.
+        os.kill(first.pid, signal.SIGKILL)
+        wait_for(lambda: not is_alive(first.pid or 0), "the orphan to be gone")
+        assert harness.supervisor.start(spec).state == "running"
+
+    def test_pidfile_naming_another_program_is_replaced(
+        self, harness: Harness, tmp_path: Path
+    ) -> None:
+        """A pid reused by another program (here: this test) is a stale pidfile, not a refusal."""
+        pidfile = tmp_path / "a.pid"
+        pidfile.write_text(f"{os.getpid()}\n")
+        status = harness.supervisor.start(_sleep_spec(harness, "a", pidfile))
+        assert status.state == "running"
+        assert pidfile.read_text().split() == [str(status.pid)]
+
+
+@pytest.mark.timeout(90)
+class TestHungDaemon:
+    def test_status_answers_from_the_state_and_says_so(self, harness: Harness) -> None:
+        """A SIGSTOPped daemon: status answers from the recorded state, naming the daemon."""
+        started = harness.supervisor.start(harness.spec("a", SLEEP))
+        [daemon] = harness.daemons()
+        warnings: list[str] = []
+        client = Supervisor(harness.run_dir, timeout=300, warn=warnings.append)
+        os.kill(daemon, signal.SIGSTOP)
+        try:
+            [status] = client.status(["a"])
+        finally:
+            os.kill(daemon, signal.SIGCONT)
+        assert (status.state, status.pid) == ("running", started.pid)
+        assert f"supervisor (pid {daemon})" in status.reason
+        assert "not answering" in status.reason
+        assert [w for w in warnings if "not answering" in w and f"kill -CONT {daemon}" in w]
+
+    def test_start_fails_fast_naming_the_daemon(self, harness: Harness) -> None:
+        """A SIGSTOPped daemon: start raises NotAnswering after the hello timeout, not 300 s."""
+        harness.supervisor.start(harness.spec("a", SLEEP))
+        [daemon] = harness.daemons()
+        client = Supervisor(harness.run_dir, timeout=300)
+        os.kill(daemon, signal.SIGSTOP)
+        try:
+            with pytest.raises(NotAnswering, match=f"pid {daemon}.*not answering"):
+                client.start(harness.spec("b", SLEEP))
+        finally:
+            os.kill(daemon, signal.SIGCONT)
+        # Resumed, the daemon drops the request its client gave up on: nothing starts late.
+        [b] = harness.supervisor.status(["b"])
+        assert b.reason == "not supervised"
+        assert harness.daemons() == [daemon]  # and no second daemon was started beside it
+
+    def test_native_backend_fails_every_start_once_it_knows(self, tmp_path: Path) -> None:
+        """Native backend: once a status finds the daemon hung, starts fail fast until resumed."""
+        from noderole.backends.native import NativeBackend
+        from noderole.errors import BackendError
+        from noderole.testing import end_node_processes
+
+        program = tmp_path / "bin/sleep"
+        program.parent.mkdir(parents=True)
+        shutil.copy2("/bin/sleep", program)
+        backend = NativeBackend(NodeRoot(tmp_path))
+        survivors: list[int] = []
+        try:
+            backend.start(Service(name="a", command=["/bin/sleep", "1000"]), fingerprint="x")
+            daemon = backend.supervisor.daemon_pid()
+            assert daemon is not None
+            os.kill(daemon, signal.SIGSTOP)
+            try:
+                hung = NativeBackend(NodeRoot(tmp_path))
+                statuses = hung.status(["a"])
+                assert "not answering" in statuses["a"].reason
+                for name in ("b", "c"):
+                    with pytest.raises(BackendError, match="not answering"):
+                        hung.start(Service(name=name, command=["/bin/sleep", "1"]), fingerprint="")
+            finally:
+                os.kill(daemon, signal.SIGCONT)
+            # Resumed: the next status gets an answer, and starts work again.
+            assert "not answering" not in hung.status(["a"])["a"].reason
+            again = hung.start(Service(name="b", command=["/bin/sleep", "1000"]), fingerprint="")
+            assert again.state == "running"
+        finally:
+            survivors = end_node_processes(tmp_path)
+        assert survivors == []
+
+
+_SLOW_DAEMON = """
+import json, os, socket, sys, time
+sock = socket.socket(socket.AF_UNIX)
+sock.bind(sys.argv[1])
+sock.listen(8)
+print("listening", flush=True)
+conn, _ = sock.accept()
+conn.recv(65536)
+if sys.argv[2] == "sleep":
+    time.sleep(3.0)
+end = time.monotonic() + 3.0
+while sys.argv[2] == "spin" and time.monotonic() < end:
+    pass
+answer = {"v": 2, "ok": True, "pid": os.getpid()}
+conn.sendall(b'{"v": 2, "accepted": true}\\n' + json.dumps(answer).encode() + b"\\n")
+conn.close()
+"""
+
+
+@pytest.mark.timeout(90)
+class TestBusyIsNotHung:
+    @pytest.mark.parametrize("how", ["spin", "sleep"])
+    def test_a_daemon_using_the_cpu_is_waited_for(self, tmp_path: Path, how: str) -> None:
+        """No hello within 2 s: a daemon busy on the CPU is waited for; an idle one is not."""
+        run_dir = tmp_path / "run/noderole"
+        run_dir.mkdir(parents=True)
+        fake = subprocess.Popen(
+            [sys.executable, "-c", _SLOW_DAEMON, str(run_dir / "supervisor.sock"), how],
+            stdout=subprocess.PIPE,
+        )
+        try:
+            assert fake.stdout is not None
+            assert fake.stdout.readline() == b"listening\n"
+            client = Supervisor(run_dir, timeout=60)
+            if how == "spin":
+                assert client.daemon_pid() == fake.pid
+            else:
+                with pytest.raises(NotAnswering, match=f"pid {fake.pid}"):
+                    client.daemon_pid()
+        finally:
+            fake.kill()
+            fake.wait()
+            if fake.stdout is not None:
+                fake.stdout.close()
