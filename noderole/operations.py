@@ -256,6 +256,7 @@ class Operations:
                     if readiness_timeout is None
                     else readiness_timeout
                 ),
+                progress_every=float(self.setting("progress_interval")),
                 previous=previous,
                 on_digests=recorded.update,
             )

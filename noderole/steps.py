@@ -32,6 +32,7 @@ from noderole.root import NodeRoot
 
 if TYPE_CHECKING:
     from noderole.certs import CertOutcome
+    from noderole.waits import Cancel
 
 __all__ = ["StepContext", "StepResult", "run_step", "run_steps"]
 
@@ -50,6 +51,10 @@ class StepContext:
     """Report what the step is waiting for (shown by ``apply``'s console output)."""
     written: list[str] = attrs.field(factory=list)
     """Node paths the steps wrote so far (for reports and the plugin-author kit)."""
+    cancel: Cancel | None = None
+    """Set by ``apply`` when a service this one is ordered after failed: waits end at once."""
+    progress_every: float = 0.0
+    """Seconds between "still waiting" progress lines of a long wait (0: only the first)."""
 
     def resolve(self, node_path: str) -> Path:
         """Where a node path lives on this machine."""
@@ -75,6 +80,8 @@ class StepContext:
         while True:
             if check():
                 return self.clock.monotonic() - start
+            if self.cancel is not None:
+                self.cancel.check()
             waited = self.clock.monotonic() - start
             if waited >= timeout:
                 raise WaitTimeout(f"{what} not true after {round(waited)}s")
@@ -142,7 +149,14 @@ def run_step(step: Step, ctx: StepContext) -> StepResult:
         if isinstance(step, WAIT_TYPES):
             from noderole.waits import run_wait
 
-            waited = run_wait(step, root=ctx.root, clock=ctx.clock, progress=ctx.progress)
+            waited = run_wait(
+                step,
+                root=ctx.root,
+                clock=ctx.clock,
+                progress=ctx.progress,
+                cancel=ctx.cancel,
+                progress_every=ctx.progress_every,
+            )
             detail = f"waited {waited:.3f}s"
         elif isinstance(step, MakeDirectories):
             detail = _make_directories(step, ctx)

@@ -53,8 +53,10 @@ def apply_command(
         click.echo(json.dumps(report.to_dict(), indent=2))
     else:
         started = sum(1 for r in report.services if r.status in ("started", "restarted"))
+        kept = sum(1 for r in report.services if r.status == "running")
+        running = f", {kept} already running" if kept else ""
         click.echo(
-            f"role {role}: {len(report.services)} services, {started} started, "
+            f"role {role}: {len(report.services)} services, {started} started{running}, "
             f"{len(report.failed)} failed ({report.seconds:.2f}s, backend {report.backend})"
         )
         for failed in report.failed:

@@ -1,0 +1,227 @@
+"""The failure path (issue 16): a node that will not boot says why, at once.
+
+Every test goes through the ``noderole`` command against real processes under a scratch root
+(the ``node`` fixture of tests/test_engine.py ends every process it started, by pid).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+import noderole
+from noderole.cli import cli
+from noderole.cli._app import App
+from noderole.clock import FakeClock, SystemClock
+from noderole.errors import WaitTimeout
+from noderole.root import NodeRoot
+from noderole.waits import Cancel, WaitCancelled, run_wait
+from tests.test_engine import Node, node, report, sleeper
+
+__all__ = ["node"]  # the fixture, imported for pytest
+
+NEVER = "/var/lib/rancher/k3s/server/tls/server-ca.crt"
+
+
+def run_with(node: Node, clock: Any, *args: str) -> Any:
+    """The CLI with ``node``'s plugin and the given clock."""
+    app = App(
+        root=NodeRoot(node.root),
+        plugin_objects=(("test", node.plugin()),),
+        autoload=False,
+        clock=clock,
+    )
+    return CliRunner().invoke(cli, list(args), obj=app, catch_exceptions=False)
+
+
+class TestCancellableWait:
+    def test_cancelled_token_ends_the_wait_with_its_reason(self, tmp_path: Path) -> None:
+        """A wait whose token is cancelled raises WaitCancelled naming the root cause."""
+        cancel = Cancel()
+        cancel.cancel("k3s failed: no config")
+        cancel.cancel("a later reason is ignored")
+        wait = noderole.WaitForPaths(paths=["/never"], timeout=120)
+        with pytest.raises(WaitCancelled, match="^k3s failed: no config$"):
+            run_wait(wait, root=NodeRoot(tmp_path), clock=FakeClock(), cancel=cancel)
+
+    def test_cancel_from_another_thread_ends_a_real_wait(self, tmp_path: Path) -> None:
+        """Cancelled while blocked on inotify, a 600 s wait ends with WaitCancelled."""
+        cancel = Cancel()
+        seen = threading.Event()
+        wait = noderole.WaitForPaths(paths=["/never"], timeout=600)
+        timer = threading.Thread(target=lambda: (seen.wait(60), cancel.cancel("gone")))
+        timer.start()
+        try:
+            with pytest.raises(WaitCancelled):
+                run_wait(
+                    wait,
+                    root=NodeRoot(tmp_path),
+                    clock=SystemClock(),
+                    progress=lambda text: seen.set(),
+                    cancel=cancel,
+                )
+        finally:
+            cancel.cancel("test over")
+            seen.set()
+            timer.join()
+
+    def test_a_real_timeout_keeps_the_seed_message(self, tmp_path: Path) -> None:
+        """An uncancelled wait that runs out still says what the plugin wrote."""
+        wait = noderole.WaitForPaths(paths=["/never"], timeout=2, message="CA not present")
+        with pytest.raises(WaitTimeout, match="^CA not present$"):
+            run_wait(wait, root=NodeRoot(tmp_path), clock=FakeClock(), cancel=Cancel())
+
+    def test_long_waits_report_at_the_interval(self, tmp_path: Path) -> None:
+        """A 25 s wait with a 10 s interval prints the first line, then at 10 s and 20 s."""
+        lines: list[str] = []
+        wait = noderole.WaitForPaths(paths=["/never"], timeout=25)
+        with pytest.raises(WaitTimeout):
+            run_wait(
+                wait,
+                root=NodeRoot(tmp_path),
+                clock=FakeClock(),
+                progress=lines.append,
+                progress_every=10,
+            )
+        assert lines == [
+            "waiting for /never (up to 25s)",
+            "still waiting for /never (10s of 25s)",
+            "still waiting for /never (20s of 25s)",
+        ]
+
+
+class TestFailFast:
+    def test_failure_ends_the_wait_of_what_comes_after(self, node: Node) -> None:
+        """k3s fails: konnectivity (after k3s) stops its 600 s wait and names k3s's reason."""
+        node.services += [
+            sleeper("k3s", pre_start=[noderole.Fail(message="neither config.yaml exists")]),
+            sleeper(
+                "konnectivity",
+                after=["k3s"],
+                pre_start=[
+                    noderole.WaitForPaths(paths=[NEVER], timeout=600, message="CA not present")
+                ],
+            ),
+            sleeper("other"),
+        ]
+        result = node.run("apply", "demo", "--json")
+        assert result.exit_code == 1
+        data = report(result)
+        assert data["konnectivity"]["status"] == "skipped"
+        assert data["konnectivity"]["reason"] == (
+            "not started: k3s failed: neither config.yaml exists"
+        )
+        assert data["other"]["status"] == "started"
+        waited = [s for s in data["konnectivity"]["steps"] if s["kind"] == "wait"]
+        assert waited and waited[0]["seconds"] < 600
+
+    def test_root_cause_travels_down_a_chain(self, node: Node) -> None:
+        """c after b after a: a's failure is the reason c names, not b's skip."""
+        wait = noderole.WaitForPaths(paths=[NEVER], timeout=600)
+        node.services += [
+            sleeper("a", pre_start=[noderole.Fail(message="boom")]),
+            sleeper("b", after=["a"], pre_start=[wait]),
+            sleeper("c", after=["b"], pre_start=[wait]),
+        ]
+        data = report(node.run("apply", "demo", "--json"))
+        assert data["b"]["reason"] == "not started: a failed: boom"
+        assert data["c"]["reason"] == "not started: a failed: boom"
+
+    def test_a_service_without_waits_still_starts_after_a_failure(self, node: Node) -> None:
+        """after orders the start only: a dependent that waits for nothing starts (OpenRC)."""
+        node.services += [
+            sleeper("a", pre_start=[noderole.Fail(message="boom")]),
+            sleeper("b", after=["a"]),
+        ]
+        data = report(node.run("apply", "demo", "--json"))
+        assert data["b"]["status"] == "started"
+
+    def test_crash_loop_past_the_limit_fails_what_waits(self, node: Node, tmp_path: Path) -> None:
+        """A started service that gives up respawning ends its dependents' waits."""
+        crasher = node.root / "usr/local/bin/crasher"
+        crasher.write_text("#!/bin/sh\nsleep 0.3\nexit 3\n")
+        crasher.chmod(0o755)
+        node.services += [
+            noderole.Service(
+                name="k3s",
+                roles=["demo"],
+                command=["/usr/local/bin/crasher"],
+                supervision=noderole.Supervision(respawn_delay=0.05, respawn_max=1),
+            ),
+            sleeper(
+                "konnectivity",
+                after=["k3s"],
+                pre_start=[noderole.WaitForPaths(paths=[NEVER], timeout=600)],
+            ),
+        ]
+        data = report(node.run("apply", "demo", "--json"))
+        assert data["k3s"]["status"] == "failed"
+        assert data["k3s"]["reason"].startswith("crashed after start: gave up after 1 respawn")
+        assert data["konnectivity"]["reason"].startswith("not started: k3s crashed after start")
+
+
+class TestBoundsDoNotStack:
+    def test_after_does_not_wait_for_readiness(self, node: Node) -> None:
+        """With a k3s that never gets ready, konnectivity's own 2 s bound is the whole wait."""
+        node.services += [
+            sleeper("k3s", readiness=noderole.WaitForPaths(paths=[NEVER], timeout=60)),
+            sleeper(
+                "konnectivity",
+                after=["k3s"],
+                pre_start=[
+                    noderole.WaitForPaths(paths=[NEVER], timeout=2, message="CA not present")
+                ],
+            ),
+        ]
+        clock = FakeClock()
+        data = report(run_with(node, clock, "apply", "demo", "--json"))
+        konn = data["konnectivity"]
+        assert (konn["status"], konn["reason"]) == ("failed", "CA not present")
+        assert [s["kind"] for s in konn["steps"]] == ["wait"]
+        assert konn["seconds"] == pytest.approx(2, abs=0.2)
+
+    def test_need_waits_for_readiness_and_reports_it(self, node: Node) -> None:
+        """need gates on the needed service's readiness; --json carries the gate's duration."""
+        node.services += [
+            sleeper("k3s", readiness=noderole.WaitForPaths(paths=[NEVER], timeout=5)),
+            sleeper("konnectivity", need=["k3s"]),
+        ]
+        data = report(run_with(node, FakeClock(), "apply", "demo", "--json"))
+        konn = data["konnectivity"]
+        assert konn["reason"] == "not started: it needs k3s, which is not ready after 5s"
+        assert konn["steps"][0]["kind"] == "readiness"
+        assert konn["steps"][0]["seconds"] == pytest.approx(5, abs=0.2)
+
+
+class TestProgress:
+    def test_apply_prints_still_waiting_lines(self, node: Node) -> None:
+        """The console shows the wait, then a line per interval with the time spent."""
+        (node.root / "etc/noderole/config.toml").write_text(
+            "[noderole]\nnet_check = false\nprogress_interval = 10\n"
+        )
+        node.services.append(
+            sleeper("a", pre_start=[noderole.WaitForPaths(paths=[NEVER], timeout=25)])
+        )
+        result = run_with(node, FakeClock(), "apply", "demo")
+        assert f" * a: waiting for {NEVER} (up to 25s)" in result.stdout
+        assert f" * a: still waiting for {NEVER} (20s of 25s)" in result.stdout
+
+    def test_reapply_says_already_running_and_nothing_else(self, node: Node) -> None:
+        """A second apply prints no Starting line and no readiness line for what it leaves."""
+        (node.root / "run").mkdir(exist_ok=True)
+        (node.root / "run/flag").write_text("")
+        node.services += [
+            sleeper("a", readiness=noderole.WaitForPaths(paths=["/run/flag"], timeout=5)),
+            sleeper("b", need=["a"]),
+        ]
+        node.run("apply", "demo")
+        again = node.run("apply", "demo")
+        assert "Starting" not in again.stdout
+        assert "readiness" not in again.stdout
+        assert " * a: already running" in again.stdout
+        assert json.loads(node.run("apply", "demo", "--json").stdout)["ok"] is True
