@@ -46,7 +46,7 @@ class TestCancellableWait:
         cancel.cancel("k3s failed: no config")
         cancel.cancel("a later reason is ignored")
         wait = noderole.WaitForPaths(paths=["/never"], timeout=120)
-        with pytest.raises(WaitCancelled, match="^k3s failed: no config$"):
+        with pytest.raises(WaitCancelled, match=r"^k3s failed: no config$"):
             run_wait(wait, root=NodeRoot(tmp_path), clock=FakeClock(), cancel=cancel)
 
     def test_cancel_from_another_thread_ends_a_real_wait(self, tmp_path: Path) -> None:
@@ -73,7 +73,7 @@ class TestCancellableWait:
     def test_a_real_timeout_keeps_the_seed_message(self, tmp_path: Path) -> None:
         """An uncancelled wait that runs out still says what the plugin wrote."""
         wait = noderole.WaitForPaths(paths=["/never"], timeout=2, message="CA not present")
-        with pytest.raises(WaitTimeout, match="^CA not present$"):
+        with pytest.raises(WaitTimeout, match=r"^CA not present$"):
             run_wait(wait, root=NodeRoot(tmp_path), clock=FakeClock(), cancel=Cancel())
 
     def test_long_waits_report_at_the_interval(self, tmp_path: Path) -> None:
@@ -118,7 +118,8 @@ class TestFailFast:
         )
         assert data["other"]["status"] == "started"
         waited = [s for s in data["konnectivity"]["steps"] if s["kind"] == "wait"]
-        assert waited and waited[0]["seconds"] < 600
+        assert waited
+        assert waited[0]["seconds"] < 600
 
     def test_root_cause_travels_down_a_chain(self, node: Node) -> None:
         """c after b after a: a's failure is the reason c names, not b's skip."""
