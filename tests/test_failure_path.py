@@ -54,7 +54,12 @@ class TestCancellableWait:
         cancel = Cancel()
         seen = threading.Event()
         wait = noderole.WaitForPaths(paths=["/never"], timeout=600)
-        timer = threading.Thread(target=lambda: (seen.wait(60), cancel.cancel("gone")))
+
+        def cancel_once_waiting() -> None:
+            seen.wait(60)
+            cancel.cancel("gone")
+
+        timer = threading.Thread(target=cancel_once_waiting)
         timer.start()
         try:
             with pytest.raises(WaitCancelled):
