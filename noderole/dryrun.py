@@ -9,9 +9,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from noderole.engine import DEFINITION_PARTS, definition_digests
+from noderole.engine import (
+    DEFINITION_PARTS,
+    SHOWN_KEY,
+    definition_diff,
+    definition_digests,
+    definition_shown,
+)
 from noderole.errors import NoderoleError
-from noderole.records import MintCertificate
+from noderole.records import Fail, MintCertificate
 from noderole.state import read_applied
 
 if TYPE_CHECKING:
@@ -20,7 +26,46 @@ if TYPE_CHECKING:
     from noderole.plan import Plan
     from noderole.root import NodeRoot
 
-__all__ = ["certificate_verdict", "dry_run_report"]
+__all__ = ["certificate_verdict", "dry_run_report", "known_failures", "summary"]
+
+
+def known_failures(plan: Plan) -> dict[str, str]:
+    """Service -> why it would fail or be skipped, for reasons known before anything runs: a
+    ``Fail`` step, or a ``need`` of such a service. (Waits depend on the run; not judged here.)"""
+    verdicts: dict[str, str] = {}
+    for entry in plan.services:  # start order: what a service needs is judged first
+        fail = next((step for step in entry.service.pre_start if isinstance(step, Fail)), None)
+        if fail is not None:
+            verdicts[entry.name] = f"fail: {fail.message}"
+            continue
+        needed = next((d for d in entry.needs if d in verdicts), None)
+        if needed is not None:
+            verdicts[entry.name] = f"skip: it needs {needed}, which would not start"
+    return verdicts
+
+
+def summary(rows: list[dict[str, Any]], backend: str) -> str:
+    """``5 services: 3 would start, 1 would fail (name: reason), 1 skipped (backend native)``."""
+    counts: dict[str, int] = {}
+    for row in rows:
+        counts[row["action"]] = counts.get(row["action"], 0) + 1
+    words = {
+        "start": "would start",
+        "restart": "would restart",
+        "keep": "left running",
+        "check": "checks only",
+        "fail": "would fail",
+        "skip": "skipped",
+    }
+    parts = []
+    for action, word in words.items():
+        if counts.get(action):
+            part = f"{counts[action]} {word}"
+            if action == "fail":
+                failing = [f"{r['name']}: {r['why']}" for r in rows if r["action"] == "fail"]
+                part += f" ({'; '.join(failing)})"
+            parts.append(part)
+    return f"{len(rows)} services: {', '.join(parts) or 'nothing to do'} (backend {backend})"
 
 
 def certificate_verdict(step: MintCertificate, *, root: NodeRoot, clock: Clock) -> str:
@@ -65,6 +110,7 @@ def dry_run_report(
     current = backend.status([e.name for e in plan.services if e.service.command is not None])
     previous = read_applied(root)
     rows = []
+    failures = known_failures(plan)
     for entry in plan.services:
         service = entry.service
         certificates = [
@@ -75,7 +121,9 @@ def dry_run_report(
         minting = [c for c in certificates if c["verdict"].startswith("mint:")]
         status = current.get(entry.name)
         running = status is not None and status.state in ("starting", "running", "ready")
-        if service.command is None:
+        if entry.name in failures:
+            action, why = failures[entry.name].split(": ", 1)
+        elif service.command is None:
             action, why = "check", f"{len(service.pre_start)} steps, no process"
         elif not running:
             action, why = "start", "not running"
@@ -84,7 +132,12 @@ def dry_run_report(
             digests = definition_digests(service)
             changed = [DEFINITION_PARTS[k] for k in sorted(digests) if before.get(k) != digests[k]]
             if changed or minting:
-                reasons = [f"{', '.join(changed)} changed"] if changed else []
+                shown = (
+                    definition_diff(before[SHOWN_KEY], definition_shown(service))
+                    if changed and SHOWN_KEY in before
+                    else []
+                )
+                reasons = shown or ([f"{', '.join(changed)} changed"] if changed else [])
                 reasons += [f"certificate {c['path']} would be re-minted" for c in minting]
                 action, why = "restart", "; ".join(reasons)
             else:

@@ -42,7 +42,9 @@ __all__ = [
     "ServiceReport",
     "StepTiming",
     "apply_plan",
+    "definition_diff",
     "definition_digests",
+    "definition_shown",
 ]
 
 Status = Literal["started", "restarted", "running", "done", "failed", "skipped"]
@@ -157,6 +159,68 @@ def definition_digests(service: Service) -> dict[str, str]:
         key: hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:16]
         for key, value in parts.items()
     }
+
+
+SHOWN_KEY = "shown"
+"""Key, next to the digests of a service in the node state, of what a restart reason may show."""
+
+
+def definition_shown(service: Service) -> str:
+    """The parts of a definition a restart reason may quote, as JSON: every value but a
+    secret's, which is kept as a short digest (enough to say *that* it changed)."""
+    from noderole.records import Secret
+
+    environment = {
+        key: "***" + hashlib.sha256(value.reveal().encode()).hexdigest()[:12]
+        if isinstance(value, Secret)
+        else value
+        for key, value in service.environment.items()
+    }
+    shown = {
+        "command": list(service.command or ()),
+        "environment": environment,
+        "user": [service.user, service.group, service.working_directory],
+        "logs": [service.pidfile, service.output_log, service.error_log],
+        "supervision": attrs.asdict(service.supervision),
+    }
+    return json.dumps(shown, sort_keys=True)
+
+
+def definition_diff(before: str, after: str) -> list[str]:
+    """What changed between two :func:`definition_shown` texts, for people (secrets as ***)."""
+    try:
+        old, new = json.loads(before), json.loads(after)
+    except ValueError:
+        return []
+    changes: list[str] = []
+    if old.get("command") != new["command"]:
+        gone = [a for a in old.get("command", []) if a not in new["command"]]
+        came = [a for a in new["command"] if a not in old.get("command", [])]
+        if gone or came:
+            words = ([f"removed {' '.join(gone)}"] if gone else []) + (
+                [f"added {' '.join(came)}"] if came else []
+            )
+            changes.append(f"command line: {', '.join(words)}")
+        else:
+            changes.append("argument order changed")
+    old_env, new_env = old.get("environment", {}), new["environment"]
+    for key in sorted(set(old_env) | set(new_env)):
+        if old_env.get(key) != new_env.get(key):
+            secret = str(old_env.get(key, "")).startswith("***") or str(
+                new_env.get(key, "")
+            ).startswith("***")
+            if secret:
+                changes.append(f"environment {key} changed (secret, not shown)")
+            else:
+                changes.append(f"environment {key}: {old_env.get(key)!r} -> {new_env.get(key)!r}")
+    for part in ("user", "logs"):
+        if old.get(part) != new[part]:
+            changes.append(f"{DEFINITION_PARTS[part]}: {old.get(part)} -> {new[part]}")
+    old_sup, new_sup = old.get("supervision", {}), new["supervision"]
+    for key in sorted(new_sup):
+        if old_sup.get(key) != new_sup[key]:
+            changes.append(f"{key}: {old_sup.get(key)} -> {new_sup[key]}")
+    return changes
 
 
 DEFINITION_PARTS = {  # digest key -> what a restart reason calls it
@@ -339,7 +403,7 @@ class _Run:
                 seconds=self.clock.monotonic() - start,
             )
         digests = definition_digests(service)
-        self.digests[entry.name] = digests
+        self.digests[entry.name] = {**digests, SHOWN_KEY: definition_shown(service)}
         certificates = [r.certificate.fingerprint for r in results if r.certificate is not None]
         fingerprint = _fingerprint(digests, certificates)
         current = self.current.get(entry.name)
@@ -401,7 +465,14 @@ class _Run:
         changed = [
             DEFINITION_PARTS[k] for k in sorted(digests) if before and before.get(k) != digests[k]
         ]
-        if changed:
+        shown = (
+            definition_diff(before[SHOWN_KEY], definition_shown(self.plan[name].service))
+            if (changed and SHOWN_KEY in before)
+            else []
+        )
+        if shown:
+            reasons.append("; ".join(shown))
+        elif changed:
             reasons.append(f"{', '.join(changed)} changed")
         return "restarted: " + ("; ".join(reasons) if reasons else "definition changed")
 

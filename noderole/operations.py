@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 __all__ = ["Operations", "RenderResult", "status_verdict"]
 
 _UP = {"running", "ready"}
+_ACTIVE = {"starting", "running", "ready", "backoff"}
 
 
 class RenderResult:
@@ -99,12 +100,34 @@ class Operations:
         """The loaded plugins (built-in first, then given objects, then entry points)."""
         from noderole.plugins import load_plugins
 
+        self._check_disabled()
         return load_plugins(
             disabled=self.disabled_plugins,
             plugins=self.plugin_objects,
             autoload=self.autoload,
             builtin=self.builtin,
         )
+
+    def _check_disabled(self) -> None:
+        """Refuse ``--disable-plugin NAME`` for a plugin that is not installed (a typo would
+        otherwise disable nothing, silently)."""
+        if not self.disabled_plugins:
+            return
+        from noderole.plugins import PLUGIN_GROUP, _autoload_disabled
+
+        known = {"builtin"} if self.builtin else set()
+        known |= {name for name, _ in self.plugin_objects}
+        autoload = self.autoload if self.autoload is not None else not _autoload_disabled()
+        if autoload:
+            import importlib.metadata
+
+            known |= {ep.name for ep in importlib.metadata.entry_points(group=PLUGIN_GROUP)}
+        unknown = [name for name in self.disabled_plugins if name not in known]
+        if unknown:
+            raise UsageError(
+                f"--disable-plugin {', '.join(unknown)}: no such plugin is installed "
+                f"(installed: {', '.join(sorted(known)) or 'none'}; noderole list shows them)"
+            )
 
     @functools.cached_property
     def config(self) -> Config:
@@ -273,13 +296,15 @@ class Operations:
     def stop(
         self, plan: Plan, names: Sequence[str], backend: Backend, *, lock_timeout: float = 300.0
     ) -> list[str]:
-        """Stop ``names`` (in the order given) under the node lock; return those with a process."""
+        """Stop ``names`` (in the order given) under the node lock; return those that had a
+        process running (or respawning), so nobody is told a stopped service was stopped."""
         from noderole.state import node_lock
 
         processes = [n for n in names if plan[n].service.command is not None]
         with node_lock(self.root, timeout=lock_timeout, clock=self.clock, what="stop"):
+            before = backend.status(processes)
             backend.stop(processes)
-        return processes
+        return [n for n in processes if n in before and before[n].state in _ACTIVE]
 
     def restart(
         self,

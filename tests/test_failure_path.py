@@ -231,3 +231,84 @@ class TestProgress:
         assert "readiness" not in again.stdout
         assert " * a: already running" in again.stdout
         assert json.loads(node.run("apply", "demo", "--json").stdout)["ok"] is True
+
+
+class TestCliSlips:
+    def test_global_options_after_the_command(self, node: Node, tmp_path: Path) -> None:
+        """`noderole plan demo --root X` reads X, as `noderole --root X plan demo` does."""
+        result = CliRunner().invoke(
+            cli, ["list", "--root", str(tmp_path), "--debug"], catch_exceptions=False
+        )
+        assert result.exit_code == 0, result.output
+        from noderole.cli import hoist_global_options
+
+        assert hoist_global_options(
+            ["apply", "server", "--root=/x", "--disable-plugin", "k3s", "--json"], ["apply"]
+        ) == ["--root=/x", "--disable-plugin", "k3s", "apply", "server", "--json"]
+        assert hoist_global_options(["exec", "a", "--", "--root", "/y"], ["exec"]) == [
+            "exec",
+            "a",
+            "--",
+            "--root",
+            "/y",
+        ]
+
+    def test_mistyped_command_gets_did_you_mean(self) -> None:
+        """`noderole aply` suggests apply and exits 2."""
+        result = CliRunner().invoke(cli, ["aply", "server"])
+        assert result.exit_code == 2
+        assert "Did you mean apply?" in result.output
+
+    def test_disabling_a_plugin_that_is_not_installed_is_an_error(self, node: Node) -> None:
+        """--disable-plugin with an unknown name lists the installed plugins; exit 2."""
+        result = node.run("--disable-plugin", "k3z", "plan", "demo")
+        assert result.exit_code == 2
+        assert "--disable-plugin k3z: no such plugin is installed" in result.output
+        assert "installed: builtin, test" in result.output
+
+    def test_stop_names_only_what_was_running(self, node: Node) -> None:
+        """stop after a failed apply claims nothing for the service that never ran."""
+        node.services += [sleeper("a"), sleeper("b", pre_start=[noderole.Fail(message="x")])]
+        node.run("apply", "demo")
+        result = node.run("stop", "demo")
+        assert result.stdout.splitlines() == [" * Stopped a", " * Not running: b"]
+
+    def test_restart_reason_diffs_settings_and_hides_secrets(self, node: Node) -> None:
+        """A changed supervision value and a changed secret are named; the secret is not shown."""
+        node.services.append(
+            sleeper("a", environment={"TOKEN": noderole.Secret("old-token"), "MODE": "x"})
+        )
+        node.run("apply", "demo")
+        node.services[0] = sleeper(
+            "a",
+            environment={"TOKEN": noderole.Secret("new-token"), "MODE": "y"},
+            supervision=noderole.Supervision(respawn_delay=0.07, stop_timeout=2),
+        )
+        data = report(node.run("apply", "demo", "--json"))
+        reason = data["a"]["reason"]
+        assert "environment MODE: 'x' -> 'y'" in reason
+        assert "environment TOKEN changed (secret, not shown)" in reason
+        assert "respawn_delay: 0.05 -> 0.07" in reason
+        state = (node.root / "var/lib/noderole/applied.json").read_text()
+        assert "token" not in state
+
+
+class TestVerdict:
+    def test_dry_run_and_plan_give_a_verdict_and_exit_12(self, node: Node) -> None:
+        """A Fail step: the summary names it, its dependent is skipped, exit code WOULD_FAIL."""
+        node.services += [
+            sleeper("a"),
+            sleeper("konn", pre_start=[noderole.Fail(message="SANS empty")]),
+            sleeper("c", need=["konn"]),
+        ]
+        dry = node.run("apply", "demo", "--dry-run")
+        assert dry.exit_code == 12
+        last = dry.stdout.splitlines()[-1]
+        assert last == (
+            "3 services: 1 would start, 1 would fail (konn: SANS empty), 1 skipped (backend native)"
+        )
+        plan = node.run("plan", "demo")
+        assert plan.exit_code == 12
+        assert "1 would fail (konn: SANS empty), 1 skipped (backend native)" in plan.stdout
+        node.services[1] = sleeper("konn")
+        assert node.run("plan", "demo").exit_code == 0

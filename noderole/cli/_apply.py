@@ -44,8 +44,13 @@ def apply_command(
                 json.dumps({"role": role, "backend": chosen.name, "services": rows}, indent=2)
             )
         else:
+            from noderole.dryrun import summary
+
             for row in rows:
                 click.echo(f"{row['name']:<28} {row['action']:<14} {row['why']}")
+            click.echo(summary(rows, chosen.name))
+        if any(row["action"] in ("fail", "skip") for row in rows):
+            raise SystemExit(int(ExitCode.WOULD_FAIL))
         return
     progress = QuietProgress() if as_json else ConsoleProgress()
     report = app.apply(plan, chosen, progress=progress, lock_timeout=lock_timeout)
@@ -107,6 +112,9 @@ def stop_command(app: App, names: tuple[str, ...], backend: str, lock_timeout: f
     stopped = app.stop(plan, targets, app.backend(backend), lock_timeout=lock_timeout)
     for name in stopped:
         click.echo(f" * Stopped {name}")
+    idle = [n for n in targets if n not in stopped and plan[n].service.command is not None]
+    if idle:
+        click.echo(f" * Not running: {', '.join(idle)}")
 
 
 @click.command("restart")
