@@ -16,10 +16,11 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
 
 from noderole.clock import Clock, SystemClock
-from noderole.errors import ExitCode, UsageError
+from noderole.errors import ConfigError, ExitCode, UsageError
 from noderole.root import NodeRoot
 
 if TYPE_CHECKING:
@@ -82,6 +83,10 @@ class Operations:
         self.builtin = builtin
         """Register noderole's built-in plugin (``net``, ``cgroups``, the core settings)."""
         self._nodes: dict[str | None, NodeContext] = {}
+        self.recorded_config_fallback = False
+        """On a broken config file, use the settings the last apply recorded (with a warning)."""
+        self.config_warning = ""
+        """Why the config file was not used (set by the fallback), else empty."""
 
     def at_root(self, root: NodeRoot) -> Self:
         """The same operations (plugins, clock, options) over another root, built afresh."""
@@ -131,10 +136,44 @@ class Operations:
 
     @functools.cached_property
     def config(self) -> Config:
-        """Effective configuration: plugin defaults overridden by ``/etc/noderole/config.toml``."""
+        """Effective configuration: plugin defaults overridden by ``/etc/noderole/config.toml``.
+
+        With :attr:`recorded_config_fallback` set (``status``, ``stop``, ``restart``), a broken
+        file gives way to the settings the last apply recorded, and :attr:`config_warning` says
+        so: a typo must never keep the operator from stopping what runs.
+        """
         from noderole.config import load_config
 
-        return load_config(self.root, self.plugins.settings_tables())
+        tables = self.plugins.settings_tables()
+        try:
+            return load_config(self.root, tables)
+        except ConfigError as exc:
+            if not self.recorded_config_fallback:
+                raise
+            from noderole.config import _build
+            from noderole.state import LAST_APPLY_FILE, read_last_apply
+
+            recorded = read_last_apply(self.root).get("settings")
+            declared = {t.table: {s.name for s in t.settings} for t in tables}
+            usable = {
+                table: {k: v for k, v in values.items() if k in declared.get(table, ())}
+                for table, values in (recorded or {}).items()
+                if table in declared
+            }
+            try:
+                config = _build(tables, usable, found=True)
+            except ConfigError:
+                raise exc from None
+            source = (
+                f"the settings recorded by the last apply ({LAST_APPLY_FILE})"
+                if recorded is not None
+                else "the plugins' defaults (no apply recorded its settings)"
+            )
+            self.config_warning = (
+                f"{exc}. Using {source} for this command; fix the file (noderole config check) "
+                "before the next apply"
+            )
+            return config
 
     def node_for(self, role: str | None) -> NodeContext:
         """The node context hooks receive while ``role`` is in question (one per role)."""
@@ -285,7 +324,43 @@ class Operations:
             )
             write_role(self.root, plan.role)
             write_applied(self.root, {**previous, **recorded})
+            self._record_outcomes(plan, report)
         return report
+
+    def _record_outcomes(self, plan: Plan, report: ApplyReport) -> None:
+        """Record each service's outcome (kept for services this apply did not touch, as with
+        ``restart`` of a few) and the settings used, secret ones left out."""
+        from noderole.state import read_last_apply, write_last_apply
+
+        before = read_last_apply(self.root)
+        services = {
+            name: entry
+            for name, entry in (before.get("services") or {}).items()
+            if before.get("role") == plan.role and name in plan
+        }
+        now = self.clock.time()
+        for service in report.services:
+            services[service.name] = {
+                "outcome": service.status,
+                "reason": service.reason,
+                "at": now,
+            }
+        settings: dict[str, dict[str, Any]] = {}
+        for entry in self.config.entries():
+            if entry.source != "default" and not entry.setting.secret:
+                settings.setdefault(entry.table, {})[entry.setting.name] = entry.value
+        if self.config_warning:  # a fallback run keeps the settings it fell back to
+            settings = before.get("settings") or {}
+        write_last_apply(
+            self.root,
+            {
+                "role": plan.role,
+                "backend": report.backend,
+                "at": now,
+                "services": services,
+                "settings": settings,
+            },
+        )
 
     def dry_run(self, plan: Plan, backend: Backend) -> list[dict[str, Any]]:
         """What applying ``plan`` would do to each service, changing nothing (``--dry-run``)."""
@@ -324,42 +399,73 @@ class Operations:
 
     # ---------------------------------------------------------------- status
 
-    def status_rows(self, plan: Plan, backend: Backend) -> list[dict[str, Any]]:
-        """One row per process of ``plan``: state, pid, uptime, restarts, last exit, log."""
+    def status_rows(
+        self, plan: Plan, backend: Backend, *, log_lines: int = 5
+    ) -> list[dict[str, Any]]:
+        """One row per process of ``plan``: state, pid, uptime, restarts, last exit, the log
+        (only when the file exists), the last apply's outcome, and, for a failed or
+        crash-looping service, the last ``log_lines`` lines of its log (secrets as ***)."""
+        from noderole.state import read_last_apply
+
         entries = [e for e in plan.services if e.service.command is not None]
         current: Mapping[str, Any] = backend.status([e.name for e in entries])
+        last = read_last_apply(self.root)
+        outcomes = (last.get("services") or {}) if last.get("role") == plan.role else {}
         now = time.time()
         rows = []
         for entry in entries:
             status = current.get(entry.name)
             state = status.state if status is not None else "stopped"
             started_at = getattr(status, "started_at", None)
+            log = entry.service.output_log or entry.service.error_log
+            local_log = self.root.resolve(log) if log else None
+            exists = local_log is not None and local_log.is_file()
+            reason = getattr(status, "reason", "")
+            outcome = outcomes.get(entry.name)
+            failing = state in ("crashed", "backoff") or (
+                outcome is not None and outcome.get("outcome") in ("failed", "skipped")
+            )
             rows.append(
                 {
                     "name": entry.name,
                     "state": state,
-                    "pid": getattr(status, "pid", None),
+                    # In backoff there is no process: say when the next attempt comes instead.
+                    "pid": None if state == "backoff" else getattr(status, "pid", None),
+                    "next_attempt": reason if state == "backoff" else None,
                     "uptime": round(now - started_at, 1) if started_at and state in _UP else None,
                     "restarts": getattr(status, "restarts", 0),
                     "last_exit": getattr(status, "last_exit", None),
-                    "log": entry.service.output_log or entry.service.error_log,
-                    "reason": getattr(status, "reason", ""),
+                    "log": log if exists else None,
+                    "reason": "" if reason == "not supervised" else reason,
+                    "survivors": "survived it" in reason,
                     "needs_ready": entry.service.readiness is not None,
+                    "last_apply": outcome,
+                    "log_tail": (
+                        _log_tail(local_log, log_lines, entry.service)
+                        if failing and exists and local_log is not None and log_lines
+                        else []
+                    ),
                 }
             )
         return rows
 
     def status(
-        self, plan: Plan, backend: Backend, *, wait: bool = False, timeout: float = 300.0
+        self,
+        plan: Plan,
+        backend: Backend,
+        *,
+        wait: bool = False,
+        timeout: float = 300.0,
+        log_lines: int = 5,
     ) -> tuple[list[dict[str, Any]], ExitCode]:
         """The status rows of ``plan`` and their verdict; with ``wait``, polled (on the clock)
         until the verdict is no longer "still starting" or ``timeout`` seconds have passed."""
         deadline = self.clock.monotonic() + timeout
-        rows = self.status_rows(plan, backend)
+        rows = self.status_rows(plan, backend, log_lines=log_lines)
         verdict = status_verdict(rows)
         while wait and verdict == ExitCode.STARTING and self.clock.monotonic() < deadline:
             self.clock.sleep(0.1)
-            rows = self.status_rows(plan, backend)
+            rows = self.status_rows(plan, backend, log_lines=log_lines)
             verdict = status_verdict(rows)
         return rows, verdict
 
@@ -389,6 +495,25 @@ class Operations:
             changed=[item.path for item in items if self.root.resolve(item.path) in written],
             removed=removed,
         )
+
+
+def _log_tail(path: Path, lines: int, service: Service) -> list[str]:
+    """The last ``lines`` lines of ``path`` (read from its last 64 KiB), the service's secret
+    values replaced by ***."""
+    from noderole.records import Secret
+
+    try:
+        with path.open("rb") as f:
+            size = f.seek(0, 2)
+            f.seek(max(0, size - 65536))
+            text = f.read().decode(errors="replace")
+    except OSError:
+        return []
+    secrets = [v.reveal() for v in service.environment.values() if isinstance(v, Secret)]
+    tail = text.splitlines()[-lines:]
+    for secret in (s for s in secrets if s):
+        tail = [line.replace(secret, "***") for line in tail]
+    return tail
 
 
 def status_verdict(rows: Sequence[Mapping[str, Any]]) -> ExitCode:

@@ -312,3 +312,82 @@ class TestVerdict:
         assert "1 would fail (konn: SANS empty), 1 skipped (backend native)" in plan.stdout
         node.services[1] = sleeper("konn")
         assert node.run("plan", "demo").exit_code == 0
+
+
+CRASHER = "#!/bin/sh\necho \"token is $TOKEN\"\necho 'boom: no config'\nexit 3\n"
+
+
+class TestStatusRemembers:
+    def test_status_after_a_failed_apply(self, node: Node) -> None:
+        """Each service's last outcome and reason; no log path for a log that does not exist."""
+        node.services += [
+            sleeper("a"),
+            sleeper("b", pre_start=[noderole.Fail(message="EKS_X empty")]),
+        ]
+        node.run("apply", "demo")
+        result = node.run("status")
+        assert result.exit_code == 1
+        lines = result.stdout.splitlines()
+        b_row = next(line for line in lines if line.startswith("b "))
+        assert "/var/log/b.log" not in b_row
+        assert "  last apply (" in result.stdout
+        assert "): failed: EKS_X empty" in result.stdout
+        rows = {r["name"]: r for r in json.loads(node.run("status", "--json").stdout)["services"]}
+        assert rows["b"]["last_apply"]["outcome"] == "failed"
+        assert rows["b"]["last_apply"]["reason"] == "EKS_X empty"
+        assert rows["b"]["log"] is None
+        assert rows["b"]["reason"] == ""
+        assert rows["a"]["last_apply"]["outcome"] == "started"
+
+    def test_crashed_service_shows_its_log_tail_redacted(self, node: Node) -> None:
+        """A service that gave up shows the end of its log, its secret replaced by ***."""
+        path = node.root / "usr/local/bin/crasher"
+        path.write_text(CRASHER)
+        path.chmod(0o755)
+        node.services.append(
+            noderole.Service(
+                name="k3s",
+                roles=["demo"],
+                command=["/usr/local/bin/crasher"],
+                environment={"TOKEN": noderole.Secret("s3cret-value")},
+                output_log="/var/log/k3s.log",
+                supervision=noderole.Supervision(respawn_delay=0.01, respawn_max=1),
+            )
+        )
+        node.run("apply", "demo")
+        from tests.test_engine import wait_until
+
+        wait_until(
+            lambda: (
+                json.loads(node.run("status", "--json").stdout)["services"][0]["state"] == "crashed"
+            ),
+            "k3s gives up",
+        )
+        detail = node.run("status", "k3s")
+        assert detail.exit_code == 1
+        assert "last lines of /var/log/k3s.log:" in detail.stdout
+        assert "    boom: no config" in detail.stdout
+        assert "token is ***" in detail.stdout
+        assert "s3cret-value" not in detail.stdout
+        assert "gave up after 1 respawn" in detail.stdout
+
+
+class TestBrokenConfig:
+    def test_status_and_stop_work_with_a_duplicated_table(self, node: Node) -> None:
+        """A broken config.toml: status and stop use the recorded state and warn; apply refuses."""
+        node.services.append(sleeper("a"))
+        assert node.run("apply", "demo").exit_code == 0
+        (node.root / "etc/noderole/config.toml").write_text(
+            "[noderole]\nnet_check = false\n[noderole]\nnet_check = false\n"
+        )
+        assert node.run("apply", "demo").exit_code == 4
+        status = node.run("status")
+        assert status.exit_code == 0
+        assert "warning: /etc/noderole/config.toml: not valid TOML" in status.stderr
+        assert "settings recorded by the last apply" in status.stderr
+        restart = node.run("restart", "a")
+        assert restart.exit_code == 0
+        stop = node.run("stop")
+        assert stop.stdout.splitlines() == [" * Stopped a"]
+        rows = json.loads(node.run("status", "--json").stdout)["services"]
+        assert [(r["name"], r["state"]) for r in rows] == [("a", "stopped")]

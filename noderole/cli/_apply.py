@@ -13,6 +13,7 @@ from noderole.cli._app import App
 from noderole.cli._options import backend_option, lock_timeout_option, role_argument
 from noderole.cli._output import echo_status
 from noderole.errors import ExitCode
+from noderole.operations import status_verdict
 
 __all__ = ["apply_command", "restart_command", "status_command", "stop_command"]
 
@@ -71,7 +72,7 @@ def apply_command(
 
 
 @click.command("status")
-@click.argument("role", required=False)
+@click.argument("role", required=False, metavar="[ROLE | SERVICE]")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.option("--wait", "wait", is_flag=True, help="Block until the role is up or has failed.")
 @click.option(
@@ -81,21 +82,60 @@ def apply_command(
     show_default=True,
     help="With --wait: give up after this many seconds (exit 11).",
 )
+@click.option(
+    "--lines",
+    "-n",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Log lines shown for a failed service (default 5; 20 for `status SERVICE`).",
+)
 @backend_option
 @click.pass_obj
 def status_command(
-    app: App, role: str | None, as_json: bool, wait: bool, timeout: float, backend: str
+    app: App,
+    role: str | None,
+    as_json: bool,
+    wait: bool,
+    timeout: float,
+    lines: int | None,
+    backend: str,
 ) -> None:
-    """Show each service of ROLE (default: the applied role): state, pid, uptime, restarts.
+    """Show each service of ROLE (default: the applied role): state, pid, uptime, restarts, the
+    last apply's outcome and, for a failed service, the end of its log. `status SERVICE` shows
+    one service of the applied role, with more of its log.
 
     Exit 0 when every service is up (and ready, where it has a readiness check), 1 when one
-    crashed or is stopped, 11 while some are still starting.
+    crashed or is stopped, 11 while some are still starting. Works from the state the last apply
+    recorded when config.toml is broken (with a warning).
     """
-    plan = app.plan(app.recorded_role(role))
-    rows, verdict = app.status(plan, app.backend(backend), wait=wait, timeout=timeout)
-    echo_status(plan.role, rows, verdict, as_json=as_json)
+    app.recorded_config_fallback = True
+    only = None
+    plan = None
+    if role:
+        services = app.services(role)
+        if not any(role in s.roles for s in services):
+            recorded = app.plan(app.recorded_role())
+            if role in recorded:
+                plan, only = recorded, role
+    if plan is None:
+        plan = app.plan(app.recorded_role(role))
+    if lines is None:
+        lines = 20 if only else 5
+    rows, verdict = app.status(
+        plan, app.backend(backend), wait=wait, timeout=timeout, log_lines=lines
+    )
+    if only:
+        rows = [r for r in rows if r["name"] == only]
+        verdict = status_verdict(rows)
+    _warn_config(app)
+    echo_status(plan.role, rows, verdict, as_json=as_json, detail=only is not None)
     if verdict != ExitCode.OK:
         raise SystemExit(int(verdict))
+
+
+def _warn_config(app: App) -> None:
+    if app.config_warning:
+        click.echo(f"noderole: warning: {app.config_warning}", err=True)
 
 
 @click.command("stop")
@@ -106,9 +146,12 @@ def status_command(
 def stop_command(app: App, names: tuple[str, ...], backend: str, lock_timeout: float) -> None:
     """Stop a role (default: the applied one) or some services, in reverse dependency order.
 
-    Returns only when every process (and its process group) is gone.
+    Returns only when every process (and its process group) is gone. Works from the state the
+    last apply recorded when config.toml is broken (with a warning).
     """
+    app.recorded_config_fallback = True
     plan, targets = app.targets(names)
+    _warn_config(app)
     stopped = app.stop(plan, targets, app.backend(backend), lock_timeout=lock_timeout)
     for name in stopped:
         click.echo(f" * Stopped {name}")
@@ -123,10 +166,15 @@ def stop_command(app: App, names: tuple[str, ...], backend: str, lock_timeout: f
 @lock_timeout_option
 @click.pass_obj
 def restart_command(app: App, services: tuple[str, ...], backend: str, lock_timeout: float) -> None:
-    """Stop SERVICES, then run their pre-start steps and start them again."""
+    """Stop SERVICES, then run their pre-start steps and start them again.
+
+    With a broken config.toml, the settings the last apply recorded are used (with a warning).
+    """
     from noderole.console import ConsoleProgress
 
+    app.recorded_config_fallback = True
     plan, targets = app.targets(services)
+    _warn_config(app)
     report = app.restart(
         plan, targets, app.backend(backend), progress=ConsoleProgress(), lock_timeout=lock_timeout
     )
