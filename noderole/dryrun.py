@@ -26,7 +26,12 @@ if TYPE_CHECKING:
     from noderole.plan import Plan
     from noderole.root import NodeRoot
 
-__all__ = ["certificate_verdict", "dry_run_report", "known_failures", "summary"]
+__all__ = ["certificate_verdict", "dry_run_report", "known_failures", "short", "summary"]
+
+
+def short(reason: str, width: int = 60) -> str:
+    """``reason`` cut to ``width`` characters with ``...`` (the full text is in the rows)."""
+    return reason if len(reason) <= width else reason[: width - 4].rstrip() + " ..."
 
 
 def known_failures(plan: Plan) -> dict[str, str]:
@@ -62,7 +67,7 @@ def summary(rows: list[dict[str, Any]], backend: str) -> str:
         if counts.get(action):
             part = f"{counts[action]} {word}"
             if action == "fail":
-                failing = [f"{r['name']}: {r['why']}" for r in rows if r["action"] == "fail"]
+                failing = [f"{r['name']}: {short(r['why'])}" for r in rows if r["action"] == "fail"]
                 part += f" ({'; '.join(failing)})"
             parts.append(part)
     return f"{len(rows)} services: {', '.join(parts) or 'nothing to do'} (backend {backend})"

@@ -324,14 +324,17 @@ class _Run:
         for dependency in (d for d in after if d in entry.needs):
             began = self.clock.monotonic()
             why_not = self._wait_ready(dependency, cancel, waiting)
-            gates.append(
-                StepTiming(
-                    kind="readiness",
-                    description=f"readiness of {dependency}",
-                    seconds=self.clock.monotonic() - began,
-                    detail=why_not or "ready",
+            dep = self.reports[dependency]
+            gated = self.plan[dependency].service.readiness is not None and dep.status != "done"
+            if gated and dep.ok:
+                gates.append(
+                    StepTiming(
+                        kind="readiness",
+                        description=f"readiness of {dependency}",
+                        seconds=self.clock.monotonic() - began,
+                        detail=why_not or "ready",
+                    )
                 )
-            )
             if why_not is not None:
                 if cancel.cancelled:
                     self.causes[entry.name] = cancel.reason

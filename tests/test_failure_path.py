@@ -391,3 +391,37 @@ class TestBrokenConfig:
         assert stop.stdout.splitlines() == [" * Stopped a"]
         rows = json.loads(node.run("status", "--json").stdout)["services"]
         assert [(r["name"], r["state"]) for r in rows] == [("a", "stopped")]
+
+
+@pytest.fixture
+def server_root(tmp_path: Path) -> Path:
+    """A scratch root for the shipped plugins' server role, net check off."""
+    (tmp_path / "etc/noderole").mkdir(parents=True)
+    (tmp_path / "etc/noderole/config.toml").write_text("[noderole]\nnet_check = false\n")
+    return tmp_path
+
+
+def dry_run_server(root: Path) -> dict[str, dict[str, Any]]:
+    result = CliRunner().invoke(
+        cli, ["apply", "server", "--root", str(root), "--dry-run", "--json"]
+    )
+    assert result.exit_code == 12, result.output
+    return {row["name"]: row for row in json.loads(result.stdout)["services"]}
+
+
+class TestInputsAsTheyAre:
+    def test_missing_first_boot_file_is_reported_missing(self, server_root: Path) -> None:
+        """The shipped plugin says the file is missing, which keys it must hold: not 'empty'."""
+        row = dry_run_server(server_root)["konnectivity-server"]
+        assert row["action"] == "fail"
+        assert row["why"].startswith("/etc/spinifex-eks/first-boot.env is missing: ")
+        assert "EKS_KONNECTIVITY_SANS" in row["why"]
+
+    def test_parser_warnings_are_part_of_the_reason(self, server_root: Path) -> None:
+        """An unterminated quote is named in the reason the SANs are empty."""
+        env = server_root / "etc/spinifex-eks/first-boot.env"
+        env.parent.mkdir(parents=True)
+        env.write_text('EKS_KONNECTIVITY_SANS="a,b\nEKS_KONNECTIVITY_HOST=x\n')
+        row = dry_run_server(server_root)["konnectivity-server"]
+        assert row["why"].startswith("EKS_KONNECTIVITY_SANS empty in /etc/spinifex-eks/first-boot")
+        assert "first-boot.env:1: unterminated double quote" in row["why"]

@@ -58,7 +58,7 @@ def plan_command(app: App, role: str, as_json: bool) -> None:
 
     Secret values (tokens) are shown as ***.
     """
-    from noderole.dryrun import known_failures
+    from noderole.dryrun import known_failures, short
     from noderole.errors import ExitCode
 
     plan = app.plan(role)
@@ -72,7 +72,9 @@ def plan_command(app: App, role: str, as_json: bool) -> None:
     else:
         click.echo(format_plan(plan))
         fail = [
-            f"{n}: {why.removeprefix('fail: ')}" for n, why in failures.items() if why[0] == "f"
+            f"{n}: {short(why.removeprefix('fail: '))}"
+            for n, why in failures.items()
+            if why.startswith("fail")
         ]
         skipped = sum(1 for why in failures.values() if why.startswith("skip"))
         total = len(plan.services)
