@@ -425,3 +425,52 @@ class TestInputsAsTheyAre:
         row = dry_run_server(server_root)["konnectivity-server"]
         assert row["why"].startswith("EKS_KONNECTIVITY_SANS empty in /etc/spinifex-eks/first-boot")
         assert "first-boot.env:1: unterminated double quote" in row["why"]
+
+
+SILENT_K3S = """#!/bin/sh
+# A k3s that starts and never writes its CA.
+trap 'exit 0' TERM
+while :; do sleep 1; done
+"""
+
+
+@pytest.mark.slow
+class TestHeadline:
+    def test_konnectivity_fails_within_its_own_bound(self, node: Node) -> None:
+        """The issue's headline, as a real run of the shipped plugins: with
+        `[konnectivity] wait_timeout = 2` and a k3s that never writes its CA, konnectivity fails
+        on its own 2 s wait (the seed's message), with no 60 s readiness gate before it."""
+        import importlib.metadata
+        import os
+        import subprocess
+        import sys
+
+        from noderole.testing import ScratchRoot, standins_from_plugins
+        from noderole_k3s import plugin as k3s_plugin
+        from noderole_konnectivity import plugin as konnectivity_plugin
+
+        config = "[noderole]\nnet_check = false\n[konnectivity]\nwait_timeout = 2\n"
+        scratch = ScratchRoot(node.root)
+        plugins = [("k3s", k3s_plugin), ("konnectivity", konnectivity_plugin)]
+        for standin in standins_from_plugins(*plugins, config_text=config, node_root=scratch):
+            scratch.write(standin.path, standin.content, mode=standin.mode)
+        scratch.write_config(config)
+        scratch.write("/usr/local/bin/k3s", SILENT_K3S, mode=0o755)
+        others = {ep.name for ep in importlib.metadata.entry_points(group="noderole")}
+        disabled = [
+            a for n in sorted(others - {"k3s", "konnectivity"}) for a in ("--disable-plugin", n)
+        ]
+        result = subprocess.run(
+            [sys.executable, "-m", "noderole", "apply", "server", "--json",
+             "--root", str(node.root), *disabled],
+            capture_output=True, text=True, timeout=100,
+            env={**os.environ, "NODEROLE_ROOT": str(node.root)},
+        )  # fmt: skip
+        assert result.returncode == 1, result.stdout + result.stderr
+        services = {s["name"]: s for s in json.loads(result.stdout)["services"]}
+        assert services["k3s"]["status"] == "started"
+        konn = services["konnectivity-server"]
+        assert konn["reason"] == "k3s server CA / admin kubeconfig not present after 2s"
+        assert "readiness" not in [step["kind"] for step in konn["steps"]]
+        (wait,) = [step for step in konn["steps"] if step["kind"] == "wait"]
+        assert wait["seconds"] < 30  # 62 s before: the 60 s readiness gate, then the 2 s wait
