@@ -14,6 +14,7 @@ one. Each operation imports what it uses when it runs.
 from __future__ import annotations
 
 import functools
+import os
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -87,6 +88,8 @@ class Operations:
         """On a broken config file, use the settings the last apply recorded (with a warning)."""
         self.config_warning = ""
         """Why the config file was not used (set by the fallback), else empty."""
+        self.warnings: list[str] = []
+        """Warnings for the person at the console (the command line prints them on stderr)."""
 
     def at_root(self, root: NodeRoot) -> Self:
         """The same operations (plugins, clock, options) over another root, built afresh."""
@@ -281,6 +284,19 @@ class Operations:
 
         if requested == "auto":
             requested = str(self.setting("backend"))
+        if requested in ("openrc", "systemd") and not self.root.is_real:
+            self.warnings.append(
+                f"--backend {requested} under --root {self.root.path}: files are written under the "
+                f"root, but {requested} is this machine's own init system; a rehearsal under "
+                "--root uses the native supervisor (--backend auto or native)"
+            )
+        if requested == "systemd" and not os.path.isdir("/run/systemd/system"):
+            from noderole.errors import BackendError
+
+            raise BackendError(
+                "backend systemd needs a running systemd, and /run/systemd/system does not exist: "
+                "is systemd the init system of this machine? Use --backend native otherwise"
+            )
         return backend_named(requested, self.root, noderole_path=str(self.setting("noderole_path")))
 
     # ---------------------------------------------------------------- apply, stop, restart

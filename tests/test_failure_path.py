@@ -474,3 +474,20 @@ class TestHeadline:
         assert "readiness" not in [step["kind"] for step in konn["steps"]]
         (wait,) = [step for step in konn["steps"] if step["kind"] == "wait"]
         assert wait["seconds"] < 30  # 62 s before: the 60 s readiness gate, then the 2 s wait
+
+
+class TestBackendChoice:
+    def test_systemd_without_systemd_is_refused_and_root_warns(
+        self, node: Node, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Under --root, an init backend warns; systemd without a running systemd is an error
+        naming the fix (exit 10), like openrc without rc-service."""
+        import os
+
+        node.services.append(sleeper("a"))
+        result = node.run("apply", "demo", "--backend", "systemd", "--dry-run")
+        assert "warning: --backend systemd under --root" in result.stderr
+        if not os.path.isdir("/run/systemd/system"):
+            assert result.exit_code == 10
+            assert "backend systemd needs a running systemd" in result.stderr
+        assert node.processes() == []

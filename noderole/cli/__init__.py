@@ -109,6 +109,8 @@ class LazyGroup(click.Group):
             app = ctx.find_object(App)
             if app is not None and app.debug:
                 raise
+            for warning in app.warnings if app is not None else ():
+                click.echo(f"noderole: warning: {warning}", err=True)
             click.echo(f"noderole: error: {exc}", err=True)
             ctx.exit(int(exc.exit_code))
 

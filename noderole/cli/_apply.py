@@ -38,6 +38,7 @@ def apply_command(
 
     plan = app.plan(role)
     chosen = app.backend(backend)
+    _warn_config(app)
     if dry_run:
         rows = app.dry_run(plan, chosen)
         if as_json:
@@ -121,9 +122,9 @@ def status_command(
         plan = app.plan(app.recorded_role(role))
     if lines is None:
         lines = 20 if only else 5
-    rows, verdict = app.status(
-        plan, app.backend(backend), wait=wait, timeout=timeout, log_lines=lines
-    )
+    chosen = app.backend(backend)
+    _warn_config(app)
+    rows, verdict = app.status(plan, chosen, wait=wait, timeout=timeout, log_lines=lines)
     if only:
         rows = [r for r in rows if r["name"] == only]
         verdict = status_verdict(rows)
@@ -134,8 +135,11 @@ def status_command(
 
 
 def _warn_config(app: App) -> None:
-    if app.config_warning:
-        click.echo(f"noderole: warning: {app.config_warning}", err=True)
+    """Print the operations' warnings (a broken config, a backend that does not fit) once."""
+    for warning in ([app.config_warning] if app.config_warning else []) + app.warnings:
+        click.echo(f"noderole: warning: {warning}", err=True)
+    app.config_warning = ""
+    app.warnings.clear()
 
 
 @click.command("stop")
@@ -151,8 +155,9 @@ def stop_command(app: App, names: tuple[str, ...], backend: str, lock_timeout: f
     """
     app.recorded_config_fallback = True
     plan, targets = app.targets(names)
+    chosen = app.backend(backend)
     _warn_config(app)
-    stopped = app.stop(plan, targets, app.backend(backend), lock_timeout=lock_timeout)
+    stopped = app.stop(plan, targets, chosen, lock_timeout=lock_timeout)
     for name in stopped:
         click.echo(f" * Stopped {name}")
     idle = [n for n in targets if n not in stopped and plan[n].service.command is not None]
@@ -174,9 +179,10 @@ def restart_command(app: App, services: tuple[str, ...], backend: str, lock_time
 
     app.recorded_config_fallback = True
     plan, targets = app.targets(services)
+    chosen = app.backend(backend)
     _warn_config(app)
     report = app.restart(
-        plan, targets, app.backend(backend), progress=ConsoleProgress(), lock_timeout=lock_timeout
+        plan, targets, chosen, progress=ConsoleProgress(), lock_timeout=lock_timeout
     )
     if not report.ok:
         raise SystemExit(int(ExitCode.FAILED))
