@@ -7,6 +7,7 @@ Every test goes through the ``noderole`` command against real processes under a 
 from __future__ import annotations
 
 import json
+import os
 import threading
 from pathlib import Path
 from typing import Any
@@ -441,7 +442,6 @@ class TestHeadline:
         `[konnectivity] wait_timeout = 2` and a k3s that never writes its CA, konnectivity fails
         on its own 2 s wait (the seed's message), with no 60 s readiness gate before it."""
         import importlib.metadata
-        import os
         import subprocess
         import sys
 
@@ -482,8 +482,6 @@ class TestBackendChoice:
     ) -> None:
         """Under --root, an init backend warns; systemd without a running systemd is an error
         naming the fix (exit 10), like openrc without rc-service."""
-        import os
-
         node.services.append(sleeper("a"))
         result = node.run("apply", "demo", "--backend", "systemd", "--dry-run")
         assert "warning: --backend systemd under --root" in result.stderr
@@ -491,3 +489,42 @@ class TestBackendChoice:
             assert result.exit_code == 10
             assert "backend systemd needs a running systemd" in result.stderr
         assert node.processes() == []
+
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.slow
+class TestReadme:
+    def test_the_readme_rehearse_command_works_from_a_bare_copy(self, tmp_path: Path) -> None:
+        """`sh scripts/rehearse` in a copy of the checkout (no .venv) makes its venv and rehearses
+        the server role to the end (pip's configured index and cache are reused)."""
+        import shutil
+        import subprocess
+
+        listed = subprocess.run(
+            ["git", "-C", str(REPO), "ls-files", "-co", "--exclude-standard", "-z"],
+            capture_output=True,
+            check=True,
+        ).stdout.decode()
+        copy = tmp_path / "noderole"
+        for name in filter(None, listed.split("\0")):
+            source = REPO / name
+            if source.is_file():
+                (copy / name).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(source, copy / name)
+        assert not (copy / ".venv").exists()
+        readme = (REPO / "README.md").read_text()
+        assert "sh scripts/rehearse" in readme
+        assert "sh scripts/test" in readme
+        done = subprocess.run(
+            ["sh", "scripts/rehearse"],
+            cwd=copy,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env={k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "NODEROLE_ROOT")},
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "rehearsing role server" in done.stdout
+        assert "stopped every service of the rehearsal" in done.stdout
