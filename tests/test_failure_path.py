@@ -528,3 +528,36 @@ class TestReadme:
         assert done.returncode == 0, done.stdout + done.stderr
         assert "rehearsing role server" in done.stdout
         assert "stopped every service of the rehearsal" in done.stdout
+
+
+class TestTranscripts:
+    def _hook(self) -> Any:
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location(
+            "noderole_docs_hook", REPO / "docs/hooks/noderole_docs.py"
+        )
+        assert spec is not None
+        assert spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+    def test_transcript_is_a_real_run(self) -> None:
+        """The docs' transcript of a missing first-boot file comes from running noderole."""
+        text = self._hook().render_transcript("first-boot-missing")
+        assert text.startswith("```console\n$ noderole apply server --dry-run\n")
+        assert (
+            "konnectivity-server          fail           /etc/spinifex-eks/first-boot.env" in text
+        )
+        assert "$ echo $?\n12\n```" in text
+        assert "/tmp/" not in text
+
+    def test_every_scenario_is_on_the_page(self) -> None:
+        """troubleshooting.md shows every scenario; an unknown one fails the build."""
+        hook = self._hook()
+        page = (REPO / "docs/troubleshooting.md").read_text()
+        for name in hook.SCENARIOS:
+            assert f"<!-- noderole:transcript {name} -->" in page
+        with pytest.raises(ValueError, match="unknown transcript"):
+            hook.render_transcript("nope")
