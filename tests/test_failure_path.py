@@ -6,6 +6,7 @@ Every test goes through the ``noderole`` command against real processes under a 
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import threading
@@ -561,3 +562,61 @@ class TestTranscripts:
             assert f"<!-- noderole:transcript {name} -->" in page
         with pytest.raises(ValueError, match="unknown transcript"):
             hook.render_transcript("nope")
+
+
+class TestStatusStates:
+    def test_backoff_shows_the_next_attempt_not_a_pid(self, node: Node) -> None:
+        """A process waiting to respawn has no pid in status; its next attempt is shown."""
+        from tests.test_engine import wait_until
+
+        path = node.root / "usr/local/bin/crasher"
+        path.write_text("#!/bin/sh\nexit 3\n")
+        path.chmod(0o755)
+        node.services.append(
+            noderole.Service(
+                name="flaky",
+                roles=["demo"],
+                command=["/usr/local/bin/crasher"],
+                supervision=noderole.Supervision(respawn_delay=600, stop_timeout=2),
+            )
+        )
+        node.run("apply", "demo")
+
+        def backoff() -> dict[str, Any] | None:
+            rows = json.loads(node.run("status", "--json").stdout)["services"]
+            return rows[0] if rows[0]["state"] == "backoff" else None
+
+        row = wait_until(backoff, "flaky in backoff")
+        assert row["pid"] is None
+        assert row["next_attempt"] == "respawn in 600s"
+        text = node.run("status").stdout
+        assert "  no process: respawn in 600s" in text
+
+    def test_survivors_of_a_killed_supervisor_are_shown(self, node: Node) -> None:
+        """After kill -9 of the supervisor, status names the processes that outlived it."""
+        import signal
+
+        from noderole.supervisor import Supervisor
+        from noderole.supervisor._proc import is_alive
+        from noderole.testing import supervisor_processes
+
+        def is_dead(pid: int) -> bool:
+            return not is_alive(pid)
+
+        from tests.test_engine import wait_until
+
+        node.services.append(sleeper("a"))
+        assert node.run("apply", "demo").exit_code == 0
+        daemon = Supervisor(node.root / "run/noderole").daemon_pid()
+        assert daemon is not None
+        # Its watchdog would kill the orphans at once: kill it first, as a kill -9 of both
+        # (an OOM kill of the cgroup, say) would leave them.
+        _, watchdogs = supervisor_processes(node.root)
+        for pid in [*watchdogs, daemon]:
+            os.kill(pid, signal.SIGKILL)
+            wait_until(functools.partial(is_dead, pid), f"process {pid} to die")
+        text = node.run("status")
+        assert "survived it" in text.stdout
+        (row,) = json.loads(node.run("status", "--json").stdout)["services"]
+        assert row["survivors"] is True
+        assert "survived it" in row["reason"]
