@@ -17,7 +17,7 @@ from noderole.engine import (
     definition_shown,
 )
 from noderole.errors import NoderoleError
-from noderole.records import Fail, MintCertificate
+from noderole.records import Fail, MakeDirectories, MintCertificate, WaitForPaths, WriteFile
 from noderole.state import read_applied
 
 if TYPE_CHECKING:
@@ -34,19 +34,66 @@ def short(reason: str, width: int = 60) -> str:
     return reason if len(reason) <= width else reason[: width - 4].rstrip() + " ..."
 
 
-def known_failures(plan: Plan) -> dict[str, str]:
+def known_failures(plan: Plan, root: NodeRoot | None = None) -> dict[str, str]:
     """Service -> why it would fail or be skipped, for reasons known before anything runs: a
-    ``Fail`` step, or a ``need`` of such a service. (Waits depend on the run; not judged here.)"""
+    ``Fail`` step; with ``root``, a wait for a path that is missing while nothing in the role
+    could produce it (no step of the role writes it, and nothing the service starts after runs a
+    process); or a ``need`` of such a service."""
     verdicts: dict[str, str] = {}
+    produced = _produced_paths(plan)
     for entry in plan.services:  # start order: what a service needs is judged first
-        fail = next((step for step in entry.service.pre_start if isinstance(step, Fail)), None)
-        if fail is not None:
-            verdicts[entry.name] = f"fail: {fail.message}"
+        why = _step_failure(plan, entry.name, root, produced)
+        if why is not None:
+            verdicts[entry.name] = f"fail: {why}"
             continue
         needed = next((d for d in entry.needs if d in verdicts), None)
         if needed is not None:
             verdicts[entry.name] = f"skip: it needs {needed}, which would not start"
     return verdicts
+
+
+def _produced_paths(plan: Plan) -> set[str]:
+    paths: set[str] = set()
+    for entry in plan.services:
+        for step in entry.service.pre_start:
+            if isinstance(step, WriteFile):
+                paths.add(step.path)
+            elif isinstance(step, MintCertificate):
+                paths.update((step.cert_path, step.key_path))
+            elif isinstance(step, MakeDirectories):
+                paths.update(step.paths)
+    return paths
+
+
+def _upstream_runs_a_process(plan: Plan, name: str) -> bool:
+    """True when something ``name`` starts after (transitively) runs a process."""
+    seen: set[str] = set()
+    todo = list(plan[name].after)
+    while todo:
+        other = todo.pop()
+        if other in seen or other not in plan:
+            continue
+        seen.add(other)
+        if plan[other].service.command is not None:
+            return True
+        todo.extend(plan[other].after)
+    return False
+
+
+def _step_failure(plan: Plan, name: str, root: NodeRoot | None, produced: set[str]) -> str | None:
+    """The first pre-start step of ``name`` that is bound to fail, judged now; None if none."""
+    for step in plan[name].service.pre_start:
+        if isinstance(step, Fail):
+            return step.message
+        if isinstance(step, WaitForPaths) and root is not None:
+            missing = [p for p in step.paths if p not in produced and not root.resolve(p).exists()]
+            if missing and not _upstream_runs_a_process(plan, name):
+                return (
+                    f"waits up to {step.timeout:g}s for {', '.join(missing)}, which "
+                    f"{'is' if len(missing) == 1 else 'are'} missing and nothing in role "
+                    f"{plan.role} produces"
+                )
+    return None
 
 
 def summary(rows: list[dict[str, Any]], backend: str) -> str:
@@ -115,7 +162,7 @@ def dry_run_report(
     current = backend.status([e.name for e in plan.services if e.service.command is not None])
     previous = read_applied(root)
     rows = []
-    failures = known_failures(plan)
+    failures = known_failures(plan, root)
     for entry in plan.services:
         service = entry.service
         certificates = [

@@ -287,8 +287,10 @@ class _Run:
             # Fail fast: whatever waits after this service stops waiting, naming the root cause.
             for dependent in self.dependents.get(entry.name, ()):
                 self.cancels[dependent].cancel(cause)
-        self.progress.finished(report)
-        self.done[entry.name].set()
+        try:
+            self.progress.finished(report)
+        finally:  # a console gone (a closed pipe) must not leave the dependents waiting forever
+            self.done[entry.name].set()
 
     def _service(self, entry: PlannedService) -> ServiceReport:
         # Dependencies outside this run (``restart`` of a few services) are taken as they are.

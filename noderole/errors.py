@@ -69,7 +69,7 @@ class ExitCode(enum.IntEnum):
     """``status``: some services are still starting (in the spirit of ``cloud-init status``)."""
     WOULD_FAIL = 12
     """``plan``, ``apply --dry-run``: a service would fail for a reason known now (a ``Fail``
-    step, a need of such a service)."""
+    step, a wait for a missing file nothing in the role produces, a need of such a service)."""
 
 
 class NoderoleError(Exception):

@@ -77,6 +77,7 @@ class StepContext:
 
         start = self.clock.monotonic()
         announced = False
+        next_report = 0.0
         while True:
             if check():
                 return self.clock.monotonic() - start
@@ -88,6 +89,10 @@ class StepContext:
             if not announced:
                 self.progress(f"waiting for {what}")
                 announced = True
+                next_report = self.progress_every
+            elif self.progress_every > 0 and waited >= next_report:
+                self.progress(f"still waiting for {what} ({waited:.0f}s of {timeout:g}s)")
+                next_report += self.progress_every
             self.clock.sleep(min(interval, timeout - waited))
 
 

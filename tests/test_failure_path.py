@@ -620,3 +620,77 @@ class TestStatusStates:
         (row,) = json.loads(node.run("status", "--json").stdout)["services"]
         assert row["survivors"] is True
         assert "survived it" in row["reason"]
+
+
+class TestVerdictOnInputs:
+    def test_a_missing_input_nothing_produces_would_fail(self, node: Node) -> None:
+        """A wait for a missing path that no step writes and no earlier process could write is a
+        known failure; one after a process, or one a step writes, is not judged."""
+        wait = noderole.WaitForPaths(paths=["/etc/never.conf"], timeout=30)
+        node.services += [
+            sleeper("lonely", pre_start=[wait]),
+            sleeper("writer"),
+            sleeper("after-writer", after=["writer"], pre_start=[wait]),
+            sleeper(
+                "made",
+                pre_start=[
+                    noderole.WriteFile(path="/etc/made.conf", content="x"),
+                    noderole.WaitForPaths(paths=["/etc/made.conf"], timeout=30),
+                ],
+            ),
+        ]
+        result = node.run("apply", "demo", "--dry-run", "--json")
+        assert result.exit_code == 12
+        rows = {r["name"]: r for r in json.loads(result.stdout)["services"]}
+        assert rows["lonely"]["action"] == "fail"
+        assert rows["lonely"]["why"] == (
+            "waits up to 30s for /etc/never.conf, which is missing and nothing in role demo "
+            "produces"
+        )
+        assert [rows[n]["action"] for n in ("after-writer", "made")] == ["start", "start"]
+        (node.root / "etc/never.conf").write_text("")
+        assert node.run("plan", "demo").exit_code == 0
+
+    def test_rehearsal_root_would_start(self, server_root: Path) -> None:
+        """The shipped server role, staged as a rehearsal stages it, gets a clean verdict."""
+        from noderole.cli._rehearse import stage_rehearsal
+        from noderole.root import NodeRoot
+
+        stage_rehearsal(App(root=NodeRoot("/")), server_root)
+        result = CliRunner().invoke(
+            cli, ["apply", "server", "--root", str(server_root), "--dry-run"]
+        )
+        assert result.exit_code == 0, result.output
+        assert "would fail" not in result.stdout
+
+
+class TestPollProgress:
+    def test_a_polled_call_wait_reports_at_the_interval(self, tmp_path: Path) -> None:
+        """StepContext.poll (the net check) prints still-waiting lines like the other waits."""
+        from noderole.steps import StepContext
+
+        lines: list[str] = []
+        ctx = StepContext(
+            service="net",
+            root=NodeRoot(tmp_path),
+            clock=FakeClock(),
+            progress=lines.append,
+            progress_every=10,
+        )
+        with pytest.raises(WaitTimeout):
+            ctx.poll(lambda: False, timeout=25, what="an address")
+        assert lines == [
+            "waiting for an address",
+            "still waiting for an address (10s of 25s)",
+            "still waiting for an address (20s of 25s)",
+        ]
+
+    def test_a_cancelled_poll_ends_at_once(self, tmp_path: Path) -> None:
+        """A cancelled token ends a poll with WaitCancelled."""
+        from noderole.steps import StepContext
+
+        cancel = Cancel()
+        cancel.cancel("k3s failed: x")
+        ctx = StepContext(service="a", root=NodeRoot(tmp_path), clock=FakeClock(), cancel=cancel)
+        with pytest.raises(WaitCancelled, match="k3s failed: x"):
+            ctx.poll(lambda: False, timeout=600, what="x")

@@ -63,7 +63,7 @@ def plan_command(app: App, role: str, as_json: bool) -> None:
 
     plan = app.plan(role)
     backend = app.backend("auto").name
-    failures = known_failures(plan)
+    failures = known_failures(plan, app.root)
     if as_json:
         document = plan.to_dict()
         document["backend"] = backend
