@@ -289,7 +289,9 @@ class _Run:
                 self.cancels[dependent].cancel(cause)
         try:
             self.progress.finished(report)
-        finally:  # a console gone (a closed pipe) must not leave the dependents waiting forever
+        except OSError:
+            pass  # the console is gone (a closed pipe): the report still counts
+        finally:  # whatever the printer did, the dependents must not wait forever
             self.done[entry.name].set()
 
     def _service(self, entry: PlannedService) -> ServiceReport:

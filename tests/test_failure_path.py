@@ -694,3 +694,47 @@ class TestPollProgress:
         ctx = StepContext(service="a", root=NodeRoot(tmp_path), clock=FakeClock(), cancel=cancel)
         with pytest.raises(WaitCancelled, match="k3s failed: x"):
             ctx.poll(lambda: False, timeout=600, what="x")
+
+
+class BrokenConsole:
+    """Progress whose output is gone (stdout piped into `head`, then closed)."""
+
+    def starting(self, name: str, description: str) -> None:
+        pass
+
+    def waiting(self, name: str, what: str) -> None:
+        pass
+
+    def finished(self, report: Any) -> None:
+        raise BrokenPipeError(32, "Broken pipe")
+
+
+class TestEngineRobustness:
+    def test_a_failing_console_never_hangs_the_apply(self, tmp_path: Path) -> None:
+        """A progress printer that raises leaves no dependent waiting: apply_plan returns."""
+        from noderole.engine import apply_plan
+        from noderole.plan import build_plan
+        from noderole.testing import RecordingBackend
+
+        services = [
+            noderole.Service(name="a", roles=["r"], command=["/bin/a"]),
+            noderole.Service(name="b", roles=["r"], command=["/bin/b"], after=["a"]),
+        ]
+        plan = build_plan(services, "r")
+        outcome: list[Any] = []
+        worker = threading.Thread(
+            target=lambda: outcome.append(
+                apply_plan(
+                    plan,
+                    root=NodeRoot(tmp_path),
+                    clock=FakeClock(),
+                    backend=RecordingBackend(tmp_path),
+                    progress=BrokenConsole(),
+                )
+            ),
+            daemon=True,
+        )
+        worker.start()
+        worker.join(60)
+        assert not worker.is_alive(), "apply_plan hung after its console failed"
+        assert [s.status for s in outcome[0].services] == ["started", "started"]
