@@ -738,3 +738,30 @@ class TestEngineRobustness:
         worker.join(60)
         assert not worker.is_alive(), "apply_plan hung after its console failed"
         assert [s.status for s in outcome[0].services] == ["started", "started"]
+
+
+class TestReadinessGateCancelled:
+    def test_a_gate_on_a_service_that_gives_up_ends_at_once(self, node: Node) -> None:
+        """konnectivity needs a k3s that never gets ready and crash-loops past its limit: the
+        readiness gate ends on the crash, not after its 600 s bound."""
+        crasher = node.root / "usr/local/bin/crasher"
+        crasher.write_text("#!/bin/sh\nsleep 0.3\nexit 3\n")
+        crasher.chmod(0o755)
+        (node.root / "etc/noderole/config.toml").write_text(
+            "[noderole]\nnet_check = false\nreadiness_timeout = 600\n"
+        )
+        node.services += [
+            noderole.Service(
+                name="k3s",
+                roles=["demo"],
+                command=["/usr/local/bin/crasher"],
+                readiness=noderole.WaitForPaths(paths=[NEVER], timeout=600),
+                supervision=noderole.Supervision(respawn_delay=0.05, respawn_max=1),
+            ),
+            sleeper("konnectivity", need=["k3s"]),
+        ]
+        data = report(node.run("apply", "demo", "--json"))
+        konn = data["konnectivity"]
+        assert konn["status"] == "skipped"
+        assert konn["reason"].startswith("not started: k3s crashed after start: gave up")
+        assert [s["kind"] for s in konn["steps"]] == ["readiness"]
