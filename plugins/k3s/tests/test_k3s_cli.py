@@ -33,6 +33,8 @@ def root(node_root: ScratchRoot) -> ScratchRoot:
         "/etc/spinifex-eks/first-boot.env", {"EKS_KONNECTIVITY_SANS": "k.example", **join}
     )
     node_root.write_env("/etc/spinifex-eks/agent.env", join)
+    # The example node-exporter plugin waits for it; missing, `plan` would say it fails (exit 12).
+    node_root.resolve("/var/lib/node-exporter/textfile").mkdir(parents=True)
     return node_root
 
 
