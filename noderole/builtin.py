@@ -82,6 +82,15 @@ def noderole_settings() -> SettingsTable:
                 ),
             ),
             Setting(
+                name="progress_interval",
+                type=float,
+                default=10.0,
+                description=(
+                    "Seconds between the `still waiting for ...` lines `apply` prints during a "
+                    "long wait (0: only the first line)."
+                ),
+            ),
+            Setting(
                 name="noderole_path",
                 type=str,
                 default="/usr/local/bin/noderole",

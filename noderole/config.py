@@ -21,7 +21,14 @@ from noderole.errors import ConfigError, DefinitionError
 from noderole.records import Setting, SettingsTable, did_you_mean
 from noderole.root import NodeRoot
 
-__all__ = ["CONFIG_PATH", "Config", "ConfigValue", "check_config", "load_config"]
+__all__ = [
+    "CONFIG_PATH",
+    "Config",
+    "ConfigValue",
+    "check_config",
+    "config_from_values",
+    "load_config",
+]
 
 CONFIG_PATH = "/etc/noderole/config.toml"
 """Node path of the configuration file (read under ``--root``)."""
@@ -108,6 +115,17 @@ def load_config(root: NodeRoot, tables: Sequence[SettingsTable]) -> Config:
     """
     config, problems = check_config(root, tables)
     if problems or config is None:
+        raise ConfigError("\n".join(problems))
+    return config
+
+
+def config_from_values(
+    tables: Sequence[SettingsTable], document: Mapping[str, Any], *, found: bool = True
+) -> Config:
+    """The configuration ``document`` (tables of values, as TOML would give) makes of the
+    declared ``tables``; :class:`ConfigError` listing every problem."""
+    config, problems = _build(tables, document, found=found)
+    if problems:
         raise ConfigError("\n".join(problems))
     return config
 

@@ -51,16 +51,19 @@ class ConsoleProgress:
         words = {
             "started": ("Started", "ok", _GREEN),
             "restarted": ("Restarted", "ok", _GREEN),
-            "running": ("Already running:", "ok", _GREEN),
+            "running": ("", "ok", _GREEN),
             "done": ("Done", "ok", _GREEN),
             "failed": ("ERROR: failed to start", "!!", _RED),
             "skipped": ("ERROR: did not start", "!!", _RED),
         }
         verb, mark, code = words[report.status]
         star = self._paint(code if report.ok else _RED, "*")
-        text = f" {star} {verb} {report.name}"
-        if report.reason and report.status != "running":
-            text += f": {report.reason}"
+        if report.status == "running":
+            text = f" {star} {report.name}: already running"
+        else:
+            text = f" {star} {verb} {report.name}"
+            if report.reason:
+                text += f": {report.reason}"
         bracket = f"[ {self._paint(code, mark)} ]"
         pad = max(1, self.width - len(text) - 6)
         self._line(

@@ -9,9 +9,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from noderole.engine import DEFINITION_PARTS, definition_digests
+from noderole.engine import (
+    DEFINITION_PARTS,
+    SHOWN_KEY,
+    definition_diff,
+    definition_digests,
+    definition_shown,
+)
 from noderole.errors import NoderoleError
-from noderole.records import MintCertificate
+from noderole.records import Fail, MakeDirectories, MintCertificate, WaitForPaths, WriteFile
 from noderole.state import read_applied
 
 if TYPE_CHECKING:
@@ -20,7 +26,98 @@ if TYPE_CHECKING:
     from noderole.plan import Plan
     from noderole.root import NodeRoot
 
-__all__ = ["certificate_verdict", "dry_run_report"]
+__all__ = ["certificate_verdict", "dry_run_report", "known_failures", "short", "summary"]
+
+
+def short(reason: str, width: int = 60) -> str:
+    """``reason`` cut to ``width`` characters with ``...`` (the full text is in the rows)."""
+    return reason if len(reason) <= width else reason[: width - 4].rstrip() + " ..."
+
+
+def known_failures(plan: Plan, root: NodeRoot | None = None) -> dict[str, str]:
+    """Service -> why it would fail or be skipped, for reasons known before anything runs: a
+    ``Fail`` step; with ``root``, a wait for a path that is missing while nothing in the role
+    could produce it (no step of the role writes it, and nothing the service starts after runs a
+    process); or a ``need`` of such a service."""
+    verdicts: dict[str, str] = {}
+    produced = _produced_paths(plan)
+    for entry in plan.services:  # start order: what a service needs is judged first
+        why = _step_failure(plan, entry.name, root, produced)
+        if why is not None:
+            verdicts[entry.name] = f"fail: {why}"
+            continue
+        needed = next((d for d in entry.needs if d in verdicts), None)
+        if needed is not None:
+            verdicts[entry.name] = f"skip: it needs {needed}, which would not start"
+    return verdicts
+
+
+def _produced_paths(plan: Plan) -> set[str]:
+    paths: set[str] = set()
+    for entry in plan.services:
+        for step in entry.service.pre_start:
+            if isinstance(step, WriteFile):
+                paths.add(step.path)
+            elif isinstance(step, MintCertificate):
+                paths.update((step.cert_path, step.key_path))
+            elif isinstance(step, MakeDirectories):
+                paths.update(step.paths)
+    return paths
+
+
+def _upstream_runs_a_process(plan: Plan, name: str) -> bool:
+    """True when something ``name`` starts after (transitively) runs a process."""
+    seen: set[str] = set()
+    todo = list(plan[name].after)
+    while todo:
+        other = todo.pop()
+        if other in seen or other not in plan:
+            continue
+        seen.add(other)
+        if plan[other].service.command is not None:
+            return True
+        todo.extend(plan[other].after)
+    return False
+
+
+def _step_failure(plan: Plan, name: str, root: NodeRoot | None, produced: set[str]) -> str | None:
+    """The first pre-start step of ``name`` that is bound to fail, judged now; None if none."""
+    for step in plan[name].service.pre_start:
+        if isinstance(step, Fail):
+            return step.message
+        if isinstance(step, WaitForPaths) and root is not None:
+            missing = [p for p in step.paths if p not in produced and not root.resolve(p).exists()]
+            if missing and not _upstream_runs_a_process(plan, name):
+                return (
+                    f"waits up to {step.timeout:g}s for {', '.join(missing)}, which "
+                    f"{'is' if len(missing) == 1 else 'are'} missing and nothing in role "
+                    f"{plan.role} produces"
+                )
+    return None
+
+
+def summary(rows: list[dict[str, Any]], backend: str) -> str:
+    """``5 services: 3 would start, 1 would fail (name: reason), 1 skipped (backend native)``."""
+    counts: dict[str, int] = {}
+    for row in rows:
+        counts[row["action"]] = counts.get(row["action"], 0) + 1
+    words = {
+        "start": "would start",
+        "restart": "would restart",
+        "keep": "left running",
+        "check": "checks only",
+        "fail": "would fail",
+        "skip": "skipped",
+    }
+    parts = []
+    for action, word in words.items():
+        if counts.get(action):
+            part = f"{counts[action]} {word}"
+            if action == "fail":
+                failing = [f"{r['name']}: {short(r['why'])}" for r in rows if r["action"] == "fail"]
+                part += f" ({'; '.join(failing)})"
+            parts.append(part)
+    return f"{len(rows)} services: {', '.join(parts) or 'nothing to do'} (backend {backend})"
 
 
 def certificate_verdict(step: MintCertificate, *, root: NodeRoot, clock: Clock) -> str:
@@ -65,6 +162,7 @@ def dry_run_report(
     current = backend.status([e.name for e in plan.services if e.service.command is not None])
     previous = read_applied(root)
     rows = []
+    failures = known_failures(plan, root)
     for entry in plan.services:
         service = entry.service
         certificates = [
@@ -75,7 +173,9 @@ def dry_run_report(
         minting = [c for c in certificates if c["verdict"].startswith("mint:")]
         status = current.get(entry.name)
         running = status is not None and status.state in ("starting", "running", "ready")
-        if service.command is None:
+        if entry.name in failures:
+            action, why = failures[entry.name].split(": ", 1)
+        elif service.command is None:
             action, why = "check", f"{len(service.pre_start)} steps, no process"
         elif not running:
             action, why = "start", "not running"
@@ -84,7 +184,12 @@ def dry_run_report(
             digests = definition_digests(service)
             changed = [DEFINITION_PARTS[k] for k in sorted(digests) if before.get(k) != digests[k]]
             if changed or minting:
-                reasons = [f"{', '.join(changed)} changed"] if changed else []
+                shown = (
+                    definition_diff(before[SHOWN_KEY], definition_shown(service))
+                    if changed and SHOWN_KEY in before
+                    else []
+                )
+                reasons = shown or ([f"{', '.join(changed)} changed"] if changed else [])
                 reasons += [f"certificate {c['path']} would be re-minted" for c in minting]
                 action, why = "restart", "; ".join(reasons)
             else:

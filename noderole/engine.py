@@ -1,10 +1,12 @@
 """Applying a plan: pre-start steps, then start, in dependency order, concurrently where allowed.
 
-Each service runs in its own thread and begins once everything it comes after has finished (and,
-where that dependency declares a readiness check, is ready, bounded by the readiness timeout).
-Independent services' waits, certificates and starts therefore overlap. A failed step or start
-fails that service with its reason; services that ``need`` it are skipped and say so; everything
-else goes on.
+Each service runs in its own thread and begins once everything it comes after has finished, and
+once every service it ``need``s is ready where that service declares a readiness check (bounded by
+the readiness timeout); ``after`` orders the start only, as in OpenRC. Independent services' waits,
+certificates and starts therefore overlap. A failed step or start fails that service with its
+reason; services that ``need`` it are skipped and say so; services ordered after it (``need``,
+``after``, its ``before``) that are waiting stop at once and name the root cause; everything else
+goes on.
 
 Apply is idempotent: a service already running with the same definition fingerprint is left
 alone. The fingerprint covers the command, arguments, environment, user, logs and supervision
@@ -18,7 +20,7 @@ import hashlib
 import json
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import attrs
 
@@ -30,6 +32,9 @@ from noderole.records import Service
 from noderole.root import NodeRoot
 from noderole.steps import StepContext, StepResult, run_steps
 
+if TYPE_CHECKING:
+    from noderole.waits import Cancel
+
 __all__ = [
     "ApplyReport",
     "Progress",
@@ -37,7 +42,9 @@ __all__ = [
     "ServiceReport",
     "StepTiming",
     "apply_plan",
+    "definition_diff",
     "definition_digests",
+    "definition_shown",
 ]
 
 Status = Literal["started", "restarted", "running", "done", "failed", "skipped"]
@@ -154,6 +161,68 @@ def definition_digests(service: Service) -> dict[str, str]:
     }
 
 
+SHOWN_KEY = "shown"
+"""Key, next to the digests of a service in the node state, of what a restart reason may show."""
+
+
+def definition_shown(service: Service) -> str:
+    """The parts of a definition a restart reason may quote, as JSON: every value but a
+    secret's, which is kept as a short digest (enough to say *that* it changed)."""
+    from noderole.records import Secret
+
+    environment = {
+        key: "***" + hashlib.sha256(value.reveal().encode()).hexdigest()[:12]
+        if isinstance(value, Secret)
+        else value
+        for key, value in service.environment.items()
+    }
+    shown = {
+        "command": list(service.command or ()),
+        "environment": environment,
+        "user": [service.user, service.group, service.working_directory],
+        "logs": [service.pidfile, service.output_log, service.error_log],
+        "supervision": attrs.asdict(service.supervision),
+    }
+    return json.dumps(shown, sort_keys=True)
+
+
+def definition_diff(before: str, after: str) -> list[str]:
+    """What changed between two :func:`definition_shown` texts, for people (secrets as ***)."""
+    try:
+        old, new = json.loads(before), json.loads(after)
+    except ValueError:
+        return []
+    changes: list[str] = []
+    if old.get("command") != new["command"]:
+        gone = [a for a in old.get("command", []) if a not in new["command"]]
+        came = [a for a in new["command"] if a not in old.get("command", [])]
+        if gone or came:
+            words = ([f"removed {' '.join(gone)}"] if gone else []) + (
+                [f"added {' '.join(came)}"] if came else []
+            )
+            changes.append(f"command line: {', '.join(words)}")
+        else:
+            changes.append("argument order changed")
+    old_env, new_env = old.get("environment", {}), new["environment"]
+    for key in sorted(set(old_env) | set(new_env)):
+        if old_env.get(key) != new_env.get(key):
+            secret = str(old_env.get(key, "")).startswith("***") or str(
+                new_env.get(key, "")
+            ).startswith("***")
+            if secret:
+                changes.append(f"environment {key} changed (secret, not shown)")
+            else:
+                changes.append(f"environment {key}: {old_env.get(key)!r} -> {new_env.get(key)!r}")
+    for part in ("user", "logs"):
+        if old.get(part) != new[part]:
+            changes.append(f"{DEFINITION_PARTS[part]}: {old.get(part)} -> {new[part]}")
+    old_sup, new_sup = old.get("supervision", {}), new["supervision"]
+    for key in sorted(new_sup):
+        if old_sup.get(key) != new_sup[key]:
+            changes.append(f"{key}: {old_sup.get(key)} -> {new_sup[key]}")
+    return changes
+
+
 DEFINITION_PARTS = {  # digest key -> what a restart reason calls it
     "command": "command or arguments",
     "environment": "environment",
@@ -181,8 +250,15 @@ class _Run:
         progress: Progress,
         readiness_timeout: float,
         previous: Mapping[str, Mapping[str, str]],
+        progress_every: float = 0.0,
     ) -> None:
+        from noderole.waits import Cancel
+
         self.plan = plan
+        self.progress_every = progress_every
+        self.cancels = {entry.name: Cancel() for entry in plan.services}
+        self.causes: dict[str, str] = {}  # failed or skipped service -> its root cause
+        self.dependents = _dependents(plan)
         self.root = root
         self.clock = clock
         self.backend = backend
@@ -206,8 +282,17 @@ class _Run:
                 name=entry.name, status="failed", reason=f"{type(exc).__name__}: {exc}"
             )
         self.reports[entry.name] = report
-        self.progress.finished(report)
-        self.done[entry.name].set()
+        if not report.ok:
+            cause = self.causes.setdefault(entry.name, f"{entry.name} failed: {report.reason}")
+            # Fail fast: whatever waits after this service stops waiting, naming the root cause.
+            for dependent in self.dependents.get(entry.name, ()):
+                self.cancels[dependent].cancel(cause)
+        try:
+            self.progress.finished(report)
+        except OSError:
+            pass  # the console is gone (a closed pipe): the report still counts
+        finally:  # whatever the printer did, the dependents must not wait forever
+            self.done[entry.name].set()
 
     def _service(self, entry: PlannedService) -> ServiceReport:
         # Dependencies outside this run (``restart`` of a few services) are taken as they are.
@@ -215,42 +300,102 @@ class _Run:
         for dependency in after:
             self.done[dependency].wait()
         service = entry.service
+        cancel = self.cancels[entry.name]
         for dependency in entry.needs:
             dep = self.reports.get(dependency)
             if dep is not None and not dep.ok:
+                self.causes[entry.name] = self.causes.get(dependency, "")
                 return ServiceReport(
                     name=entry.name,
                     status="skipped",
                     reason=f"not started: it needs {dependency}, which {_verb(dep)}",
                 )
-        for dependency in after:
-            why_not = self._wait_ready(dependency)
-            if why_not and dependency in entry.needs:
+        announced: list[bool] = []
+
+        def announce() -> None:
+            # "Starting" only for a service that waits or starts: one left running says so alone.
+            if not announced:
+                announced.append(True)
+                self.progress.starting(entry.name, service.description)
+
+        def waiting(what: str) -> None:
+            announce()
+            self.progress.waiting(entry.name, what)
+
+        start = self.clock.monotonic()
+        gates: list[StepTiming] = []
+        # ``need``: begin once the needed service is ready; ``after`` orders the start only.
+        for dependency in (d for d in after if d in entry.needs):
+            began = self.clock.monotonic()
+            why_not = self._wait_ready(dependency, cancel, waiting)
+            dep = self.reports[dependency]
+            gated = self.plan[dependency].service.readiness is not None and dep.status != "done"
+            if gated and dep.ok:
+                gates.append(
+                    StepTiming(
+                        kind="readiness",
+                        description=f"readiness of {dependency}",
+                        seconds=self.clock.monotonic() - began,
+                        detail=why_not or "ready",
+                    )
+                )
+            if why_not is not None:
+                if cancel.cancelled:
+                    self.causes[entry.name] = cancel.reason
+                    why_not = f"not started: {cancel.reason}"
+                else:
+                    self.causes[entry.name] = f"{dependency} {why_not}"
+                    why_not = f"not started: it needs {dependency}, which is {why_not}"
                 return ServiceReport(
                     name=entry.name,
                     status="skipped",
-                    reason=f"not started: it needs {dependency}, which is {why_not}",
+                    reason=why_not,
+                    steps=tuple(gates),
+                    seconds=self.clock.monotonic() - start,
                 )
-        start = self.clock.monotonic()
-        self.progress.starting(entry.name, service.description)
         ctx = StepContext(
             service=entry.name,
             root=self.root,
             clock=self.clock,
-            progress=lambda what: self.progress.waiting(entry.name, what),
+            progress=waiting,
+            cancel=cancel,
+            progress_every=self.progress_every,
         )
+        from noderole.waits import WaitCancelled
+
         try:
             results = run_steps(service.pre_start, ctx)
         except StepError as exc:
             done: list[StepResult] = getattr(exc, "results", [])
+            timings = [*gates, *(_timing(r) for r in done)]
+            failing = service.pre_start[len(done)] if len(done) < len(service.pre_start) else None
+            if failing is not None:
+                spent = self.clock.monotonic() - start - sum(t.seconds for t in timings)
+                timings.append(
+                    StepTiming(
+                        kind=_kind(failing),
+                        description=failing.describe(),
+                        seconds=max(0.0, spent),
+                        detail=str(exc),
+                    )
+                )
+            if isinstance(exc, WaitCancelled):
+                self.causes[entry.name] = str(exc)
+                return ServiceReport(
+                    name=entry.name,
+                    status="skipped",
+                    reason=f"not started: {exc}",
+                    steps=tuple(timings),
+                    seconds=self.clock.monotonic() - start,
+                )
             return ServiceReport(
                 name=entry.name,
                 status="failed",
                 reason=str(exc),
-                steps=tuple(_timing(r) for r in done),
+                steps=tuple(timings),
                 seconds=self.clock.monotonic() - start,
             )
-        timings = [_timing(r) for r in results]
+        timings = [*gates, *(_timing(r) for r in results)]
         minted = tuple(
             r.step.cert_path  # type: ignore[union-attr]
             for r in results
@@ -271,6 +416,7 @@ class _Run:
                         steps=tuple(timings),
                         seconds=self.clock.monotonic() - start,
                     )
+            announce()
             return ServiceReport(
                 name=entry.name,
                 status="done",
@@ -278,7 +424,7 @@ class _Run:
                 seconds=self.clock.monotonic() - start,
             )
         digests = definition_digests(service)
-        self.digests[entry.name] = digests
+        self.digests[entry.name] = {**digests, SHOWN_KEY: definition_shown(service)}
         certificates = [r.certificate.fingerprint for r in results if r.certificate is not None]
         fingerprint = _fingerprint(digests, certificates)
         current = self.current.get(entry.name)
@@ -295,6 +441,7 @@ class _Run:
         reason = ""
         if running:
             reason = self._restart_reason(entry.name, digests, results)
+        announce()
         began = self.clock.monotonic()
         try:
             status = self.backend.start(service, fingerprint=fingerprint)
@@ -339,36 +486,121 @@ class _Run:
         changed = [
             DEFINITION_PARTS[k] for k in sorted(digests) if before and before.get(k) != digests[k]
         ]
-        if changed:
+        shown = (
+            definition_diff(before[SHOWN_KEY], definition_shown(self.plan[name].service))
+            if (changed and SHOWN_KEY in before)
+            else []
+        )
+        if shown:
+            reasons.append("; ".join(shown))
+        elif changed:
             reasons.append(f"{', '.join(changed)} changed")
         return "restarted: " + ("; ".join(reasons) if reasons else "definition changed")
 
-    def _wait_ready(self, name: str) -> str | None:
-        """Wait (once, shared by all dependents) for ``name``'s readiness; None when ready."""
+    def _wait_ready(self, name: str, cancel: Cancel, progress: Callable[[str], None]) -> str | None:
+        """Wait (once, shared by all dependents) for ``name``'s readiness; None when ready.
+
+        The wait itself is not cancelled (another dependent may still be waiting for it); a
+        dependent whose token is cancelled stops waiting for the lock at once.
+        """
         readiness = self.plan[name].service.readiness
         report = self.reports[name]
         if readiness is None or not report.ok or report.status == "done":
             return None
-        with self._ready_locks[name]:
+        while not self._ready_locks[name].acquire(timeout=CANCEL_LOCK_CHECK):
+            if cancel.cancelled:
+                return "cancelled"
+        try:
             if name in self._ready:
                 return self._ready[name]
-            from noderole.waits import run_wait
+            from noderole.waits import WaitCancelled, run_wait
 
             timeout = min(readiness.timeout, self.readiness_timeout)
             bounded = attrs.evolve(readiness, timeout=timeout)
-            self.progress.waiting(name, f"waiting for readiness: {readiness.describe()}")
             try:
-                run_wait(bounded, root=self.root, clock=self.clock)
+                run_wait(
+                    bounded,
+                    root=self.root,
+                    clock=self.clock,
+                    progress=lambda what: progress(f"{name} readiness: {what}"),
+                    cancel=cancel,
+                    progress_every=self.progress_every,
+                )
                 self._ready[name] = None
+            except WaitCancelled:
+                return "cancelled"  # not recorded: another dependent may still wait
             except NoderoleError:
                 self._ready[name] = f"not ready after {timeout:g}s"
             return self._ready[name]
+        finally:
+            self._ready_locks[name].release()
 
 
 def _verb(report: ServiceReport) -> str:
     if report.status == "skipped":
         return f"was not started ({report.reason.removeprefix('not started: ')})"
     return f"failed: {report.reason}"
+
+
+WATCH_INTERVAL = 0.2
+"""Seconds between looks (real time) at started services while others still wait: one that
+crash-loops past its respawn limit meanwhile fails what waits after it."""
+
+
+def _watch_crashes(run: _Run, threads: Sequence[threading.Thread]) -> dict[str, str]:
+    """Join ``threads``; meanwhile, cancel the dependents of a started service that gave up
+    respawning. Returns service -> why it counts as failed. Respawning alone is no failure."""
+    crashed: dict[str, str] = {}
+    while True:
+        for thread in threads:
+            thread.join(WATCH_INTERVAL)
+            if thread.is_alive():
+                break
+        else:
+            return crashed
+        watched = [
+            name
+            for name, report in list(run.reports.items())
+            if report.status in ("started", "restarted", "running")
+            and name not in crashed
+            and any(not run.done[d].is_set() for d in run.dependents.get(name, ()))
+        ]
+        if not watched:
+            continue
+        for name, status in run.backend.status(watched).items():
+            if status.state == "crashed":
+                why = f"crashed after start: {status.reason or 'gave up respawning'}"
+                crashed[name] = why
+                for dependent in run.dependents.get(name, ()):
+                    run.cancels[dependent].cancel(f"{name} {why}")
+
+
+CANCEL_LOCK_CHECK = 0.05
+"""Seconds between looks at a dependent's cancellation while another dependent holds a readiness
+wait it shares."""
+
+
+def _dependents(plan: Plan) -> dict[str, list[str]]:
+    """Service -> the services of ``plan`` ordered after it by ``need``, ``after`` or its own
+    ``before`` (not ``want`` or ``use``: a failure there is tolerated, as in OpenRC)."""
+    result: dict[str, list[str]] = {}
+    for entry in plan.services:
+        for word in ("need", "after"):
+            for dependency in entry.resolved.get(word, ()):
+                result.setdefault(dependency, []).append(entry.name)
+        for dependent in entry.resolved.get("before", ()):
+            result.setdefault(entry.name, []).append(dependent)
+    return result
+
+
+def _kind(step: object) -> str:
+    from noderole.records import WAIT_TYPES, Fail
+
+    if isinstance(step, WAIT_TYPES):
+        return "wait"
+    if isinstance(step, Fail):
+        return "fail"
+    return type(step).__name__.lower()
 
 
 def _timing(result: StepResult) -> StepTiming:
@@ -388,6 +620,7 @@ def apply_plan(
     backend: Backend,
     progress: Progress,
     readiness_timeout: float = 60.0,
+    progress_every: float = 0.0,
     previous: Mapping[str, Mapping[str, str]] | None = None,
     on_digests: Callable[[dict[str, dict[str, str]]], None] | None = None,
 ) -> ApplyReport:
@@ -400,6 +633,7 @@ def apply_plan(
         progress=progress,
         readiness_timeout=readiness_timeout,
         previous=previous or {},
+        progress_every=progress_every,
     )
     started = clock.monotonic()
     run.current = backend.status([entry.name for entry in plan.services])
@@ -409,8 +643,7 @@ def apply_plan(
     ]
     for thread in threads:
         thread.start()
-    for thread in threads:
-        thread.join()
+    crashed = _watch_crashes(run, threads)
     if on_digests is not None:
         on_digests(run.digests)
     # Readiness as of now: apply waited for it only where a dependent needed it.
@@ -421,6 +654,8 @@ def apply_plan(
         now = final.get(entry.name)
         if entry.service.readiness is not None and report.ok and report.status != "done":
             report = attrs.evolve(report, ready=now is not None and now.state == "ready")
+        if entry.name in crashed and report.ok:
+            report = attrs.evolve(report, status="failed", reason=crashed[entry.name], pid=None)
         reports.append(report)
     return ApplyReport(
         role=plan.role,

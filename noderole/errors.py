@@ -73,6 +73,9 @@ class ExitCode(enum.IntEnum):
     """The init system or the native supervisor refused the request."""
     STARTING = 11
     """``status``: some services are still starting (in the spirit of ``cloud-init status``)."""
+    WOULD_FAIL = 12
+    """``plan``, ``apply --dry-run``: a service would fail for a reason known now (a ``Fail``
+    step, a wait for a missing file nothing in the role produces, a need of such a service)."""
 
 
 class NoderoleError(Exception):

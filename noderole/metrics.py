@@ -20,7 +20,6 @@ caller.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -34,7 +33,6 @@ if TYPE_CHECKING:
     from noderole.plan import Plan
 
 __all__ = [
-    "LAST_APPLY",
     "STATES",
     "TEXTFILE",
     "ApplyOutcome",
@@ -45,11 +43,9 @@ __all__ = [
     "samples_from_rows",
     "read_last_apply",
     "render_metrics",
-    "write_last_apply",
     "write_textfile",
 ]
 
-LAST_APPLY = "/var/lib/noderole/last-apply.json"
 """Where the last apply's outcome is kept (node path)."""
 
 TEXTFILE = "noderole.prom"
@@ -209,26 +205,20 @@ def write_textfile(directory: Path, text: str) -> Path:
     return path
 
 
-def write_last_apply(root: NodeRoot, outcome: ApplyOutcome) -> None:
-    """Keep the apply's outcome for later ``status --format prometheus`` runs."""
-    from noderole.atomic import write_atomic
-
-    path = root.resolve(LAST_APPLY)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, json.dumps(attrs.asdict(outcome), sort_keys=True).encode(), mode=0o600)
-
-
 def read_last_apply(root: NodeRoot, role: str) -> ApplyOutcome | None:
-    """The kept outcome when it is of ``role`` (None when absent, unreadable or another role)."""
+    """The last apply's outcome when it is of ``role`` (None when absent, unreadable or of
+    another role), from the record ``apply`` keeps (:data:`noderole.state.LAST_APPLY_FILE`)."""
+    from noderole.state import read_last_apply as read_record
+
+    data = read_record(root)
     try:
-        data = json.loads(root.resolve(LAST_APPLY).read_text())
         outcome = ApplyOutcome(
             role=str(data["role"]),
             ok=bool(data["ok"]),
             seconds=float(data["seconds"]),
-            timestamp=float(data["timestamp"]),
+            timestamp=float(data["at"]),
         )
-    except (OSError, ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError):
         return None
     return outcome if outcome.role == role else None
 

@@ -14,12 +14,14 @@ one. Each operation imports what it uses when it runs.
 from __future__ import annotations
 
 import functools
+import os
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
 
 from noderole.clock import Clock, SystemClock
-from noderole.errors import ExitCode, UsageError
+from noderole.errors import ConfigError, ExitCode, NoderoleError, UsageError
 from noderole.root import NodeRoot
 
 if TYPE_CHECKING:
@@ -38,6 +40,7 @@ if TYPE_CHECKING:
 __all__ = ["Operations", "RenderResult", "status_verdict"]
 
 _UP = {"running", "ready"}
+_ACTIVE = {"starting", "running", "ready", "backoff"}
 
 
 class RenderResult:
@@ -84,6 +87,12 @@ class Operations:
         self.builtin = builtin
         """Register noderole's built-in plugin (``net``, ``cgroups``, the core settings)."""
         self._nodes: dict[str | None, NodeContext] = {}
+        self.recorded_config_fallback = False
+        """On a broken config file, use the settings the last apply recorded (with a warning)."""
+        self.config_warning = ""
+        """Why the config file was not used (set by the fallback), else empty."""
+        self.warnings: list[str] = []
+        """Warnings for the person at the console (the command line prints them on stderr)."""
 
     def at_root(self, root: NodeRoot) -> Self:
         """The same operations (plugins, clock, options) over another root, built afresh."""
@@ -102,6 +111,7 @@ class Operations:
         """The loaded plugins (built-in first, then given objects, then entry points)."""
         from noderole.plugins import load_plugins
 
+        self._check_disabled()
         return load_plugins(
             disabled=self.disabled_plugins,
             plugins=self.plugin_objects,
@@ -109,12 +119,67 @@ class Operations:
             builtin=self.builtin,
         )
 
+    def _check_disabled(self) -> None:
+        """Refuse ``--disable-plugin NAME`` for a plugin that is not installed (a typo would
+        otherwise disable nothing, silently)."""
+        if not self.disabled_plugins:
+            return
+        from noderole.plugins import PLUGIN_GROUP, _autoload_disabled
+
+        known = {"builtin"} if self.builtin else set()
+        known |= {name for name, _ in self.plugin_objects}
+        autoload = self.autoload if self.autoload is not None else not _autoload_disabled()
+        if autoload:
+            import importlib.metadata
+
+            known |= {ep.name for ep in importlib.metadata.entry_points(group=PLUGIN_GROUP)}
+        unknown = [name for name in self.disabled_plugins if name not in known]
+        if unknown:
+            raise UsageError(
+                f"--disable-plugin {', '.join(unknown)}: no such plugin is installed "
+                f"(installed: {', '.join(sorted(known)) or 'none'}; noderole list shows them)"
+            )
+
     @functools.cached_property
     def config(self) -> Config:
-        """Effective configuration: plugin defaults overridden by ``/etc/noderole/config.toml``."""
+        """Effective configuration: plugin defaults overridden by ``/etc/noderole/config.toml``.
+
+        With :attr:`recorded_config_fallback` set (``status``, ``stop``, ``restart``), a broken
+        file gives way to the settings the last apply recorded, and :attr:`config_warning` says
+        so: a typo must never keep the operator from stopping what runs.
+        """
         from noderole.config import load_config
 
-        return load_config(self.root, self.plugins.settings_tables())
+        tables = self.plugins.settings_tables()
+        try:
+            return load_config(self.root, tables)
+        except ConfigError as exc:
+            if not self.recorded_config_fallback:
+                raise
+            from noderole.config import config_from_values
+            from noderole.state import LAST_APPLY_FILE, read_last_apply
+
+            recorded = read_last_apply(self.root).get("settings")
+            declared = {t.table: {s.name for s in t.settings} for t in tables}
+            usable = {
+                table: {k: v for k, v in values.items() if k in declared.get(table, ())}
+                for table, values in (recorded or {}).items()
+                if table in declared
+            }
+            try:
+                config = config_from_values(tables, usable)
+            except ConfigError:
+                raise exc from None
+            source = (
+                f"the settings recorded by the last apply ({LAST_APPLY_FILE})"
+                if recorded is not None
+                else "the plugins' defaults (no apply recorded its settings)"
+            )
+            self.config_warning = (
+                f"{exc}. Using {source} for this command; fix the file (noderole config check) "
+                "before the next apply"
+            )
+            return config
 
     def node_for(self, role: str | None) -> NodeContext:
         """The node context hooks receive while ``role`` is in question (one per role)."""
@@ -213,7 +278,6 @@ class Operations:
         what it may have defined (see :mod:`noderole.partial`); the rest of the role is planned
         as usual. When nothing of the role is left, the first plugin's error is raised.
         """
-        from noderole.errors import NoderoleError
         from noderole.plan import build_plan
 
         broken: dict[str, NoderoleError] = {}
@@ -327,6 +391,19 @@ class Operations:
 
         if requested == "auto":
             requested = str(self.setting("backend"))
+        if requested in ("openrc", "systemd") and not self.root.is_real:
+            self.warnings.append(
+                f"--backend {requested} under --root {self.root.path}: files are written under the "
+                f"root, but {requested} is this machine's own init system; a rehearsal under "
+                "--root uses the native supervisor (--backend auto or native)"
+            )
+        if requested == "systemd" and not os.path.isdir("/run/systemd/system"):
+            from noderole.errors import BackendError
+
+            raise BackendError(
+                "backend systemd needs a running systemd, and /run/systemd/system does not exist: "
+                "is systemd the init system of this machine? Use --backend native otherwise"
+            )
         return backend_named(
             requested,
             self.root,
@@ -355,6 +432,7 @@ class Operations:
         progress: Progress | None = None,
         lock_timeout: float = 300.0,
         readiness_timeout: float | None = None,
+        progress_every: float | None = None,
         publish: bool = True,
         failures: Sequence[ServiceReport] = (),
         record_plan: bool = True,
@@ -362,8 +440,9 @@ class Operations:
         """Apply ``plan`` under the node lock: record the role and the plan (``record_plan``,
         off for a ``restart`` of a few services), start, then record the definition digests.
 
-        ``readiness_timeout`` (seconds a dependent waits for a service to be ready) defaults to
-        the ``readiness_timeout`` setting. ``failures`` (from :meth:`plan_for_apply`) are put at
+        ``readiness_timeout`` (seconds a dependent waits for a service to be ready) and
+        ``progress_every`` (seconds between "still waiting" lines) default to their settings.
+        ``failures`` (from :meth:`plan_for_apply`) are put at
         the head of the report, so it is not ok when a plugin could not define its services.
         With ``publish``, the outcome is kept for the fleet metrics (:meth:`publish_metrics`).
         """
@@ -393,15 +472,21 @@ class Operations:
                     if readiness_timeout is None
                     else readiness_timeout
                 ),
+                progress_every=(
+                    float(self.setting("progress_interval"))
+                    if progress_every is None
+                    else progress_every
+                ),
                 previous=previous,
                 on_digests=recorded.update,
             )
+            if failures:
+                report = attrs.evolve(report, services=(*failures, *report.services))
             applied = {**previous, **recorded}
             if applied != previous:  # an apply that changed nothing writes nothing
                 write_applied(self.root, applied)
             record_processes(self.root, plan, backend.name)
-        if failures:
-            report = attrs.evolve(report, services=(*failures, *report.services))
+            self._record_outcomes(plan, report, whole=record_plan)
         if publish:
             self.publish_metrics(plan, backend, report)
         return report
@@ -435,22 +520,14 @@ class Operations:
         return role_metrics(plan, self.root, self.status_rows(plan, backend))
 
     def publish_metrics(self, plan: Plan, backend: Backend, report: ApplyReport | None) -> None:
-        """Keep an apply's outcome; rewrite ``textfile_dir/noderole.prom`` when that is set."""
+        """Rewrite ``textfile_dir/noderole.prom`` when that is set (after an apply, whose
+        outcome :meth:`apply` recorded, a stop or a restart)."""
         import sys
 
         from noderole import manifest, metrics
 
         written = []
         try:
-            if report is not None:
-                outcome = metrics.ApplyOutcome(
-                    role=plan.role,
-                    ok=report.ok,
-                    seconds=report.seconds,
-                    timestamp=self.clock.time(),
-                )
-                metrics.write_last_apply(self.root, outcome)
-                written.append(metrics.LAST_APPLY)
             directory = self._textfile_dir()
             if directory:
                 metrics.write_textfile(self.root.resolve(directory), self.metrics(plan, backend))
@@ -459,6 +536,27 @@ class Operations:
             # The services are up: a metrics file that cannot be written must not fail the apply.
             print(f"noderole: warning: fleet metrics not written: {exc}", file=sys.stderr)
         manifest.record(self.root, "state", written)
+
+    def config_syntax_warning(self) -> str:
+        """Why ``config.toml`` cannot be read at all ("" when it can, or is absent), found
+        without loading a plugin: ``status`` and ``stop`` work from the recorded plan and never
+        read the settings, yet the operator should hear that the next apply will refuse."""
+        if "config" in self.__dict__:
+            return ""  # loaded already: config_warning says it
+        import tomllib
+
+        from noderole.config import CONFIG_PATH
+
+        try:
+            tomllib.loads(self.root.resolve(CONFIG_PATH).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return ""
+        except (OSError, ValueError) as exc:
+            return (
+                f"{CONFIG_PATH}: not valid TOML: {exc}; the next apply will refuse it: fix it "
+                "(noderole config check)"
+            )
+        return ""
 
     def _textfile_dir(self) -> str:
         """``[noderole] textfile_dir``, read without loading plugins when none are loaded yet:
@@ -477,6 +575,49 @@ class Operations:
         value = table.get("textfile_dir", "") if isinstance(table, dict) else ""
         return value if isinstance(value, str) else ""
 
+    def _record_outcomes(self, plan: Plan, report: ApplyReport, *, whole: bool) -> None:
+        """Record each service's outcome (kept for services this apply did not touch, as with
+        ``restart`` of a few), the settings used, secret ones left out, and, for an apply of
+        the ``whole`` role, its verdict and duration (the fleet metrics' apply series)."""
+        from noderole.state import read_last_apply, write_last_apply
+
+        before = read_last_apply(self.root)
+        services = {
+            name: entry
+            for name, entry in (before.get("services") or {}).items()
+            if before.get("role") == plan.role and name in plan
+        }
+        now = self.clock.time()
+        for service in report.services:
+            services[service.name] = {
+                "outcome": service.status,
+                "reason": service.reason,
+                "at": now,
+            }
+        settings: dict[str, dict[str, Any]] = {}
+        try:
+            entries = self.config.entries()
+        except ConfigError:
+            # An apply of a plan built elsewhere (the testing kit's): no settings to keep.
+            entries = []
+        for entry in entries:
+            if entry.source != "default" and not entry.setting.secret:
+                settings.setdefault(entry.table, {})[entry.setting.name] = entry.value
+        if self.config_warning:  # a fallback run keeps the settings it fell back to
+            settings = before.get("settings") or {}
+        write_last_apply(
+            self.root,
+            {
+                "role": plan.role,
+                "backend": report.backend,
+                "at": now,
+                "services": services,
+                "settings": settings,
+                "ok": report.ok if whole else before.get("ok", report.ok),
+                "seconds": report.seconds if whole else before.get("seconds", report.seconds),
+            },
+        )
+
     def dry_run(self, plan: Plan, backend: Backend) -> list[dict[str, Any]]:
         """What applying ``plan`` would do to each service, changing nothing (``--dry-run``)."""
         from noderole.dryrun import dry_run_report
@@ -486,14 +627,16 @@ class Operations:
     def stop(
         self, plan: Plan, names: Sequence[str], backend: Backend, *, lock_timeout: float = 300.0
     ) -> list[str]:
-        """Stop ``names`` (in the order given) under the node lock; return those with a process."""
+        """Stop ``names`` (in the order given) under the node lock; return those that had a
+        process running (or respawning), so nobody is told a stopped service was stopped."""
         from noderole.state import node_lock
 
         processes = [n for n in names if plan[n].service.command is not None]
         with node_lock(self.root, timeout=lock_timeout, clock=self.clock, what="stop"):
+            before = backend.status(processes)
             backend.stop(processes)
         self.publish_metrics(plan, backend, None)
-        return processes
+        return [n for n in processes if n in before and before[n].state in _ACTIVE]
 
     def restart(
         self,
@@ -522,42 +665,91 @@ class Operations:
 
     # ---------------------------------------------------------------- status
 
-    def status_rows(self, plan: Plan, backend: Backend) -> list[dict[str, Any]]:
-        """One row per process of ``plan``: state, pid, uptime, restarts, last exit, log."""
+    def status_rows(
+        self, plan: Plan, backend: Backend, *, log_lines: int = 5
+    ) -> list[dict[str, Any]]:
+        """One row per process of ``plan``: state, pid, uptime, restarts, last exit, the log
+        (only when the file exists), the last apply's outcome, and, for a failed or
+        crash-looping service, the last ``log_lines`` lines of its log (secrets as ***)."""
+        from noderole.state import read_last_apply
+
         entries = [e for e in plan.services if e.service.command is not None]
         current: Mapping[str, Any] = backend.status([e.name for e in entries])
+        last = read_last_apply(self.root)
+        outcomes = (last.get("services") or {}) if last.get("role") == plan.role else {}
         now = time.time()
         rows = []
         for entry in entries:
             status = current.get(entry.name)
             state = status.state if status is not None else "stopped"
             started_at = getattr(status, "started_at", None)
+            log = entry.service.output_log or entry.service.error_log
+            local_log = self.root.resolve(log) if log else None
+            exists = local_log is not None and local_log.is_file()
+            reason = getattr(status, "reason", "")
+            outcome = outcomes.get(entry.name)
+            failing = state in ("crashed", "backoff") or (
+                outcome is not None and outcome.get("outcome") in ("failed", "skipped")
+            )
             rows.append(
                 {
                     "name": entry.name,
                     "state": state,
-                    "pid": getattr(status, "pid", None),
+                    # In backoff there is no process: say when the next attempt comes instead.
+                    "pid": None if state == "backoff" else getattr(status, "pid", None),
+                    "next_attempt": reason if state == "backoff" else None,
                     "uptime": round(now - started_at, 1) if started_at and state in _UP else None,
                     "restarts": getattr(status, "restarts", 0),
                     "last_exit": getattr(status, "last_exit", None),
-                    "log": entry.service.output_log or entry.service.error_log,
-                    "reason": getattr(status, "reason", ""),
+                    "log": log if exists else None,
+                    "reason": "" if reason == "not supervised" else reason,
+                    "survivors": "survived it" in reason,
                     "needs_ready": entry.service.readiness is not None,
+                    "last_apply": outcome,
+                    "log_tail": (
+                        _log_tail(local_log, log_lines, self._secrets(plan, entry.service))
+                        if failing and exists and local_log is not None and log_lines
+                        else []
+                    ),
                 }
             )
         return rows
 
+    def _secrets(self, plan: Plan, service: Service) -> list[str] | None:
+        """The secret values of ``service``'s environment, to hide in what ``status`` shows; None
+        when they cannot be known. A recorded plan keeps only their names: the values come from
+        the plugins, loaded for this alone."""
+        from noderole.records import Secret
+
+        values = [v.reveal() for v in service.environment.values() if isinstance(v, Secret)]
+        if all(values):
+            return values
+        try:
+            defined = {s.name: s for s in self.services(plan.role)}
+        except NoderoleError:
+            return None
+        if service.name not in defined:
+            return None
+        env = defined[service.name].environment
+        return [v.reveal() for v in env.values() if isinstance(v, Secret)]
+
     def status(
-        self, plan: Plan, backend: Backend, *, wait: bool = False, timeout: float = 300.0
+        self,
+        plan: Plan,
+        backend: Backend,
+        *,
+        wait: bool = False,
+        timeout: float = 300.0,
+        log_lines: int = 5,
     ) -> tuple[list[dict[str, Any]], ExitCode]:
         """The status rows of ``plan`` and their verdict; with ``wait``, polled (on the clock)
         until the verdict is no longer "still starting" or ``timeout`` seconds have passed."""
         deadline = self.clock.monotonic() + timeout
-        rows = self.status_rows(plan, backend)
+        rows = self.status_rows(plan, backend, log_lines=log_lines)
         verdict = status_verdict(rows)
         while wait and verdict == ExitCode.STARTING and self.clock.monotonic() < deadline:
             self.clock.sleep(0.1)
-            rows = self.status_rows(plan, backend)
+            rows = self.status_rows(plan, backend, log_lines=log_lines)
             verdict = status_verdict(rows)
         return rows, verdict
 
@@ -633,6 +825,27 @@ class Operations:
             changed=[item.path for item in items if self.root.resolve(item.path) in written],
             removed=removed,
         )
+
+
+def _log_tail(path: Path, lines: int, secrets: Sequence[str] | None) -> list[str]:
+    """The last ``lines`` lines of ``path`` (read from its last 64 KiB), the service's secret
+    values replaced by ***; nothing but a note when the secrets are unknown (None)."""
+    if secrets is None:
+        return [
+            "(log not shown: the service has secrets and its plugin could not be loaded "
+            "to hide them; read the log as root)"
+        ]
+    try:
+        with path.open("rb") as f:
+            size = f.seek(0, 2)
+            f.seek(max(0, size - 65536))
+            text = f.read().decode(errors="replace")
+    except OSError:
+        return []
+    tail = text.splitlines()[-lines:]
+    for secret in (s for s in secrets if s):
+        tail = [line.replace(secret, "***") for line in tail]
+    return tail
 
 
 def status_verdict(rows: Sequence[Mapping[str, Any]]) -> ExitCode:

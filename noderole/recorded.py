@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from noderole.records import Secret
 from noderole.root import NodeRoot
 
 if TYPE_CHECKING:
@@ -60,6 +61,11 @@ def _service_data(service: Service) -> dict[str, Any]:
     data.update({key: list(getattr(service, key)) for key in _LISTS})
     data["command"] = None if service.command is None else list(service.command)
     data["supervision"] = attrs.asdict(service.supervision)
+    # Names only, never values: status must know a log tail needs redacting (it then asks the
+    # plugins for the values, the one case where a plugin-free status loads them).
+    data["secret_keys"] = sorted(
+        key for key, value in service.environment.items() if isinstance(value, Secret)
+    )
     readiness = service.readiness
     data["readiness"] = (
         None
@@ -133,6 +139,8 @@ def _service(data: Mapping[str, Any]) -> Service:
     fields = {key: data[key] for key in (*_SCALARS, *_LISTS)}
     return Service(
         **fields,
+        # A secret whose value is unknown here (empty): see Operations' log-tail redaction.
+        environment={key: Secret("") for key in data.get("secret_keys", [])},
         command=data["command"],
         supervision=Supervision(**data["supervision"]),
         readiness=wait,

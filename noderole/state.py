@@ -7,6 +7,10 @@ Files (node paths, under ``--root``):
   ``status``, ``stop`` and a later ``apply`` know it.
 - ``/var/lib/noderole/applied.json``: per service, a digest of each part of its definition, so a
   restart can say *what* changed. Secrets are never written: the environment is a digest.
+- ``/var/lib/noderole/last-apply.json``: what the last apply did to each service (outcome,
+  reason, time), the backend, and the settings it ran with (secret settings left out), so
+  ``status`` can say why a service is down, and ``status``, ``stop`` and ``restart`` still work
+  while ``config.toml`` is broken.
 - ``/run/noderole/apply.lock``: ``flock``-ed by ``apply`` and ``stop`` for their whole run.
 
 ``/run/noderole`` and ``/var/lib/noderole`` are private: made 0700 by whoever comes first (a
@@ -33,6 +37,7 @@ from noderole.supervisor import _safeopen
 
 __all__ = [
     "APPLIED_FILE",
+    "LAST_APPLY_FILE",
     "LOCK_FILE",
     "ROLE_FILE",
     "RUN_DIR",
@@ -41,8 +46,10 @@ __all__ = [
     "lock_holders",
     "node_lock",
     "read_applied",
+    "read_last_apply",
     "read_role",
     "write_applied",
+    "write_last_apply",
     "write_role",
     "write_state_file",
 ]
@@ -52,6 +59,22 @@ STATE_DIR = "/var/lib/noderole"
 ROLE_FILE = "/var/lib/noderole/role"
 APPLIED_FILE = "/var/lib/noderole/applied.json"
 LOCK_FILE = f"{RUN_DIR}/apply.lock"
+LAST_APPLY_FILE = "/var/lib/noderole/last-apply.json"
+
+
+def read_last_apply(root: NodeRoot) -> dict[str, Any]:
+    """The record of the last apply (empty when none or unreadable): ``role``, ``backend``,
+    ``services`` (name -> ``outcome``, ``reason``, ``at``), ``settings`` (table -> key -> value)."""
+    try:
+        data = json.loads(root.resolve(LAST_APPLY_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def write_last_apply(root: NodeRoot, record: Mapping[str, Any]) -> None:
+    """Replace the record of the last apply (atomically, mode 0600, recorded for reset)."""
+    write_state_file(root, LAST_APPLY_FILE, json.dumps(record, indent=1, sort_keys=True).encode())
 
 
 def read_role(root: NodeRoot) -> str | None:

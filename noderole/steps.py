@@ -35,6 +35,7 @@ from noderole.root import NodeRoot
 
 if TYPE_CHECKING:
     from noderole.certs import CertOutcome
+    from noderole.waits import Cancel
 
 __all__ = ["StepContext", "StepResult", "run_step", "run_steps"]
 
@@ -55,6 +56,10 @@ class StepContext:
     """Node paths the steps wrote so far (for reports and the plugin-author kit). A
     :class:`noderole.Call` function that writes a file appends its node path here, so
     ``noderole reset`` removes it."""
+    cancel: Cancel | None = None
+    """Set by ``apply`` when a service this one is ordered after failed: waits end at once."""
+    progress_every: float = 0.0
+    """Seconds between "still waiting" progress lines of a long wait (0: only the first)."""
 
     def resolve(self, node_path: str) -> Path:
         """Where a node path lives on this machine."""
@@ -77,15 +82,22 @@ class StepContext:
 
         start = self.clock.monotonic()
         announced = False
+        next_report = 0.0
         while True:
             if check():
                 return self.clock.monotonic() - start
+            if self.cancel is not None:
+                self.cancel.check()
             waited = self.clock.monotonic() - start
             if waited >= timeout:
                 raise WaitTimeout(f"{what} not true after {round(waited)}s")
             if not announced:
                 self.progress(f"waiting for {what}")
                 announced = True
+                next_report = self.progress_every
+            elif self.progress_every > 0 and waited >= next_report:
+                self.progress(f"still waiting for {what} ({waited:.0f}s of {timeout:g}s)")
+                next_report += self.progress_every
             self.clock.sleep(min(interval, timeout - waited))
 
 
@@ -147,7 +159,14 @@ def run_step(step: Step, ctx: StepContext) -> StepResult:
         if isinstance(step, WAIT_TYPES):
             from noderole.waits import run_wait
 
-            waited = run_wait(step, root=ctx.root, clock=ctx.clock, progress=ctx.progress)
+            waited = run_wait(
+                step,
+                root=ctx.root,
+                clock=ctx.clock,
+                progress=ctx.progress,
+                cancel=ctx.cancel,
+                progress_every=ctx.progress_every,
+            )
             detail = f"waited {waited:.3f}s"
         elif isinstance(step, MakeDirectories):
             detail = _make_directories(step, ctx)

@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from noderole.clock import Clock
-from noderole.errors import WaitTimeout
+from noderole.errors import StepError, WaitTimeout
 from noderole.records import (
     Wait,
     WaitForCommand,
@@ -47,7 +47,9 @@ from noderole.root import NodeRoot
 from noderole.supervisor import probes
 
 __all__ = [
+    "CANCEL_CHECK",
     "COMMAND_POLL_CAP",
+    "Cancel",
     "POLL_CAP",
     "POLL_FIRST",
     "SAFETY_RECHECK",
@@ -55,6 +57,7 @@ __all__ = [
     "missing",
     "probe_for",
     "run_wait",
+    "WaitCancelled",
 ]
 
 POLL_FIRST = 0.005
@@ -65,6 +68,8 @@ COMMAND_POLL_CAP = 0.100
 """Longest pause between runs of a command wait: each run forks and execs, about 2 ms of CPU."""
 SAFETY_RECHECK = 1.0
 """Seconds between re-checks of an inotify-driven wait when no event arrives."""
+CANCEL_CHECK = 0.05
+"""Longest pause of a cancellable wait between looks at its :class:`Cancel` token."""
 ATTEMPT_TIMEOUT = probes.ATTEMPT_TIMEOUT
 """Longest single TCP connect or HTTP request, so a server that hangs cannot eat the whole wait."""
 
@@ -80,19 +85,57 @@ _WATCH_MASK = _IN_CREATE | _IN_MOVED_TO | _IN_ATTRIB | _IN_DELETE_SELF | _IN_MOV
 # closed, and in a busy directory (/run, /var/log) it would wake the wait for nothing.
 
 
+class WaitCancelled(StepError):
+    """A wait was given up before its bound because what it waited for can no longer come."""
+
+
+class Cancel:
+    """A cancellation token: cancelled once, from any thread, with the reason.
+
+    ``apply`` gives one to each service's waits and cancels it when a service it is ordered
+    after fails, so a wait for a file that service would have written ends at once.
+    """
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self.reason = ""
+        """Why the waits were cancelled (the root cause, ``k3s failed: ...``)."""
+
+    def cancel(self, reason: str) -> None:
+        """Cancel (the first reason given is kept)."""
+        if not self._event.is_set():
+            self.reason = reason
+            self._event.set()
+
+    @property
+    def cancelled(self) -> bool:
+        """True once :meth:`cancel` was called."""
+        return self._event.is_set()
+
+    def check(self) -> None:
+        """Raise :class:`WaitCancelled` (its text: the reason) when cancelled."""
+        if self._event.is_set():
+            raise WaitCancelled(self.reason)
+
+
 def run_wait(
     wait: Wait,
     *,
     root: NodeRoot,
     clock: Clock,
     progress: Callable[[str], None] | None = None,
+    cancel: Cancel | None = None,
+    progress_every: float = 0.0,
 ) -> float:
     """Block until ``wait``'s condition holds; return the seconds waited.
 
-    ``progress(text)`` is called once, when the condition does not hold at the first look, with
-    what is awaited (``waiting for /etc/rancher/k3s/k3s.yaml (up to 120s)``). Raises
+    ``progress(text)`` is called when the condition does not hold at the first look, with what
+    is awaited (``waiting for /etc/rancher/k3s/k3s.yaml (up to 120s)``), and then, when
+    ``progress_every`` is positive, every ``progress_every`` seconds with the time spent
+    (``still waiting for ... (10s of 120s)``, as OpenRC's ``ewaitfile``). Raises
     :class:`~noderole.errors.WaitTimeout` when ``wait.timeout`` passes first; its message is
     ``wait.message`` with ``{elapsed}`` and ``{missing}`` filled in, or names what is missing.
+    Raises :class:`WaitCancelled` soon (within :data:`CANCEL_CHECK`) after ``cancel`` is.
     """
     start = clock.monotonic()
     deadline = start + wait.timeout
@@ -100,6 +143,7 @@ def run_wait(
     cap = COMMAND_POLL_CAP if isinstance(wait, WaitForCommand) else POLL_CAP
     interval = POLL_FIRST
     announced = False
+    next_report = start + progress_every
     inotify: _Inotify | None = None
     inotify_failed = False
     try:
@@ -116,17 +160,31 @@ def run_wait(
                     state = probe(deadline - clock.monotonic())
             if state.done:
                 return clock.monotonic() - start
+            if cancel is not None:
+                cancel.check()
+            now = clock.monotonic()
             if not announced:
                 announced = True
                 if progress is not None:
                     progress(f"waiting for {', '.join(state.missing)} (up to {wait.timeout:g}s)")
-            now = clock.monotonic()
+            elif progress is not None and progress_every > 0 and now >= next_report:
+                progress(
+                    f"still waiting for {', '.join(state.missing)} "
+                    f"({now - start:.0f}s of {wait.timeout:g}s)"
+                )
+            if progress_every > 0:
+                while next_report <= now:
+                    next_report += progress_every
             if now >= deadline:
                 raise WaitTimeout(_timeout_message(wait, now - start, state.missing))
             if state.watch and inotify is not None:
                 pause = SAFETY_RECHECK
             else:
                 pause, interval = interval, min(cap, interval * 2)
+            if cancel is not None:
+                pause = min(pause, CANCEL_CHECK)
+            if progress_every > 0:
+                pause = min(pause, next_report - now)
             fd = inotify.fd if inotify is not None else None
             if clock.wait_readable(fd, min(deadline - now, pause)) and inotify is not None:
                 inotify.drain()

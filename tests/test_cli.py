@@ -81,7 +81,9 @@ class TestInspect:
     def test_plan_text_shows_order_steps_and_hides_secrets(self, tmp_path: Path) -> None:
         """plan shows waves, steps and the command line; a Secret value never appears."""
         result = run(tmp_path, "plan", "front")
-        assert result.exit_code == 0, result.output
+        # /etc/web.conf is missing and nothing in the role writes it: web would fail (exit 12).
+        assert result.exit_code == ExitCode.WOULD_FAIL, result.output
+        assert "1 would fail (web: waits up to 5s for /etc/web.conf" in result.stdout
         assert "wave 0: db, net" in result.stdout
         assert "wave 1: web" in result.stdout
         assert "pre-start 1: wait up to 5s for all readable: /etc/web.conf" in result.stdout

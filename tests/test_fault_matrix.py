@@ -731,7 +731,7 @@ class TestSecretsNeverWritten:
             x["name"]: x for x in json.loads(scene.run("apply", r, "--json").stdout)["services"]
         }[s]
         assert changed["status"] == "restarted"
-        assert "environment changed" in changed["reason"]
+        assert "environment K3S_TOKEN changed (secret, not shown)" in changed["reason"]
         new_pid = wait_until(
             lambda: (p := _running_pid(scene)) != pid and p, "the restarted service's pid"
         )

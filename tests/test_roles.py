@@ -221,7 +221,11 @@ class TestRecordedPlan:
         ]
         assert [p.service.output_log for p in recorded.plan] == ["/var/log/a.log", "/var/log/b.log"]
         assert "s3cret" not in (node.root / PLAN_FILE.lstrip("/")).read_text()
-        assert all(not p.service.environment for p in recorded.plan)
+        # Only the names of secrets are kept (status asks the plugins for the values it hides).
+        assert [dict(p.service.environment) for p in recorded.plan][1] == {}
+        (token,) = recorded.plan["a"].service.environment.values()
+        assert isinstance(token, noderole.Secret)
+        assert token.reveal() == ""
 
     def test_an_unusable_record_falls_back_to_the_plugins(self, node: Node) -> None:
         """A plan.json of the wrong shape is ignored: status plans from the plugins instead."""

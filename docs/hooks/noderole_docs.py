@@ -14,6 +14,9 @@ A page asks for generated content with a marker comment on a line of its own:
   and mangles that line; an HTML comment it leaves alone.)
 - ``<!-- noderole:source PATH LANG -->``: like ``include``, but a missing file gives a note instead
   (a page may show a plugin that is not always there).
+- ``<!-- noderole:transcript SCENARIO -->``: a real run of ``noderole`` in a scratch root staged
+  with the shipped plugins' stand-ins, then broken as SCENARIO says (:data:`SCENARIOS`); each
+  command bounded by :data:`TRANSCRIPT_TIMEOUT`, every process it started ended afterwards.
 """
 
 from __future__ import annotations
@@ -323,6 +326,86 @@ def render_source(path: str, language: str = "") -> str:
     return render_include(path, language)
 
 
+# --------------------------------------------------------------------------- transcripts
+
+TRANSCRIPT_TIMEOUT = 60.0
+"""Seconds any one command of a transcript may take before the build fails."""
+
+_FIRST_BOOT = "/etc/spinifex-eks/first-boot.env"
+_BROKEN_QUOTE = (
+    'EKS_KONNECTIVITY_SANS="konnectivity.example.com,10.0.0.7\nEKS_KONNECTIVITY_HOST=10.0.0.7\n'
+)
+
+SCENARIOS: dict[str, tuple[str, list[list[str]]]] = {
+    # name: (how the staged root is broken, the commands run in order)
+    "k3s-no-config": ("no-k3s-config", [["apply", "server"], ["status"]]),
+    "first-boot-missing": ("no-first-boot", [["apply", "server", "--dry-run"]]),
+    "unterminated-quote": ("broken-quote", [["apply", "server", "--dry-run"]]),
+    "broken-config": ("", [["apply", "server"], ["break-config"], ["status"], ["stop"]]),
+    "typo": ("", [["aply", "server"]]),
+}
+"""The failures docs/troubleshooting.md shows, as real runs."""
+
+
+def render_transcript(name: str) -> str:
+    """Run scenario ``name`` and return its commands and output as a console block."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+    import tempfile
+
+    from noderole.operations import Operations
+    from noderole.rehearsal import stage_rehearsal
+    from noderole.root import NodeRoot
+    from noderole.testing import end_node_processes
+
+    if name not in SCENARIOS:
+        raise ValueError(f"unknown transcript {name!r} (known: {', '.join(SCENARIOS)})")
+    breakage, commands = SCENARIOS[name]
+    scratch = Path(tempfile.mkdtemp(prefix="noderole-docs-"))
+    out: list[str] = []
+    try:
+        staging = Operations(root=NodeRoot(scratch))
+        stage_rehearsal(staging.root, staging.plugins, staging.node_for("server"))
+        _break(scratch, breakage)
+        env = {**os.environ, "NODEROLE_ROOT": str(scratch), "COLUMNS": "100"}
+        for command in commands:
+            if command == ["break-config"]:
+                config = scratch / "etc/noderole/config.toml"
+                config.write_text(config.read_text() + "\n[noderole]\nnet_check = false\n")
+                out.append("$ # a second [noderole] table is added to /etc/noderole/config.toml")
+                continue
+            done = subprocess.run(
+                [sys.executable, "-m", "noderole", *command],
+                capture_output=True,
+                text=True,
+                timeout=TRANSCRIPT_TIMEOUT,
+                env=env,
+                cwd=scratch,
+            )
+            out.append(f"$ noderole {' '.join(command)}")
+            text = (done.stdout + done.stderr).replace(str(scratch), "").rstrip()
+            if text:
+                out.append(text)
+            if done.returncode:
+                out.append(f"$ echo $?\n{done.returncode}")
+    finally:
+        end_node_processes(NodeRoot(scratch))
+        shutil.rmtree(scratch, ignore_errors=True)
+    return "```console\n" + "\n".join(out) + "\n```\n"
+
+
+def _break(root: Path, breakage: str) -> None:
+    if breakage == "no-k3s-config":
+        for name in ("config.yaml", "config.yaml.skel"):
+            (root / "etc/rancher/k3s" / name).unlink(missing_ok=True)
+    elif breakage == "no-first-boot":
+        (root / _FIRST_BOOT.lstrip("/")).unlink()
+    elif breakage == "broken-quote":
+        (root / _FIRST_BOOT.lstrip("/")).write_text(_BROKEN_QUOTE)
+
+
 _RENDERERS: dict[str, Callable[..., str]] = {
     "hooks": render_hooks,
     "settings": render_settings,
@@ -330,6 +413,7 @@ _RENDERERS: dict[str, Callable[..., str]] = {
     "errors": render_errors,
     "include": render_include,
     "source": render_source,
+    "transcript": render_transcript,
 }
 
 

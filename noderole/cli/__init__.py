@@ -81,6 +81,22 @@ class LazyGroup(click.Group):
             return command
         return super().get_command(ctx, cmd_name)
 
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        # kubectl and systemctl take global options anywhere: move them before the command.
+        return super().parse_args(ctx, hoist_global_options(args, self.lazy))
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        name = args[0] if args else ""
+        if name and not name.startswith("-") and self.get_command(ctx, name) is None:
+            import difflib
+
+            close = difflib.get_close_matches(name, self.list_commands(ctx), n=3)
+            hint = f" Did you mean {' or '.join(close)}?" if close else ""
+            ctx.fail(f"no such command {name!r}.{hint} (noderole --help lists them)")
+        return super().resolve_command(ctx, args)
+
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         # Listing uses the registry's short help, so --help imports no subcommand module.
         rows = [(name, self.lazy[name][1]) for name in sorted(self.lazy)]
@@ -97,8 +113,60 @@ class LazyGroup(click.Group):
             app = ctx.find_object(App)
             if app is not None and app.debug:
                 raise
+            for warning in app.warnings if app is not None else ():
+                click.echo(f"noderole: warning: {warning}", err=True)
             click.echo(f"noderole: error: {exc}", err=True)
             ctx.exit(int(exc.exit_code))
+
+
+GLOBAL_VALUE_OPTIONS = ("--root", "--disable-plugin")
+"""Options of the ``noderole`` group that take a value (accepted after the command too)."""
+GLOBAL_FLAGS = ("--debug",)
+"""Flags of the ``noderole`` group (accepted after the command too)."""
+
+
+def hoist_global_options(
+    args: Sequence[str], commands: Sequence[str] | dict[str, Any]
+) -> list[str]:
+    """``args`` with the group's options that follow the command moved before it.
+
+    Nothing after ``--`` moves (``exec`` passes arguments through), nor anything when no command
+    is named.
+    """
+    args = list(args)
+    position = next(
+        (i for i, arg in enumerate(args) if arg in commands and _is_command_slot(args, i)), None
+    )
+    if position is None:
+        return args
+    before, rest = args[:position], args[position:]
+    kept: list[str] = []
+    index = 0
+    while index < len(rest):
+        arg = rest[index]
+        if arg == "--":
+            kept += rest[index:]
+            break
+        name = arg.split("=", 1)[0]
+        if name in GLOBAL_VALUE_OPTIONS:
+            if "=" in arg:
+                before.append(arg)
+            elif index + 1 < len(rest):
+                before += [arg, rest[index + 1]]
+                index += 1
+            else:
+                kept.append(arg)  # no value: let click say so
+        elif arg in GLOBAL_FLAGS:
+            before.append(arg)
+        else:
+            kept.append(arg)
+        index += 1
+    return before + kept
+
+
+def _is_command_slot(args: Sequence[str], index: int) -> bool:
+    """True when ``args[index]`` is not the value of a global option before it."""
+    return index == 0 or args[index - 1] not in GLOBAL_VALUE_OPTIONS
 
 
 @click.group(
@@ -135,7 +203,8 @@ def cli(ctx: click.Context, root: str, disabled: Sequence[str], debug: bool) -> 
     pre-start steps and a supervised command.
 
     Exit codes: 0 ok, 1 a service failed, 2 usage, 3 plugin, 4 config, 5 definition, 6 plan,
-    7 certificate, 8 env file, 9 locked, 10 backend, 11 still starting (status).
+    7 certificate, 8 env file, 9 locked, 10 backend, 11 still starting (status), 12 would fail
+    (plan, apply --dry-run).
     """
     from noderole.cli._app import App
     from noderole.root import NodeRoot

@@ -5,6 +5,7 @@ The work is :class:`~noderole.operations.Operations`'; these commands parse, cal
 
 from __future__ import annotations
 
+import contextlib
 import json
 
 import click
@@ -13,7 +14,8 @@ from noderole.cli._app import App
 from noderole.cli._options import backend_option, lock_timeout_option, optional_role_argument
 from noderole.cli._output import echo_status
 from noderole.cli._params import Seconds
-from noderole.errors import ExitCode
+from noderole.errors import ExitCode, NoderoleError
+from noderole.operations import status_verdict
 
 __all__ = ["apply_command", "restart_command", "status_command", "stop_command"]
 
@@ -47,6 +49,7 @@ def apply_command(
     # A dry run is strict (a broken plugin is its error); apply starts what does not need it.
     plan, failures = (app.plan(role), []) if dry_run else app.plan_for_apply(role)
     chosen = app.backend(backend)
+    _warn_config(app)
     if dry_run:
         rows = app.dry_run(plan, chosen)
         if as_json:
@@ -54,8 +57,13 @@ def apply_command(
                 json.dumps({"role": role, "backend": chosen.name, "services": rows}, indent=2)
             )
         else:
+            from noderole.dryrun import summary
+
             for row in rows:
                 click.echo(f"{row['name']:<28} {row['action']:<14} {row['why']}")
+            click.echo(summary(rows, chosen.name))
+        if any(row["action"] in ("fail", "skip") for row in rows):
+            raise SystemExit(int(ExitCode.WOULD_FAIL))
         return
     progress = QuietProgress() if as_json else ConsoleProgress()
     report = app.apply(
@@ -65,8 +73,10 @@ def apply_command(
         click.echo(json.dumps(report.to_dict(), indent=2))
     else:
         started = sum(1 for r in report.services if r.status in ("started", "restarted"))
+        kept = sum(1 for r in report.services if r.status == "running")
+        running = f", {kept} already running" if kept else ""
         click.echo(
-            f"role {role}: {len(report.services)} services, {started} started, "
+            f"role {role}: {len(report.services)} services, {started} started{running}, "
             f"{len(report.failed)} failed ({report.seconds:.2f}s, backend {report.backend})"
         )
         for failed in report.failed:
@@ -76,7 +86,7 @@ def apply_command(
 
 
 @click.command("status")
-@click.argument("role", required=False)
+@click.argument("role", required=False, metavar="[ROLE | SERVICE]")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.option("--wait", "wait", is_flag=True, help="Block until the role is up or has failed.")
 @click.option(
@@ -94,6 +104,13 @@ def apply_command(
     show_default=True,
     help="With --wait: give up after this many seconds (exit 11).",
 )
+@click.option(
+    "--lines",
+    "-n",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Log lines shown for a failed service (default 5; 20 for `status SERVICE`).",
+)
 @backend_option
 @click.pass_obj
 def status_command(
@@ -103,24 +120,61 @@ def status_command(
     wait: bool,
     output_format: str,
     timeout: float,
+    lines: int | None,
     backend: str,
 ) -> None:
-    """Show each service of ROLE (default: the applied role): state, pid, uptime, restarts.
+    """Show each service of ROLE (default: the applied role): state, pid, uptime, restarts, the
+    last apply's outcome and, for a failed service, the end of its log. `status SERVICE` shows
+    one service of the applied role, with more of its log.
 
     Exit 0 when every service is up (and ready, where it has a readiness check), 1 when one
-    crashed or is stopped, 11 while some are still starting.
+    crashed or is stopped, 11 while some are still starting. Works from the state the last apply
+    recorded when config.toml is broken (with a warning).
     """
-    # From the plan the last apply recorded: status imports no plugin (a broken one cannot
-    # hide what runs). Another role is planned from the plugins.
-    plan = app.recorded_plan(role)
+    app.recorded_config_fallback = True
+    only = None
+    plan = None
+    if role:
+        # SERVICE of the applied role? Asked of the recorded plan: no plugin is imported.
+        with contextlib.suppress(NoderoleError):
+            recorded = app.recorded_plan()
+            if role != recorded.role and role in recorded:
+                plan, only = recorded, role
+    if plan is None:
+        # From the plan the last apply recorded: status imports no plugin (a broken one cannot
+        # hide what runs). Another role is planned from the plugins.
+        plan = app.recorded_plan(role)
     chosen = app.recorded_backend(backend)
     if output_format == "prometheus":
         click.echo(app.metrics(plan, chosen), nl=False)
         return
-    rows, verdict = app.status(plan, chosen, wait=wait, timeout=timeout)
-    echo_status(plan.role, rows, verdict, as_json=as_json or output_format == "json")
+    if lines is None:
+        lines = 20 if only else 5
+    _warn_config(app)
+    rows, verdict = app.status(plan, chosen, wait=wait, timeout=timeout, log_lines=lines)
+    if only:
+        rows = [r for r in rows if r["name"] == only]
+        verdict = status_verdict(rows)
+    _warn_config(app)  # what reading the state brought up
+    echo_status(
+        plan.role,
+        rows,
+        verdict,
+        as_json=as_json or output_format == "json",
+        detail=only is not None,
+    )
     if verdict != ExitCode.OK:
         raise SystemExit(int(verdict))
+
+
+def _warn_config(app: App) -> None:
+    """Print the operations' warnings (a broken config, a backend that does not fit) once."""
+    syntax = app.config_syntax_warning() if not app.config_warning else ""
+    shown = [w for w in (app.config_warning, syntax) if w]
+    for warning in shown + app.warnings:
+        click.echo(f"noderole: warning: {warning}", err=True)
+    app.config_warning = ""
+    app.warnings.clear()
 
 
 @click.command("stop")
@@ -131,12 +185,19 @@ def status_command(
 def stop_command(app: App, names: tuple[str, ...], backend: str, lock_timeout: float) -> None:
     """Stop a role (default: the applied one) or some services, in reverse dependency order.
 
-    Returns only when every process (and its process group) is gone.
+    Returns only when every process (and its process group) is gone. Works from the state the
+    last apply recorded when config.toml is broken (with a warning).
     """
+    app.recorded_config_fallback = True
     plan, targets = app.targets(names, from_record=True)  # no plugin is imported
-    stopped = app.stop(plan, targets, app.recorded_backend(backend), lock_timeout=lock_timeout)
+    chosen = app.recorded_backend(backend)
+    _warn_config(app)
+    stopped = app.stop(plan, targets, chosen, lock_timeout=lock_timeout)
     for name in stopped:
         click.echo(f" * Stopped {name}")
+    idle = [n for n in targets if n not in stopped and plan[n].service.command is not None]
+    if idle:
+        click.echo(f" * Not running: {', '.join(idle)}")
 
 
 @click.command("restart")
@@ -145,12 +206,18 @@ def stop_command(app: App, names: tuple[str, ...], backend: str, lock_timeout: f
 @lock_timeout_option
 @click.pass_obj
 def restart_command(app: App, services: tuple[str, ...], backend: str, lock_timeout: float) -> None:
-    """Stop SERVICES, then run their pre-start steps and start them again."""
+    """Stop SERVICES, then run their pre-start steps and start them again.
+
+    With a broken config.toml, the settings the last apply recorded are used (with a warning).
+    """
     from noderole.console import ConsoleProgress
 
+    app.recorded_config_fallback = True
     plan, targets = app.targets(services)
+    chosen = app.backend(backend)
+    _warn_config(app)
     report = app.restart(
-        plan, targets, app.backend(backend), progress=ConsoleProgress(), lock_timeout=lock_timeout
+        plan, targets, chosen, progress=ConsoleProgress(), lock_timeout=lock_timeout
     )
     if not report.ok:
         raise SystemExit(int(ExitCode.FAILED))

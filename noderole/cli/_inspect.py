@@ -54,13 +54,38 @@ def list_command(app: App, as_json: bool) -> None:
 def plan_command(app: App, role: str, as_json: bool) -> None:
     """Show what `apply ROLE` would do: order, waves, dependencies, steps and command lines.
 
+    Ends with a verdict; exit 12 when a service would fail for a reason known now.
+
     Secret values (tokens) are shown as ***.
     """
+    from noderole.dryrun import known_failures, short
+    from noderole.errors import ExitCode
+
     plan = app.plan(role)
+    backend = app.backend("auto").name
+    failures = known_failures(plan, app.root)
     if as_json:
-        click.echo(json.dumps(plan.to_dict(), indent=2))
-        return
-    click.echo(format_plan(plan))
+        document = plan.to_dict()
+        document["backend"] = backend
+        document["would_fail"] = failures
+        click.echo(json.dumps(document, indent=2))
+    else:
+        click.echo(format_plan(plan))
+        fail = [
+            f"{n}: {short(why.removeprefix('fail: '))}"
+            for n, why in failures.items()
+            if why.startswith("fail")
+        ]
+        skipped = sum(1 for why in failures.values() if why.startswith("skip"))
+        total = len(plan.services)
+        verdict = f"{total - len(failures)} would start"
+        if fail:
+            verdict += f", {len(fail)} would fail ({'; '.join(fail)})"
+        if skipped:
+            verdict += f", {skipped} skipped"
+        click.echo(f"\n{total} services: {verdict} (backend {backend})")
+    if failures:
+        raise SystemExit(int(ExitCode.WOULD_FAIL))
 
 
 @click.command("graph")

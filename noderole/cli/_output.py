@@ -70,9 +70,17 @@ def format_uptime(seconds: float | None) -> str:
 
 
 def echo_status(
-    role: str, rows: Sequence[Mapping[str, Any]], verdict: ExitCode, *, as_json: bool
+    role: str,
+    rows: Sequence[Mapping[str, Any]],
+    verdict: ExitCode,
+    *,
+    as_json: bool,
+    detail: bool = False,
 ) -> None:
-    """Print the status table (or JSON document) of ``role``'s services."""
+    """Print the status table (or JSON document) of ``role``'s services, then what explains a
+    service that is not up: the last apply's outcome, the supervisor's reason, its log's end."""
+    import datetime as dt
+
     if as_json:
         document = {"role": role, "verdict": verdict.name.lower(), "services": list(rows)}
         click.echo(json.dumps(document, indent=2))
@@ -90,3 +98,27 @@ def echo_status(
             f"{r['name']:<26} {r['state']:<9} {pid:>7} {format_uptime(r['uptime']):>8} "
             f"{r['restarts']:>8}  {tail}"
         )
+    for r in rows:
+        notes = []
+        last = r.get("last_apply")
+        up = r["state"] in ("running", "ready", "starting")
+        if last and (detail or last["outcome"] in ("failed", "skipped") or not up):
+            when = dt.datetime.fromtimestamp(last["at"]).strftime("%Y-%m-%d %H:%M:%S")
+            because = f": {last['reason']}" if last["reason"] else ""
+            notes.append(f"last apply ({when}): {last['outcome']}{because}")
+        if r.get("next_attempt"):
+            notes.append(f"no process: {r['next_attempt']}")
+        elif r["reason"] and (detail or not up):
+            notes.append(r["reason"])
+        if detail and r.get("log") is None:
+            notes.append("no log file yet")
+        if not notes and not r.get("log_tail"):
+            continue
+        click.echo("")
+        click.echo(f"{r['name']}:")
+        for note in notes:
+            click.echo(f"  {note}")
+        if r.get("log_tail"):
+            click.echo(f"  last lines of {r['log']}:")
+            for line in r["log_tail"]:
+                click.echo(f"    {line}")

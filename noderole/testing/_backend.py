@@ -125,5 +125,7 @@ def apply_recorded(
     operations = Operations(
         root=root, clock=clock if clock is not None else new_fake_clock(), autoload=False
     )
-    report = operations.apply(plan, recorder, readiness_timeout=readiness_timeout, publish=False)
+    report = operations.apply(
+        plan, recorder, readiness_timeout=readiness_timeout, progress_every=0.0, publish=False
+    )
     return report, recorder

@@ -34,6 +34,8 @@ def root(node_root: ScratchRoot) -> ScratchRoot:
         "/etc/spinifex-eks/first-boot.env", {"EKS_KONNECTIVITY_SANS": "k.example", **join}
     )
     node_root.write_env("/etc/spinifex-eks/agent.env", join)
+    # The example node-exporter plugin waits for it; missing, `plan` would say it fails (exit 12).
+    node_root.resolve("/var/lib/node-exporter/textfile").mkdir(parents=True)
     return node_root
 
 
@@ -112,7 +114,15 @@ class TestApplyWithoutRole:
     @pytest.mark.parametrize("role", ["server", "server-join", "agent"])
     def test_the_first_boot_role_is_the_one_applied(self, root: ScratchRoot, role: str) -> None:
         """SPINIFEX_K3S_ROLE decides the role of `apply` (seen through --dry-run: no change)."""
-        root.write_env("/etc/spinifex-eks/first-boot.env", {"SPINIFEX_K3S_ROLE": role})
+        root.write_env(
+            "/etc/spinifex-eks/first-boot.env",
+            {
+                "SPINIFEX_K3S_ROLE": role,
+                "EKS_KONNECTIVITY_SANS": "k.example",
+                "K3S_URL": "https://s:6443",
+                "K3S_TOKEN": TOKEN,
+            },
+        )
         data = json.loads(invoke(root, "apply", "--dry-run", "--json"))
         assert data["role"] == role
 

@@ -195,10 +195,26 @@ def noderole_settings() -> noderole.SettingsTable:
 
 
 def _first_boot(node: NodeContext, cfg: Mapping[str, Any]) -> tuple[Mapping[str, str], str | None]:
+    """The first-boot values, and why they cannot be used: the file missing, unreadable, or
+    the SAN list absent with the parser's warnings (an unterminated quote) as the likely cause."""
+    source = cfg["first_boot_env"]
     try:
-        return node.read_env(cfg["first_boot_env"]).values, None
+        env = node.read_env(source)
     except noderole.EnvFileError as exc:
         return {}, str(exc)
+    if not env.exists:
+        return {}, (
+            f"{source} is missing: konnectivity-server reads {SANS_KEY} (the serving "
+            f"certificate's comma-separated SANs), {HOST_KEY} and {COUNT_KEY} from it. Write it "
+            f"(one KEY=VALUE per line, e.g. {SANS_KEY}=10.0.0.1,api.example) or point "
+            f"[{TABLE}] first_boot_env at the file"
+        )
+    if env.warnings and not split_sans(env.get(SANS_KEY)):
+        return env.values, (
+            f"{SANS_KEY} empty in {source}, and lines of it could not be parsed: "
+            + "; ".join(env.warnings)
+        )
+    return env.values, None
 
 
 def server_count(raw: str | None, *, source: str) -> tuple[int, str | None]:
