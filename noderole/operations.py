@@ -109,6 +109,7 @@ class Operations:
     @functools.cached_property
     def plugins(self) -> PluginSet:
         """The loaded plugins (built-in first, then given objects, then entry points)."""
+        from noderole.entrypoints import CACHE_FILE
         from noderole.plugins import load_plugins
 
         self._check_disabled()
@@ -117,6 +118,7 @@ class Operations:
             plugins=self.plugin_objects,
             autoload=self.autoload,
             builtin=self.builtin,
+            entry_point_cache=self.root.resolve(CACHE_FILE),
         )
 
     def _check_disabled(self) -> None:

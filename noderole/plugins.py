@@ -14,17 +14,18 @@ hook, is a :class:`~noderole.errors.PluginError` like any other failure, never a
 
 from __future__ import annotations
 
-import importlib.metadata
 import os
 import threading
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any, TypeVar
 
 import attrs
 import pluggy
 
 from noderole import hookspecs
+from noderole.entrypoints import FoundEntryPoint, discover
 from noderole.errors import DefinitionError, NoderoleError, PluginError
 from noderole.records import REHEARSAL_INPUTS, Service, SettingsTable
 
@@ -298,13 +299,15 @@ def load_plugins(
     plugins: Sequence[tuple[str, object]] = (),
     builtin: bool = True,
     hook_timeout: float | None = None,
+    entry_point_cache: Path | None = None,
 ) -> PluginSet:
     """Build this invocation's plugin manager and register plugins.
 
     Order: the built-in plugin (unless ``builtin=False``), then ``plugins`` (name, object) pairs
     given explicitly (tests, the plugin-author kit), then entry points of the ``noderole`` group
     unless ``autoload`` is False (default: on, unless ``NODEROLE_DISABLE_PLUGIN_AUTOLOAD=1``).
-    ``disabled`` names are skipped before import.
+    ``disabled`` names are skipped before import. ``entry_point_cache`` is the file that keeps
+    entry-point discovery between invocations (:mod:`noderole.entrypoints`); None scans.
     """
     skip = set(disabled)
     if autoload is None:
@@ -345,7 +348,7 @@ def load_plugins(
             module = getattr(obj, "__name__", type(obj).__name__)
             register(obj, PluginInfo(name=name, module=module))
     if autoload:
-        for entry_point in _entry_points():
+        for entry_point in _entry_points(entry_point_cache):
             if entry_point.name in skip:
                 continue
             info = _info(entry_point)
@@ -400,7 +403,7 @@ def resolve_role(plugins: PluginSet, node: Any) -> str | None:
     return first
 
 
-def _import(entry_point: importlib.metadata.EntryPoint, info: PluginInfo, timeout: float) -> Any:
+def _import(entry_point: FoundEntryPoint, info: PluginInfo, timeout: float) -> Any:
     """Import ``entry_point`` in a worker thread, bounded by ``timeout`` seconds.
 
     A plugin that blocks at import (a network call, a lock) must not hang every command. Python
@@ -443,20 +446,16 @@ def _exception_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-def _entry_points() -> list[importlib.metadata.EntryPoint]:
+def _entry_points(cache: Path | None = None) -> list[FoundEntryPoint]:
     # Sorted by name: load order never depends on the order distributions were installed in.
-    seen: dict[str, importlib.metadata.EntryPoint] = {}
-    for entry_point in importlib.metadata.entry_points(group=PLUGIN_GROUP):
-        seen.setdefault(entry_point.name, entry_point)
-    return [seen[name] for name in sorted(seen)]
+    return discover(PLUGIN_GROUP, cache)
 
 
-def _info(entry_point: importlib.metadata.EntryPoint) -> PluginInfo:
-    dist = entry_point.dist
+def _info(entry_point: FoundEntryPoint) -> PluginInfo:
     return PluginInfo(
         name=entry_point.name,
         module=entry_point.value,
-        distribution=dist.name if dist else None,
-        version=dist.version if dist else None,
+        distribution=entry_point.distribution,
+        version=entry_point.version,
         entry_point=f"{entry_point.name} = {entry_point.value}",
     )

@@ -1,0 +1,174 @@
+"""The entry-point cache: served while nothing installed changed, rebuilt as soon as it did."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from noderole.entrypoints import SETTLE_SECONDS, discover, load_target
+from noderole.plugins import load_plugins
+
+GROUP = "noderole"
+PLUGIN = """
+import noderole
+
+@noderole.hookimpl
+def noderole_services(node):
+    return []
+"""
+
+
+def _age(info: Path) -> None:
+    """Make an installed distribution look settled (installed well before now)."""
+    old = os.stat(info / "entry_points.txt").st_mtime - 10 * SETTLE_SECONDS
+    os.utime(info / "entry_points.txt", (old, old))
+
+
+def _names(cache: Path) -> set[str]:
+    return {found.name for found in discover(GROUP, cache)}
+
+
+class TestDiscover:
+    def test_cache_is_written_and_then_served(
+        self, install_dist: Callable[..., Path], tmp_path: Path
+    ) -> None:
+        """A settled installation is stored; the next call answers from the file, unscanned."""
+        _age(install_dist("ep-one", "1.0", {"epone": "ep_one"}, {"ep_one": PLUGIN}))
+        cache = tmp_path / "cache.json"
+        assert "epone" in _names(cache)
+        document = json.loads(cache.read_text())
+        # Proof that the stored answer is what is served: edit it, keep its key.
+        document["groups"][GROUP] = [["only-in-cache", "x:y", "d", "1"]]
+        cache.write_text(json.dumps(document))
+        assert _names(cache) == {"only-in-cache"}
+
+    def test_installing_a_distribution_invalidates(
+        self, install_dist: Callable[..., Path], tmp_path: Path
+    ) -> None:
+        """A distribution installed after the cache was written is found."""
+        _age(install_dist("ep-one", "1.0", {"epone": "ep_one"}, {"ep_one": PLUGIN}))
+        cache = tmp_path / "cache.json"
+        assert "eptwo" not in _names(cache)
+        assert cache.exists()
+        install_dist("ep-two", "1.0", {"eptwo": "ep_two"}, {"ep_two": PLUGIN})
+        assert {"epone", "eptwo"} <= _names(cache)
+
+    def test_removing_a_distribution_invalidates(
+        self, install_dist: Callable[..., Path], tmp_path: Path
+    ) -> None:
+        """A distribution removed after the cache was written is no longer offered."""
+        one = install_dist("ep-one", "1.0", {"epone": "ep_one"}, {"ep_one": PLUGIN})
+        _age(install_dist("ep-two", "1.0", {"eptwo": "ep_two"}, {"ep_two": PLUGIN}))
+        _age(one)
+        cache = tmp_path / "cache.json"
+        assert {"epone", "eptwo"} <= _names(cache)
+        shutil.rmtree(one)
+        names = _names(cache)
+        assert "epone" not in names
+        assert "eptwo" in names
+
+    def test_rewritten_entry_points_invalidate(
+        self, install_dist: Callable[..., Path], tmp_path: Path
+    ) -> None:
+        """entry_points.txt rewritten in place (same distribution, same version) is read again."""
+        info = install_dist("ep-one", "1.0", {"epone": "ep_one"}, {"ep_one": PLUGIN})
+        _age(info)
+        cache = tmp_path / "cache.json"
+        assert _names(cache) >= {"epone"}
+        (info / "entry_points.txt").write_text("[noderole]\nrenamed = ep_one\n")
+        _age(info)  # even with an old time, the inode/size change is seen
+        names = _names(cache)
+        assert "renamed" in names
+        assert "epone" not in names
+
+    def test_fresh_installation_is_not_stored(
+        self, install_dist: Callable[..., Path], tmp_path: Path
+    ) -> None:
+        """A key younger than the timestamp granularity could hide a change: it is not stored."""
+        install_dist("ep-one", "1.0", {"epone": "ep_one"}, {"ep_one": PLUGIN})
+        cache = tmp_path / "cache.json"
+        assert "epone" in _names(cache)
+        assert not cache.exists()
+
+    def test_unwritable_cache_is_ignored(
+        self, install_dist: Callable[..., Path], tmp_path: Path
+    ) -> None:
+        """A cache that cannot be written (its directory is a file) costs a scan, not an error."""
+        _age(install_dist("ep-one", "1.0", {"epone": "ep_one"}, {"ep_one": PLUGIN}))
+        (tmp_path / "file").write_text("")
+        assert "epone" in _names(tmp_path / "file" / "cache.json")
+
+    def test_damaged_cache_is_rebuilt(
+        self, install_dist: Callable[..., Path], tmp_path: Path
+    ) -> None:
+        """A cache file that is not JSON is scanned over and replaced."""
+        _age(install_dist("ep-one", "1.0", {"epone": "ep_one"}, {"ep_one": PLUGIN}))
+        cache = tmp_path / "cache.json"
+        cache.write_text("{not json")
+        assert "epone" in _names(cache)
+        assert json.loads(cache.read_text())["format"] == 1
+
+    def test_matches_importlib_metadata(self, tmp_path: Path) -> None:
+        """The cached answer is what importlib.metadata says, first distribution per name."""
+        import importlib.metadata
+
+        expected = sorted({ep.name for ep in importlib.metadata.entry_points(group=GROUP)})
+        cache = tmp_path / "cache.json"
+        assert [f.name for f in discover(GROUP, cache)] == expected
+        assert [f.name for f in discover(GROUP, cache)] == expected
+
+
+class TestLoadTarget:
+    def test_module_and_attribute_path(self) -> None:
+        """``module:a.b`` imports the module and follows the attributes."""
+        assert load_target("os.path:join") is os.path.join
+        assert load_target("json") is json
+        assert load_target("os:path.join [extra]") is os.path.join
+
+
+class TestPluginsUseTheCache:
+    def test_load_plugins_through_the_cache_sees_a_new_plugin(
+        self, install_dist: Callable[..., Path], tmp_path: Path
+    ) -> None:
+        """load_plugins with a cache loads a plugin installed after the cache was written."""
+        cache = tmp_path / "cache.json"
+        before = load_plugins(entry_point_cache=cache).names()
+        install_dist("ep-late", "2.0", {"eplate": "ep_late"}, {"ep_late": PLUGIN})
+        plugins = load_plugins(entry_point_cache=cache)
+        assert "eplate" in plugins.names()
+        assert "eplate" not in before
+        assert (plugins.info("eplate").distribution, plugins.info("eplate").version) == (
+            "ep-late",
+            "2.0",
+        )
+
+    def test_command_stores_cache_under_the_root_and_imports_no_metadata(
+        self, tmp_path: Path
+    ) -> None:
+        """`noderole list` keeps the cache under the node's /var/cache; the second run does not
+        import importlib.metadata at all."""
+        probe = (
+            "import sys, json\n"
+            "from noderole.cli import main\n"
+            "try:\n"
+            f"    main(['--root', {str(tmp_path)!r}, 'list'])\n"
+            "except SystemExit:\n"
+            "    pass\n"
+            "print(json.dumps('importlib.metadata' in sys.modules), file=sys.stderr)\n"
+        )
+
+        def run() -> bool:
+            done = subprocess.run(
+                [sys.executable, "-c", probe], capture_output=True, text=True, check=True
+            )
+            loaded: bool = json.loads(done.stderr.strip().splitlines()[-1])
+            return loaded
+
+        assert run() is True
+        assert (tmp_path / "var/cache/noderole/entry-points.json").is_file()
+        assert run() is False
