@@ -22,7 +22,7 @@ from noderole.__about__ import __version__ as __version__
 if TYPE_CHECKING:
     # The one list of public names. Write each on its own line as ``from noderole.x import Name
     # as Name`` (an explicit re-export, which is also the line _public() reads at run time).
-    from noderole.certs import CertOutcome as CertOutcome
+    from noderole.certstamp import CertOutcome as CertOutcome
     from noderole.clock import Clock as Clock
     from noderole.clock import FakeClock as FakeClock
     from noderole.clock import SystemClock as SystemClock

@@ -24,7 +24,7 @@ import stat
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Literal, TypeAlias
+from typing import TypeAlias
 
 import attrs
 from cryptography import x509
@@ -35,6 +35,7 @@ from cryptography.utils import CryptographyDeprecationWarning
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from noderole.atomic import FileSpec, StepHook, remove_stale_temps, write_files
+from noderole.certstamp import CertOutcome, record_stamp
 from noderole.clock import Clock
 from noderole.errors import CertificateError
 from noderole.records import MintCertificate
@@ -435,26 +436,6 @@ def _mint(
 # --------------------------------------------------------------------------- the step
 
 
-@attrs.frozen(kw_only=True)
-class CertOutcome:
-    """What :func:`ensure_certificate` did."""
-
-    action: Literal["minted", "reused"]
-    """``minted`` when a new certificate was written, ``reused`` when the existing pair stays."""
-    reason: str
-    """Why: the re-mint reason (``SANs changed: +a -b``), or why the existing pair is good."""
-    cert_path: Path
-    """The certificate on this machine."""
-    key_path: Path
-    """The key on this machine."""
-    not_after: dt.datetime
-    """When the certificate in place expires (UTC)."""
-    fingerprint: str
-    """SHA-256 fingerprint of the certificate in place, lower-case hex."""
-    key_kept: bool
-    """True when the key file was left as it was (always on reuse; on renewal when sound)."""
-
-
 def _read_existing(directory: Path) -> _Existing:
     """The pair in ``directory`` (missing files as None), refusing symbolic links anywhere."""
     try:
@@ -543,7 +524,7 @@ def ensure_certificate(
     )
     if verdict.reuse:
         assert verdict.cert is not None
-        return CertOutcome(
+        reused = CertOutcome(
             action="reused",
             reason=verdict.reason,
             cert_path=cert_path,
@@ -552,6 +533,8 @@ def ensure_certificate(
             fingerprint=_fingerprint(verdict.cert),
             key_kept=True,
         )
+        _stamp(request, reused, root=root, clock=clock, ca=ca)
+        return reused
     key = verdict.key
     files: list[FileSpec] = []
     if key is None:
@@ -576,7 +559,7 @@ def ensure_certificate(
             f"cannot write {directory}: {error.strerror or error}; the previous certificate (if "
             f"any) is left as it was"
         ) from None
-    return CertOutcome(
+    minted = CertOutcome(
         action="minted",
         reason=verdict.reason,
         cert_path=cert_path,
@@ -584,6 +567,22 @@ def ensure_certificate(
         not_after=cert.not_valid_after_utc,
         fingerprint=_fingerprint(cert),
         key_kept=len(files) == 1,
+    )
+    _stamp(request, minted, root=root, clock=clock, ca=ca)
+    return minted
+
+
+def _stamp(
+    request: MintCertificate,
+    outcome: CertOutcome,
+    *,
+    root: NodeRoot,
+    clock: Clock,
+    ca: CertificateAuthority,
+) -> None:
+    # The next apply may then skip parsing (and importing x509) while nothing changes.
+    record_stamp(
+        request, outcome, root=root, now=clock.time(), ca_not_after=ca.cert.not_valid_after_utc
     )
 
 

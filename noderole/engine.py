@@ -30,7 +30,7 @@ from noderole.errors import NoderoleError, StepError
 from noderole.plan import Plan, PlannedService
 from noderole.records import Service
 from noderole.root import NodeRoot
-from noderole.steps import StepContext, StepResult, run_steps
+from noderole.steps import StepContext, StepResult, run_steps, warm_certificates
 
 if TYPE_CHECKING:
     from noderole.waits import Cancel
@@ -636,6 +636,8 @@ def apply_plan(
         progress_every=progress_every,
     )
     started = clock.monotonic()
+    pre_start = (step for entry in plan.services for step in entry.service.pre_start)
+    warm_certificates(pre_start, root=root, now=clock.time())
     run.current = backend.status([entry.name for entry in plan.services])
     threads = [
         threading.Thread(target=run.run, args=(entry,), name=f"apply:{entry.name}", daemon=True)

@@ -11,8 +11,9 @@ Internal module: import ``StepContext`` and ``StepResult`` from :mod:`noderole`.
 
 from __future__ import annotations
 
+import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -34,10 +35,10 @@ from noderole.records import (
 from noderole.root import NodeRoot
 
 if TYPE_CHECKING:
-    from noderole.certs import CertOutcome
+    from noderole.certstamp import CertOutcome
     from noderole.waits import Cancel
 
-__all__ = ["StepContext", "StepResult", "run_step", "run_steps"]
+__all__ = ["StepContext", "StepResult", "run_step", "run_steps", "warm_certificates"]
 
 
 @attrs.define(kw_only=True)
@@ -127,6 +128,34 @@ class StepResult:
             Fail: "fail",
             Warn: "warning",
         }[type(self.step)]
+
+
+def warm_certificates(
+    steps: Iterable[Step], *, root: NodeRoot, now: float
+) -> threading.Thread | None:
+    """Start importing :mod:`noderole.certs` (cryptography's x509: ~80 ms) in a background thread
+    when one of ``steps`` is a certificate that needs a full check, and return the thread.
+
+    A certificate step usually comes after waits (konnectivity waits for k3s's CA): importing
+    while they wait takes the import off the boot's critical path, between the CA appearing and
+    the service starting. Nothing is started when every certificate is unchanged since its last
+    check (:mod:`noderole.certstamp`): a re-apply never imports x509.
+    """
+    if "noderole.certs" in sys.modules:
+        return None
+    from noderole.certstamp import stamped_outcome
+
+    for step in steps:
+        if isinstance(step, MintCertificate) and stamped_outcome(step, root=root, now=now) is None:
+            import importlib
+
+            # Not a daemon: an interpreter exiting must not tear down a half-done import.
+            thread = threading.Thread(
+                target=importlib.import_module, args=("noderole.certs",), name="import:certs"
+            )
+            thread.start()
+            return thread
+    return None
 
 
 def run_steps(
@@ -250,6 +279,12 @@ def _write_file(step: WriteFile, ctx: StepContext) -> str:
 
 
 def _certificate(step: MintCertificate, ctx: StepContext) -> CertOutcome:
+    from noderole.certstamp import stamped_outcome
+
+    # Unchanged since the last full check: no parsing, no import of cryptography.
+    stamped = stamped_outcome(step, root=ctx.root, now=ctx.clock.time())
+    if stamped is not None:
+        return stamped
     from noderole.certs import ensure_certificate
 
     try:

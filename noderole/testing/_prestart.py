@@ -24,7 +24,7 @@ from noderole.steps import StepContext, StepResult, run_steps
 from noderole.testing._root import RootLike, as_node_root
 
 if TYPE_CHECKING:
-    from noderole.certs import CertOutcome
+    from noderole.certstamp import CertOutcome
 
 __all__ = ["PrestartOutcome", "new_fake_clock", "run_prestart", "wait_targets"]
 

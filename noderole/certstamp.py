@@ -1,0 +1,191 @@
+"""The certificate reuse check without cryptography, when nothing changed since the last one.
+
+A full reuse check (:func:`noderole.certs.ensure_certificate`) parses the pair and the CA, which
+costs the import of ``cryptography.x509`` (about 80 ms) on every ``apply``. Its verdict depends
+only on the request, the four files and the time, so after each full check that leaves a good
+pair in place (reused or minted) a *stamp* is recorded: the request, each file's inode, size,
+modification time and mode, one SHA-256 digest of the four files' contents, and the time window
+in which the verdict stays "reuse" (from the check to the start of the renewal window, never past
+the CA's own expiry).
+
+The next check reads the four files, and when every part of the stamp still matches and the time
+is inside the window, answers "reused" without parsing anything. Any change to the certificate,
+the key or the CA (content, inode, size, time or mode), to the request, or a clock outside the
+window forces the full check. Stamps live in :data:`STAMP_DIR` on the node, one file per
+certificate directory; a stamp that cannot be read or written only costs a full check.
+
+Standard library and attrs only: importing this module must not import cryptography.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import os
+import stat
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import attrs
+
+if TYPE_CHECKING:
+    from noderole.records import MintCertificate
+    from noderole.root import NodeRoot
+
+__all__ = ["STAMP_DIR", "CertOutcome", "file_parts", "record_stamp", "stamped_outcome"]
+
+STAMP_DIR = "/var/lib/noderole/certs"
+"""Node directory of the stamps of verified certificates."""
+CERT_NAME = "tls.crt"  # noderole.certs.CERT_NAME, repeated so this module need not import it
+KEY_NAME = "tls.key"
+_FORMAT = 1
+
+
+@attrs.frozen(kw_only=True)
+class CertOutcome:
+    """What :func:`noderole.certs.ensure_certificate` did."""
+
+    action: Literal["minted", "reused"]
+    """``minted`` when a new certificate was written, ``reused`` when the existing pair stays."""
+    reason: str
+    """Why: the re-mint reason (``SANs changed: +a -b``), or why the existing pair is good."""
+    cert_path: Path
+    """The certificate on this machine."""
+    key_path: Path
+    """The key on this machine."""
+    not_after: dt.datetime
+    """When the certificate in place expires (UTC)."""
+    fingerprint: str
+    """SHA-256 fingerprint of the certificate in place, lower-case hex."""
+    key_kept: bool
+    """True when the key file was left as it was (always on reuse; on renewal when sound)."""
+
+
+def _paths(request: MintCertificate, root: NodeRoot) -> list[Path]:
+    directory = root.resolve(request.directory)
+    return [
+        directory / CERT_NAME,
+        directory / KEY_NAME,
+        root.resolve(request.ca_cert),
+        root.resolve(request.ca_key),
+    ]
+
+
+def _stamp_path(request: MintCertificate, root: NodeRoot) -> Path:
+    name = hashlib.sha256(request.directory.encode()).hexdigest()[:32]
+    return root.resolve(f"{STAMP_DIR}/{name}.json")
+
+
+def _request_key(request: MintCertificate) -> list[Any]:
+    return [
+        request.directory,
+        request.ca_cert,
+        request.ca_key,
+        request.common_name,
+        list(request.sans),
+        request.renew_before_days,
+    ]
+
+
+def file_parts(paths: list[Path]) -> list[Any] | None:
+    """Each file's [inode, size, mtime_ns, mode] and one digest of all their contents; None when
+    one is missing, unreadable, a symbolic link or not a regular file (then check in full)."""
+    digest = hashlib.sha256()
+    parts: list[Any] = []
+    for path in paths:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            return None
+        with os.fdopen(fd, "rb") as handle:
+            info = os.fstat(handle.fileno())
+            if not stat.S_ISREG(info.st_mode):
+                return None
+            data = handle.read()
+        parts.append([info.st_ino, info.st_size, info.st_mtime_ns, info.st_mode])
+        digest.update(len(data).to_bytes(8, "big") + data)
+    parts.append(digest.hexdigest())
+    return parts
+
+
+def _directory_is_real(request: MintCertificate, root: NodeRoot) -> bool:
+    try:
+        info = os.lstat(root.resolve(request.directory))
+    except OSError:
+        return False
+    return stat.S_ISDIR(info.st_mode)
+
+
+def stamped_outcome(request: MintCertificate, *, root: NodeRoot, now: float) -> CertOutcome | None:
+    """ "reused", when the stamp of the last full check still holds at ``now`` (epoch seconds);
+    None when a full check is needed."""
+    try:
+        stamp = json.loads(_stamp_path(request, root).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(stamp, dict) or stamp.get("format") != _FORMAT:
+        return None
+    try:
+        valid_from, reuse_until = float(stamp["valid_from"]), float(stamp["reuse_until"])
+        not_after = dt.datetime.fromtimestamp(float(stamp["not_after"]), tz=dt.UTC)
+        fingerprint = str(stamp["fingerprint"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    if not valid_from <= now < reuse_until or stamp.get("request") != _request_key(request):
+        return None
+    if not _directory_is_real(request, root):
+        return None
+    paths = _paths(request, root)
+    if stamp.get("files") != file_parts(paths):
+        return None
+    days = (not_after - dt.datetime.fromtimestamp(now, tz=dt.UTC)).days
+    return CertOutcome(
+        action="reused",
+        reason=(
+            f"valid until {not_after.strftime('%Y-%m-%d %H:%M:%S UTC')} ({days} days left); "
+            "unchanged since the last full check"
+        ),
+        cert_path=paths[0],
+        key_path=paths[1],
+        not_after=not_after,
+        fingerprint=fingerprint,
+        key_kept=True,
+    )
+
+
+def record_stamp(
+    request: MintCertificate,
+    outcome: CertOutcome,
+    *,
+    root: NodeRoot,
+    now: float,
+    ca_not_after: dt.datetime,
+) -> None:
+    """Record that a full check at ``now`` left a good pair: reuse holds until the renewal
+    window opens (or the CA expires, if sooner). Best effort: a stamp not written costs only a
+    full check next time."""
+    reuse_until = min(
+        (outcome.not_after - dt.timedelta(days=request.renew_before_days)).timestamp(),
+        ca_not_after.timestamp(),
+    )
+    files = file_parts(_paths(request, root))
+    if files is None or reuse_until <= now:
+        return
+    document = {
+        "format": _FORMAT,
+        "request": _request_key(request),
+        "files": files,
+        "valid_from": now,
+        "reuse_until": reuse_until,
+        "not_after": outcome.not_after.timestamp(),
+        "fingerprint": outcome.fingerprint,
+    }
+    from noderole.atomic import write_atomic
+
+    path = _stamp_path(request, root)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        write_atomic(path, json.dumps(document).encode(), mode=0o600)
+    except OSError:
+        pass

@@ -1,0 +1,199 @@
+"""The stamp of the last full certificate check: trusted only while nothing it covers changed."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from noderole.certstamp import STAMP_DIR, stamped_outcome
+from noderole.clock import FakeClock
+from tests.test_certs import CA_CERT, CA_KEY, DAY, Node, make_ca
+from tests.test_certs import node as node  # the fixture, used by name
+
+FILES = {
+    "certificate": lambda node: node.cert_file,
+    "key": lambda node: node.key_file,
+    "CA certificate": lambda node: node.root.resolve(CA_CERT),
+    "CA key": lambda node: node.root.resolve(CA_KEY),
+}
+
+
+def _stamped(node: Node, **overrides: object) -> object:
+    return stamped_outcome(node.request(**overrides), root=node.root, now=node.clock.time())
+
+
+class TestStamp:
+    def test_full_check_records_a_stamp_that_answers_reused(self, node: Node) -> None:
+        """After a mint, the stamp answers "reused" with the same fingerprint and expiry."""
+        minted = node.ensure()
+        assert minted.action == "minted"
+        assert list(node.root.resolve(STAMP_DIR).iterdir())
+        stamped = _stamped(node)
+        assert stamped is not None
+        assert stamped.action == "reused"  # type: ignore[attr-defined]
+        assert stamped.fingerprint == minted.fingerprint  # type: ignore[attr-defined]
+        assert stamped.not_after == minted.not_after  # type: ignore[attr-defined]
+        assert stamped.cert_path == minted.cert_path  # type: ignore[attr-defined]
+
+    def test_no_stamp_before_any_check(self, node: Node) -> None:
+        """With no stamp recorded there is no shortcut."""
+        assert _stamped(node) is None
+
+    @pytest.mark.parametrize("which", sorted(FILES))
+    def test_changed_content_forces_full_check(self, node: Node, which: str) -> None:
+        """Any byte of the certificate, key, CA certificate or CA key changed: full check."""
+        node.ensure()
+        path = FILES[which](node)
+        data = path.read_bytes()
+        stat = path.stat()
+        path.write_bytes(data[:-2] + (b"A" if data[-2:-1] != b"A" else b"B") + data[-1:])
+        os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # even with the time put back
+        assert _stamped(node) is None
+
+    @pytest.mark.parametrize("which", sorted(FILES))
+    def test_touched_file_forces_full_check(self, node: Node, which: str) -> None:
+        """Same content, new modification time: full check."""
+        node.ensure()
+        path = FILES[which](node)
+        stat = path.stat()
+        os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))
+        assert _stamped(node) is None
+
+    @pytest.mark.parametrize("which", sorted(FILES))
+    def test_replaced_file_forces_full_check(self, node: Node, which: str) -> None:
+        """Same content and time under a new inode (a rename over it): full check."""
+        node.ensure()
+        path = FILES[which](node)
+        stat = path.stat()
+        copy = path.with_name(path.name + ".new")
+        copy.write_bytes(path.read_bytes())
+        os.chmod(copy, stat.st_mode & 0o7777)
+        os.utime(copy, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+        os.replace(copy, path)
+        assert _stamped(node) is None
+
+    def test_key_mode_change_forces_full_check(self, node: Node) -> None:
+        """A key made readable by others is seen by the full check, not hidden by the stamp."""
+        node.ensure()
+        os.chmod(node.key_file, 0o644)
+        assert _stamped(node) is None
+        assert node.ensure().action == "minted"
+
+    def test_new_ca_is_examined(self, node: Node) -> None:
+        """A rotated CA (new files) is caught and the pair is re-minted by the full check."""
+        node.ensure()
+        cert, key = make_ca(now=node.clock.time())
+        node.install_ca(cert, key)
+        assert _stamped(node) is None
+        assert node.ensure().action == "minted"
+
+    def test_changed_request_forces_full_check(self, node: Node) -> None:
+        """Other SANs or another common name: full check."""
+        node.ensure()
+        assert _stamped(node, sans=("other.example",)) is None
+        assert _stamped(node, common_name="someone-else") is None
+        assert _stamped(node, renew_before_days=30) is None
+
+    def test_renewal_window_forces_full_check(self, node: Node) -> None:
+        """Once the renewal window opens, the stamp no longer answers; the full check renews."""
+        node.ensure()
+        node.clock.advance(365 * DAY - 90 * DAY)
+        assert _stamped(node) is None
+        assert node.ensure().action == "minted"
+
+    def test_clock_before_the_check_forces_full_check(self, node: Node) -> None:
+        """A clock set back before the recorded check: full check."""
+        node.ensure()
+        node.clock = FakeClock(wall=node.clock.time() - DAY)
+        assert _stamped(node) is None
+
+    def test_damaged_stamp_is_ignored(self, node: Node) -> None:
+        """A stamp that is not JSON, or lacks a field, is no shortcut."""
+        node.ensure()
+        (stamp,) = node.root.resolve(STAMP_DIR).iterdir()
+        document = json.loads(stamp.read_text())
+        del document["fingerprint"]
+        stamp.write_text(json.dumps(document))
+        assert _stamped(node) is None
+        stamp.write_text("{")
+        assert _stamped(node) is None
+
+    def test_reuse_by_full_check_records_a_stamp(self, node: Node) -> None:
+        """A full check that reuses (stamp removed) records a new stamp."""
+        node.ensure()
+        (stamp,) = node.root.resolve(STAMP_DIR).iterdir()
+        stamp.unlink()
+        assert node.ensure().action == "reused"
+        assert _stamped(node) is not None
+
+
+PROBE = """
+import json, sys, time
+from noderole.clock import SystemClock
+from noderole.records import MintCertificate
+from noderole.root import NodeRoot
+from noderole.steps import StepContext, run_step, warm_certificates
+
+root, request = NodeRoot(sys.argv[1]), MintCertificate(**json.loads(sys.argv[2]))
+thread = warm_certificates([request], root=root, now=time.time())
+warmed = thread is not None
+if thread is not None:
+    thread.join()
+result = run_step(request, StepContext(service="s", root=root, clock=SystemClock()))
+print(json.dumps({
+    "warmed": warmed,
+    "action": result.certificate.action,
+    "x509": "cryptography.x509" in sys.modules,
+}))
+"""
+
+
+def _probe(node: Node) -> dict[str, object]:
+    request = node.request()
+    fields = {
+        "directory": request.directory,
+        "ca_cert": request.ca_cert,
+        "ca_key": request.ca_key,
+        "common_name": request.common_name,
+        "sans": list(request.sans),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, str(node.path), json.dumps(fields)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    result: dict[str, object] = json.loads(done.stdout)
+    return result
+
+
+class TestCertificateStep:
+    def test_unchanged_pair_is_reused_without_importing_x509(self, node: Node) -> None:
+        """A certificate step on an unchanged, stamped pair neither warms nor imports x509."""
+        node.clock = FakeClock(wall=node.clock.time() - 60)  # the check happened a minute ago
+        node.ensure()
+        assert _probe(node) == {"warmed": False, "action": "reused", "x509": False}
+
+    def test_missing_pair_warms_the_import_and_mints(self, node: Node) -> None:
+        """Nothing stamped: the x509 import is started early and the step mints."""
+        assert _probe(node) == {"warmed": True, "action": "minted", "x509": True}
+
+    def test_changed_pair_is_checked_in_full(self, node: Node) -> None:
+        """A stamped pair whose certificate changed: warmed, fully checked (here: re-minted)."""
+        node.clock = FakeClock(wall=node.clock.time() - 60)
+        node.ensure()
+        node.cert_file.write_bytes(node.cert_file.read_bytes().replace(b"\n", b"\r\n", 1))
+        result = _probe(node)
+        assert result["warmed"] is True
+        assert result["x509"] is True
+
+
+def test_stamp_directory_is_private(node: Node) -> None:
+    """Stamps live in a directory only root can read (they describe the key file)."""
+    node.ensure()
+    assert (Path(node.root.resolve(STAMP_DIR)).stat().st_mode & 0o077) == 0
