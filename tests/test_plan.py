@@ -626,3 +626,39 @@ class TestRenderGraph:
         """An unknown format is a ValueError naming the choices."""
         with pytest.raises(ValueError, match="use one of: text, dot, mermaid"):
             render_graph(plan, "svg")  # type: ignore[arg-type]
+
+
+class TestCollectorPause:
+    def test_collector_is_paused_while_planning_and_restored(self) -> None:
+        """The cyclic collector is off while a plan is built, and back on afterwards."""
+        import gc
+
+        seen: list[bool] = []
+
+        class Probe(str):
+            # A role name whose membership test records the collector's state mid-build.
+            def __eq__(self, other: object) -> bool:
+                seen.append(gc.isenabled())
+                return str.__eq__(self, other)
+
+            __hash__ = str.__hash__
+
+        assert gc.isenabled()
+        build_plan([svc("a", roles=["r"])], Probe("r"))
+        assert seen
+        assert not any(seen)
+        assert gc.isenabled()
+
+    def test_collector_state_restored_after_an_error_and_when_already_off(self) -> None:
+        """A PlanError turns the collector back on; a caller that had it off keeps it off."""
+        import gc
+
+        with pytest.raises(PlanError):
+            build_plan([svc("a", roles=["r"])], "unknown")
+        assert gc.isenabled()
+        gc.disable()
+        try:
+            build_plan([svc("a", roles=["r"])], "r")
+            assert not gc.isenabled()
+        finally:
+            gc.enable()
