@@ -30,7 +30,9 @@ CACHE_FILE = "/var/cache/noderole/entry-points.json"
 """Where the cache lives, as a node path (under ``--root``)."""
 SETTLE_SECONDS = 2.0
 """A key with a time younger than this is not stored: it might change without its time changing."""
-_FORMAT = 1
+_FORMAT = 2
+_KEEP = 8
+"""Keys kept: ``noderole`` and ``python -m noderole`` (from any directory) see different paths."""
 
 
 class FoundEntryPoint:
@@ -120,20 +122,26 @@ def _scan(group: str) -> list[FoundEntryPoint]:
     return [seen[name] for name in sorted(seen)]
 
 
-def _read(cache: Path) -> dict[str, Any] | None:
+def _read(cache: Path) -> list[dict[str, Any]]:
     try:
         document = json.loads(cache.read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return None
-    return document if isinstance(document, dict) and document.get("format") == _FORMAT else None
+        return []
+    if not isinstance(document, dict) or document.get("format") != _FORMAT:
+        return []
+    entries = document.get("entries")
+    if not isinstance(entries, list):
+        return []
+    return [e for e in entries if isinstance(e, dict) and isinstance(e.get("groups"), dict)]
 
 
-def _write(cache: Path, document: dict[str, Any]) -> None:
+def _write(cache: Path, entries: list[dict[str, Any]]) -> None:
     from noderole.atomic import write_atomic
 
     try:
         cache.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(cache, json.dumps(document).encode(), mode=0o644)
+        data = json.dumps({"format": _FORMAT, "entries": entries[:_KEEP]}).encode()
+        write_atomic(cache, data, mode=0o644)
     except OSError:
         pass  # a read-only /var/cache, an unprivileged user: scan again next time
 
@@ -142,17 +150,20 @@ def discover(group: str, cache: Path | None) -> list[FoundEntryPoint]:
     """The entry points of ``group`` sorted by name, from ``cache`` when the key still matches."""
     paths = list(sys.path)
     key, settled = _key(paths, time.time())
-    document = _read(cache) if cache is not None else None
-    if document is not None:
-        stored = document.get("groups", {}).get(group)
-        if document.get("key") == key and isinstance(stored, list):
+    key = json.loads(json.dumps(key))  # as it reads back: lists, not tuples
+    entries = _read(cache) if cache is not None else []
+    mine = next((e for e in entries if e.get("key") == key), None)
+    if mine is not None:
+        stored = mine["groups"].get(group)
+        if isinstance(stored, list):
             try:
                 return [FoundEntryPoint(*item) for item in stored]
             except TypeError:
                 pass  # a damaged entry: scan
     found = _scan(group)
     if cache is not None and settled:
-        groups = document.get("groups", {}) if document and document.get("key") == key else {}
+        groups = dict(mine["groups"]) if mine is not None else {}
         groups[group] = [item.as_list() for item in found]
-        _write(cache, {"format": _FORMAT, "key": key, "groups": groups})
+        others = [e for e in entries if e is not mine]
+        _write(cache, [{"key": key, "groups": groups}, *others])
     return found

@@ -43,7 +43,7 @@ class TestDiscover:
         assert "epone" in _names(cache)
         document = json.loads(cache.read_text())
         # Proof that the stored answer is what is served: edit it, keep its key.
-        document["groups"][GROUP] = [["only-in-cache", "x:y", "d", "1"]]
+        document["entries"][0]["groups"][GROUP] = [["only-in-cache", "x:y", "d", "1"]]
         cache.write_text(json.dumps(document))
         assert _names(cache) == {"only-in-cache"}
 
@@ -111,7 +111,7 @@ class TestDiscover:
         cache = tmp_path / "cache.json"
         cache.write_text("{not json")
         assert "epone" in _names(cache)
-        assert json.loads(cache.read_text())["format"] == 1
+        assert json.loads(cache.read_text())["format"] == 2
 
     def test_matches_importlib_metadata(self, tmp_path: Path) -> None:
         """The cached answer is what importlib.metadata says, first distribution per name."""
@@ -121,6 +121,25 @@ class TestDiscover:
         cache = tmp_path / "cache.json"
         assert [f.name for f in discover(GROUP, cache)] == expected
         assert [f.name for f in discover(GROUP, cache)] == expected
+
+    def test_several_interpreter_paths_each_keep_their_entry(
+        self, install_dist: Callable[..., Path], tmp_path: Path
+    ) -> None:
+        """`noderole` and `python -m noderole` see different sys.path: both stay cached."""
+        _age(install_dist("ep-one", "1.0", {"epone": "ep_one"}, {"ep_one": PLUGIN}))
+        cache = tmp_path / "cache.json"
+        _names(cache)
+        sys.path.insert(0, str(tmp_path / "elsewhere"))
+        try:
+            _names(cache)
+        finally:
+            sys.path.pop(0)
+        assert len(json.loads(cache.read_text())["entries"]) == 2
+        document = json.loads(cache.read_text())
+        for entry in document["entries"]:
+            entry["groups"][GROUP] = [["only-in-cache", "x:y", "d", "1"]]
+        cache.write_text(json.dumps(document))
+        assert _names(cache) == {"only-in-cache"}
 
 
 class TestLoadTarget:
