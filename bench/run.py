@@ -27,7 +27,7 @@ from bench._common import Row
 
 __all__ = ["BENCHMARKS", "main", "machine", "table"]
 
-BENCHMARKS = ("startup", "plan", "waits", "certs", "supervisor", "scale", "apply")
+BENCHMARKS = ("startup", "commands", "plan", "waits", "certs", "supervisor", "scale", "apply")
 """Modules ``bench.bench_<name>``, in the order the table shows them."""
 
 

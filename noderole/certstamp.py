@@ -19,6 +19,7 @@ Standard library and attrs only: importing this module must not import cryptogra
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import hashlib
 import json
@@ -181,11 +182,17 @@ def record_stamp(
         "not_after": outcome.not_after.timestamp(),
         "fingerprint": outcome.fingerprint,
     }
-    from noderole.atomic import write_atomic
-
     path = _stamp_path(request, root)
+    scratch = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        write_atomic(path, json.dumps(document).encode(), mode=0o600)
+        # Not fsync-ed, on purpose: this runs between the mint and the start on the boot's
+        # critical path, and a stamp lost or torn by a power cut only costs a full check (a torn
+        # one does not parse, and a whole one must still match every file's digest).
+        fd = os.open(scratch, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump(document, handle)
+        os.replace(scratch, path)
     except OSError:
-        pass
+        with contextlib.suppress(OSError):
+            os.unlink(scratch)
