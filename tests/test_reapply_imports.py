@@ -1,0 +1,103 @@
+"""A re-apply that changes nothing imports neither cryptography's x509 nor importlib.metadata.
+
+Structural, not timed: a fresh ``noderole apply`` process reports the modules it imported. The
+plugin is a real installed distribution (``.dist-info`` with an entry point, on PYTHONPATH) whose
+service mints a serving certificate from a CA before it starts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+from tests.test_certs import CA_CERT, CA_KEY, Node, make_ca
+from tests.test_engine import SLEEPER
+from tests.test_engine import node as node  # the fixture: ends the root's processes
+
+PLUGIN = """
+import noderole
+
+@noderole.hookimpl
+def noderole_services():
+    return [
+        noderole.Service(
+            name="tls",
+            roles=["demo"],
+            command=["/usr/local/bin/sleeper"],
+            pre_start=[
+                noderole.MintCertificate(
+                    directory="/var/lib/tls",
+                    ca_cert=%(ca_cert)r,
+                    ca_key=%(ca_key)r,
+                    common_name="tls",
+                    sans=["tls.example"],
+                )
+            ],
+        )
+    ]
+"""
+
+PROBE = """
+import json, sys
+from noderole.cli import main
+try:
+    main(["--root", sys.argv[1], "apply", "demo", "--json"])
+except SystemExit as exc:
+    if exc.code:
+        raise
+print(json.dumps(sorted(sys.modules)), file=sys.stderr)
+"""
+
+
+def _install(site: Path) -> None:
+    info = site / "reapply_probe-1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: reapply-probe\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text("[noderole]\nreapplyprobe = reapply_probe_plugin\n")
+    (site / "reapply_probe_plugin.py").write_text(
+        textwrap.dedent(PLUGIN % {"ca_cert": CA_CERT, "ca_key": CA_KEY})
+    )
+
+
+def _apply(root: Path, site: Path) -> tuple[dict[str, Any], list[str]]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), *sys.path])}
+    env.pop("NODEROLE_ROOT", None)
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, str(root)], capture_output=True, text=True, env=env
+    )
+    assert done.returncode == 0, done.stderr
+    modules: list[str] = json.loads(done.stderr.strip().splitlines()[-1])
+    return json.loads(done.stdout), modules
+
+
+def test_unchanged_reapply_imports_no_x509_and_no_metadata(node: object, tmp_path: Path) -> None:
+    """First apply mints (x509 imported); the re-apply reuses from the stamp without x509 and
+    finds its plugin through the entry-point cache without importlib.metadata."""
+    cert_node = Node(tmp_path)
+    cert, key = make_ca(now=cert_node.clock.time())
+    cert_node.install_ca(cert, key)
+    sleeper = tmp_path / "usr/local/bin/sleeper"
+    sleeper.parent.mkdir(parents=True, exist_ok=True)
+    sleeper.write_text(SLEEPER)
+    sleeper.chmod(0o755)
+    site = tmp_path.parent / f"{tmp_path.name}-site"
+    _install(site)
+    # Installed a while ago: the entry-point cache stores only settled installations.
+    old = (site / "reapply_probe-1.0.dist-info/entry_points.txt").stat().st_mtime - 60
+    os.utime(site / "reapply_probe-1.0.dist-info/entry_points.txt", (old, old))
+
+    first, modules = _apply(tmp_path, site)
+    (tls,) = [s for s in first["services"] if s["name"] == "tls"]
+    assert tls["status"] == "started"
+    assert "cryptography.x509" in modules
+
+    again, modules = _apply(tmp_path, site)
+    (tls,) = [s for s in again["services"] if s["name"] == "tls"]
+    assert tls["status"] == "running"
+    assert "cryptography.x509" not in modules
+    assert "importlib.metadata" not in modules
