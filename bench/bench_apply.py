@@ -402,7 +402,10 @@ def _stage(root: Path, port: int) -> None:
 
 def _run_noderole(root: Path, *args: str) -> None:
     argv = [*_noderole_argv(), "--root", str(root), *args]
-    env = {k: v for k, v in os.environ.items() if k != "NODEROLE_ROOT"}
+    # Bytecode caching on, as on a node: otherwise every edited module is compiled on each run.
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("NODEROLE_ROOT", "PYTHONDONTWRITEBYTECODE")
+    }
     done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120)
     if done.returncode != 0:
         raise RuntimeError(
