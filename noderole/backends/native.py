@@ -13,11 +13,9 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-
-import attrs
+from typing import TYPE_CHECKING
 
 from noderole.errors import BackendError
-from noderole.records import Service
 from noderole.root import NodeRoot
 from noderole.state import RUN_DIR
 from noderole.supervisor import (
@@ -29,7 +27,9 @@ from noderole.supervisor import (
     Supervisor,
     SupervisorError,
 )
-from noderole.waits import probe_for
+
+if TYPE_CHECKING:
+    from noderole.records import Service
 
 __all__ = ["BASE_ENVIRONMENT", "IN_FLIGHT", "LOG_PATH", "NativeBackend", "process_spec"]
 
@@ -54,6 +54,11 @@ LOG_PATH = "/var/log/noderole/supervisor.log"
 
 def process_spec(service: Service, *, root: NodeRoot, fingerprint: str) -> ProcessSpec:
     """The supervisor's view of ``service`` under ``root``."""
+    # Imported here: `status` and `stop` use this backend without records, attrs or probes.
+    import attrs
+
+    from noderole.waits import probe_for
+
     if service.command is None:
         raise ValueError(f"service {service.name!r} has no command")
 
