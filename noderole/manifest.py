@@ -84,8 +84,11 @@ _DIR = "dir"
 _VOLATILE: frozenset[str] = frozenset({"runtime", "log"})
 """Kinds whose content changes without noderole (a pid, log lines): recorded as ``any``."""
 
-_OWN_DIRECTORIES = ("/run/noderole", "/var/lib/noderole")
-"""noderole's own directories: removed by a reset that leaves them empty."""
+_STAMPS = "/var/lib/noderole/certs"
+"""Certificate stamps (:mod:`noderole.certstamp`): a cache of verified checks, all noderole's."""
+
+_OWN_DIRECTORIES = ("/run/noderole", _STAMPS, "/var/lib/noderole")
+"""noderole's own directories: removed by a reset that leaves them empty (deepest first)."""
 
 # The native supervisor's files in /run/noderole (noderole.supervisor keeps them there).
 _SUPERVISOR_FILES = (
@@ -276,6 +279,12 @@ def plan_reset(root: NodeRoot, *, purge: bool) -> list[Removal]:
             )
         else:
             removals.append(Removal(path=entry.path, kind=entry.kind, action="remove"))
+    # Certificate stamps are written on the boot's critical path without a manifest record (a
+    # lost one costs only a full check): every file in their directory is noderole's.
+    with contextlib.suppress(OSError):
+        for name in sorted(os.listdir(root.resolve(_STAMPS))):
+            if name.endswith(".json"):
+                removals.append(Removal(path=f"{_STAMPS}/{name}", kind="state", action="remove"))
     for directory in _OWN_DIRECTORIES:
         if os.path.isdir(root.resolve(directory)) and directory not in entries(root):
             removals.append(

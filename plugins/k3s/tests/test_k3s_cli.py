@@ -100,9 +100,12 @@ class TestGraph:
 
 
 def tree(root: ScratchRoot) -> dict[str, tuple[int, int, int]]:
-    """Every path under the root with its mode, size and modification time (ns)."""
+    """Every path under the root with its mode, size and modification time (ns); noderole's
+    entry-point cache aside (a cache of the installed plugins, not the node's state)."""
     found = {}
     for path in sorted(root.path.rglob("*")):
+        if path.is_relative_to(root.path / "var/cache") or path == root.path / "var":
+            continue
         st = path.lstat()
         found[str(path.relative_to(root.path))] = (st.st_mode, st.st_size, st.st_mtime_ns)
     return found
