@@ -53,6 +53,7 @@ __all__ = [
     "inspect_certificate",
     "load_ca",
     "reuse_verdict",
+    "step_verdict",
 ]
 
 CERT_NAME = "tls.crt"
@@ -689,3 +690,27 @@ def _san_texts(cert: x509.Certificate) -> list[str]:
         else:
             texts.append(f"{type(name).__name__}:{name.value}")
     return texts
+
+
+def step_verdict(step: MintCertificate, *, root: NodeRoot, now: dt.datetime) -> tuple[bool, str]:
+    """Whether ``step``'s certificate on disk would be reused now, and why (the CA loaded and the
+    pair read, nothing written): what ``apply --dry-run`` and ``renew`` decide by. Raises
+    :class:`CertificateError` when the CA cannot be used or a SAN cannot be parsed."""
+    ca = load_ca(root.resolve(step.ca_cert), root.resolve(step.ca_key), now=now)
+    sans = parse_sans(step.sans)
+
+    def read(node_path: str) -> bytes | None:
+        try:
+            return root.resolve(node_path).read_bytes()
+        except OSError:  # missing or unreadable: the verdict says the pair must be minted
+            return None
+
+    return reuse_verdict(
+        read(step.cert_path),
+        read(step.key_path),
+        ca=ca,
+        common_name=step.common_name,
+        sans=sans,
+        renew_before_days=step.renew_before_days,
+        now=now,
+    )

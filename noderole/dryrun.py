@@ -124,34 +124,16 @@ def certificate_verdict(step: MintCertificate, *, root: NodeRoot, clock: Clock) 
     """``reuse: ...`` or ``mint: reason`` for a certificate step, without writing anything."""
     import datetime as dt
 
-    from noderole.certs import load_ca, reuse_verdict
-    from noderole.sans import parse_sans
+    from noderole.certs import step_verdict
 
     ca_cert, ca_key = root.resolve(step.ca_cert), root.resolve(step.ca_key)
     if not (ca_cert.exists() and ca_key.exists()):
         return f"mint once {step.ca_cert} appears"
     now = dt.datetime.fromtimestamp(clock.time(), dt.UTC)
     try:
-        ca = load_ca(ca_cert, ca_key, now=now)
-        sans = parse_sans(step.sans)
+        reuse, reason = step_verdict(step, root=root, now=now)
     except NoderoleError as exc:
         return f"would fail: {exc}"
-
-    def read(node_path: str) -> bytes | None:
-        try:
-            return root.resolve(node_path).read_bytes()
-        except OSError:
-            return None
-
-    reuse, reason = reuse_verdict(
-        read(step.cert_path),
-        read(step.key_path),
-        ca=ca,
-        common_name=step.common_name,
-        sans=sans,
-        renew_before_days=step.renew_before_days,
-        now=now,
-    )
     return f"reuse: {reason}" if reuse else f"mint: {reason}"
 
 

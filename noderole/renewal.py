@@ -117,9 +117,8 @@ def check_certificates(
     Reads only: the same rules as minting (:func:`noderole.certs.reuse_verdict`), against the CA,
     common name and SANs the service asks for today.
     """
-    from noderole.certs import inspect_certificate, load_ca, reuse_verdict
+    from noderole.certs import inspect_certificate, step_verdict
     from noderole.errors import CertificateError
-    from noderole.sans import parse_sans
 
     checks = []
     for step in service.pre_start:
@@ -143,27 +142,10 @@ def check_certificates(
         except CertificateError:
             pass  # missing or unreadable: the verdict below says so
         try:
-            ca = load_ca(root.resolve(step.ca_cert), root.resolve(step.ca_key), now=now)
-            sans = parse_sans(step.sans)
+            reuse, reason = step_verdict(step, root=root, now=now)
         except CertificateError as error:
             checks.append(CertificateCheck(**base, **shown, due=True, reason="", error=str(error)))
             continue
-
-        def read(path: str) -> bytes | None:
-            try:
-                return root.resolve(path).read_bytes()
-            except FileNotFoundError:
-                return None
-
-        reuse, reason = reuse_verdict(
-            read(step.cert_path),
-            read(step.key_path),
-            ca=ca,
-            common_name=step.common_name,
-            sans=sans,
-            renew_before_days=step.renew_before_days,
-            now=now,
-        )
         checks.append(CertificateCheck(**base, **shown, due=not reuse, reason=reason))
     return checks
 
