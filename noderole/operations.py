@@ -769,7 +769,9 @@ class Operations:
         (:func:`noderole.renewal.renew`)."""
         from noderole.renewal import renew
 
-        return renew(self, plan, backend, progress=progress, lock_timeout=lock_timeout)
+        report = renew(self, plan, backend, progress=progress, lock_timeout=lock_timeout)
+        self.publish_metrics(plan, backend, None)  # the certificates' expiry moved
+        return report
 
     def certificates(self, role: str) -> list[CertificateCheck]:
         """Every certificate ``role``'s services mint, with its verdict now (``cert check``)."""

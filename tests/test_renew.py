@@ -138,6 +138,32 @@ class TestRenew:
         assert _renew(app)["proxy"].status == "running"
         assert app.recorder.names()[2:] == ["proxy"]
 
+    def test_renewal_refreshes_the_fleet_metrics(
+        self, node_root: ScratchRoot, k3s_ca: ClusterCA, fake_clock: FakeClock, sans: list[str]
+    ) -> None:
+        """With textfile_dir set, renew rewrites noderole.prom: the expiry series moves on."""
+        node_root.write_config('[noderole]\nnet_check = false\ntextfile_dir = "/collector"\n')
+        node_root.resolve("/collector").mkdir()
+        made = _App(
+            root=NodeRoot(node_root.path),
+            clock=fake_clock,
+            plugin_objects=(("certplugin", _plugin(sans)),),
+            autoload=False,
+        )
+        made.recorder = RecordingBackend(node_root)
+        assert made.apply(made.plan("r"), made.recorder).ok
+
+        def expiry() -> float:
+            for line in node_root.read("/collector/noderole.prom").splitlines():
+                if line.startswith("noderole_certificate_expiry_timestamp_seconds{"):
+                    return float(line.rsplit(" ", 1)[1])
+            raise AssertionError("no certificate expiry series in noderole.prom")
+
+        before = expiry()
+        fake_clock.advance(280 * DAY)
+        assert _renew(made)["proxy"].status == "restarted"
+        assert expiry() > before + 200 * DAY  # a new 365-day certificate from the later now
+
     def test_changed_ca(self, app: _App, node_root: ScratchRoot, fake_clock: FakeClock) -> None:
         """A rotated CA (same paths, new key) re-mints at once."""
         make_k3s_ca(node_root)
