@@ -26,7 +26,7 @@ from tests.harness.openrc_ns import OpenRCNamespace
 from tests.harness.systemd_ns import SystemdNamespace, systemd_problem
 from tests.test_apply_openrc import EVENTUALLY
 from tests.test_apply_openrc import namespace as namespace  # the OpenRC fixture
-from tests.test_systemd_real import VENV, Node, eventually, stage_server
+from tests.test_systemd_real import CHECKOUT, VENV, Node, eventually, stage_server
 
 OPENRC_FILES = ("etc/init.d/noderole", "etc/runlevels/default/noderole")
 SYSTEMD_FILES = (
@@ -178,7 +178,7 @@ class TestRealInitSystems:
         problem = systemd_problem()
         if problem:
             pytest.skip(problem)
-        with SystemdNamespace(binds=[VENV]) as ns:
+        with SystemdNamespace(binds=[CHECKOUT, VENV]) as ns:
             stage_server(ns.root)
             node = Node(ns)
             enabled = node.noderole("enable", "server")

@@ -26,6 +26,9 @@ from noderole.root import NodeRoot
 from tests.harness.systemd_ns import SystemdNamespace, _remove_cgroup, systemd_problem
 
 VENV = Path(sys.prefix)
+CHECKOUT = Path(__file__).resolve().parent.parent
+"""The source tree the virtualenv's editable installs point into: it must be visible inside the
+namespace too (a checkout under /tmp is hidden by the container's fresh /tmp, as in CI)."""
 NODEROLE = str(VENV / "bin" / "noderole")
 KONNECTIVITY_CERT = "/var/lib/spinifex-eks/konnectivity/tls.crt"
 
@@ -73,7 +76,7 @@ def node() -> Iterator[Node]:
     problem = systemd_problem()
     if problem:
         pytest.skip(problem)
-    with SystemdNamespace(binds=[VENV]) as ns:
+    with SystemdNamespace(binds=[CHECKOUT, VENV]) as ns:
         stage_server(ns.root)
         yield Node(ns)
 
