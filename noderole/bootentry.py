@@ -133,7 +133,7 @@ def boot_entry(kind: str, *, noderole_path: str, root: NodeRoot | None = None) -
     else:
         raise BackendError(f"no boot entry for backend {kind!r}: use --backend openrc or systemd")
     from noderole.render import RenderedFile
-    from noderole.renewal import periodic_files
+    from noderole.schedule import periodic_files
 
     for extra in periodic_files(kind, noderole_path=noderole_path, root=root):
         if isinstance(extra, RenderedFile):

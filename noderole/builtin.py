@@ -17,7 +17,7 @@ from typing import Any
 from noderole.context import NodeContext
 from noderole.hookspecs import hookimpl
 from noderole.records import Call, Service, Setting, SettingsTable
-from noderole.renewal import renew_service
+from noderole.schedule import renew_service
 from noderole.steps import StepContext
 
 __all__ = ["cgroups_mounted", "network_up"]

@@ -799,7 +799,7 @@ class Operations:
         """Write ``backend``'s (openrc or systemd) files for every service of ``role``, remove
         what an earlier render wrote for services no longer in it, and record the role."""
         from noderole.render import render_openrc, render_systemd, sync_rendered
-        from noderole.renewal import RENEW_SERVICE, periodic_files
+        from noderole.schedule import RENEW_SERVICE, periodic_files
         from noderole.state import write_role
 
         plan = self.plan(role)

@@ -62,8 +62,8 @@ __all__ = [
     "unknown_names",
 ]
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@+-]*$")
-_ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@+-]*\Z")
+_ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
 # --------------------------------------------------------------------------- helpers

@@ -30,9 +30,9 @@ from noderole.errors import CertificateError
 
 __all__ = ["SubjectAltName", "parse_sans"]
 
-_LABEL = re.compile(r"^[a-z0-9](?:[a-z0-9-]*[a-z0-9])?$")
-_HOST_PORT = re.compile(r"^[^:\[\]]+:\d*$")
-_BRACKETED = re.compile(r"^\[(?P<inner>[^\]]*)\](?P<rest>.*)$")
+_LABEL = re.compile(r"^[a-z0-9](?:[a-z0-9-]*[a-z0-9])?\Z")
+_HOST_PORT = re.compile(r"^[^:\[\]]+:\d*\Z")
+_BRACKETED = re.compile(r"^\[(?P<inner>[^\]]*)\](?P<rest>.*)\Z")
 # IDNA 2003 treats these as label separators too (ideographic and full-width full stops).
 _UNICODE_DOTS = str.maketrans({"\u3002": ".", "\uff0e": ".", "\uff61": "."})
 _MAX_NAME = 253

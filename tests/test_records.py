@@ -9,6 +9,7 @@ from pathlib import Path
 import attrs
 import pytest
 
+import noderole
 from noderole.errors import DefinitionError
 from noderole.records import (
     LEAF_LIFETIME_DAYS,
@@ -363,3 +364,19 @@ class TestHelpers:
         """The closest name is suggested; nothing when nothing is close."""
         assert did_you_mean("k3ss", ["k3s", "net"]) == " (did you mean 'k3s'?)"
         assert did_you_mean("zzz", ["k3s", "net"]) == ""
+
+
+class TestTrailingNewline:
+    """A `$` anchor matches before a final newline: names must be checked to the very end."""
+
+    @pytest.mark.parametrize(
+        "fields",
+        [
+            {"name": "k3s\n", "command": ["/bin/true"]},
+            {"name": "k3s", "command": ["/bin/true"], "environment": {"KEY\n": "v"}},
+        ],
+    )
+    def test_a_trailing_newline_is_refused(self, fields: dict[str, object]) -> None:
+        """`k3s\n` as a service name or `KEY\n` as a variable is a definition error."""
+        with pytest.raises(noderole.DefinitionError):
+            noderole.Service(**fields)  # type: ignore[arg-type]

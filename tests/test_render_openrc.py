@@ -212,6 +212,15 @@ class TestArguments:
         assert fields["command"] == ["/bin/echo"]
         assert fields["arg"] == list(TRICKY)
 
+    def test_an_argument_ending_in_a_newline_is_quoted(self, tmp_path: Path) -> None:
+        """`0\\n` is not a plain word (a `$` anchor matched before the newline; found by the
+        property test below): the newline survives the runscript."""
+        service = Service(name="any", command=["/bin/true", "0\n"])
+        fields = read_script(
+            write_script(tmp_path, render_runscript(service, exec_mode=False)), cwd=tmp_path
+        )
+        assert fields["arg"] == ["0\n"]
+
     @settings(max_examples=40, deadline=None)
     # NUL cannot be in an argv; lone surrogates are not text (Service refuses them).
     @given(

@@ -23,14 +23,14 @@ from noderole.cli._app import App
 from noderole.clock import FakeClock
 from noderole.errors import UsageError
 from noderole.operations import Operations
-from noderole.renewal import (
+from noderole.root import NodeRoot
+from noderole.schedule import (
     OPENRC_PERIODIC,
     RENEW_SERVICE,
     SYSTEMD_TIMER,
     jitter_offset,
     periodic_files,
 )
-from noderole.root import NodeRoot
 from noderole.testing import (
     ClusterCA,
     RecordingBackend,

@@ -34,7 +34,7 @@ __all__ = [
 
 # A word every reader here takes literally when left bare: no whitespace, quotes, escapes,
 # expansions ($ ` %), globs (* ? [), separators (; & |), redirections or comments.
-_PLAIN = re.compile(r"^[A-Za-z0-9_@+=:,./-]+$")
+_PLAIN = re.compile(r"^[A-Za-z0-9_@+=:,./-]+\Z")
 # Characters systemd's C-unescape understands by letter; all other controls go as \xNN.
 _SYSTEMD_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\t": "\\t", "\r": "\\r"}
 

@@ -25,7 +25,7 @@ APPLIES_TO = ("server", "agent", "all")
 
 _SCALARS = (str, int, float, bool, type(None))
 
-_MANIFEST_NAME = re.compile(r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?\.ya?ml$")
+_MANIFEST_NAME = re.compile(r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?\.ya?ml\Z")
 
 
 def _documents(value: Iterable[Mapping[str, Any]] | Mapping[str, Any]) -> tuple[Any, ...]:
