@@ -611,11 +611,14 @@ class TestStatusStates:
         daemon = Supervisor(node.root / "run/noderole").daemon_pid()
         assert daemon is not None
         # Its watchdog would kill the orphans at once: kill it first, as a kill -9 of both
-        # (an OOM kill of the cgroup, say) would leave them.
+        # (an OOM kill of the cgroup, say) would leave them. The daemon is stopped meanwhile, or
+        # it would fork a new watchdog in the instant between the two kills.
+        os.kill(daemon, signal.SIGSTOP)
         _, watchdogs = supervisor_processes(node.root)
         for pid in [*watchdogs, daemon]:
             os.kill(pid, signal.SIGKILL)
             wait_until(functools.partial(is_dead, pid), f"process {pid} to die")
+        assert supervisor_processes(node.root) == ([], [])
         text = node.run("status")
         assert "survived it" in text.stdout
         (row,) = json.loads(node.run("status", "--json").stdout)["services"]

@@ -116,7 +116,10 @@ class TestPidfileOfAnother:
         assert first.pid is not None
         [daemon], [watchdog] = harness.daemons(), harness.watchdogs()
         harness.extra_pids.append(first.pid)
-        os.kill(watchdog, signal.SIGKILL)  # first, so it cannot end the service
+        # The watchdog first, so it cannot end the service; the daemon stopped meanwhile, so it
+        # cannot fork a replacement watchdog between the two kills.
+        os.kill(daemon, signal.SIGSTOP)
+        os.kill(watchdog, signal.SIGKILL)
         os.kill(daemon, signal.SIGKILL)
         wait_for(lambda: not harness.daemons() and not harness.watchdogs(), "both to be gone")
         (harness.run_dir / "state.json").unlink()
