@@ -112,7 +112,6 @@ class Operations:
         from noderole.entrypoints import CACHE_FILE
         from noderole.plugins import load_plugins
 
-        self._check_disabled()
         return load_plugins(
             disabled=self.disabled_plugins,
             plugins=self.plugin_objects,
@@ -120,27 +119,6 @@ class Operations:
             builtin=self.builtin,
             entry_point_cache=self.root.resolve(CACHE_FILE),
         )
-
-    def _check_disabled(self) -> None:
-        """Refuse ``--disable-plugin NAME`` for a plugin that is not installed (a typo would
-        otherwise disable nothing, silently)."""
-        if not self.disabled_plugins:
-            return
-        from noderole.plugins import PLUGIN_GROUP, _autoload_disabled
-
-        known = {"builtin"} if self.builtin else set()
-        known |= {name for name, _ in self.plugin_objects}
-        autoload = self.autoload if self.autoload is not None else not _autoload_disabled()
-        if autoload:
-            import importlib.metadata
-
-            known |= {ep.name for ep in importlib.metadata.entry_points(group=PLUGIN_GROUP)}
-        unknown = [name for name in self.disabled_plugins if name not in known]
-        if unknown:
-            raise UsageError(
-                f"--disable-plugin {', '.join(unknown)}: no such plugin is installed "
-                f"(installed: {', '.join(sorted(known)) or 'none'}; noderole list shows them)"
-            )
 
     @functools.cached_property
     def config(self) -> Config:

@@ -26,7 +26,7 @@ import pluggy
 
 from noderole import hookspecs
 from noderole.entrypoints import FoundEntryPoint, discover
-from noderole.errors import DefinitionError, NoderoleError, PluginError
+from noderole.errors import DefinitionError, NoderoleError, PluginError, UsageError
 from noderole.records import REHEARSAL_INPUTS, Service, SettingsTable
 
 __all__ = [
@@ -313,6 +313,15 @@ def load_plugins(
     if autoload is None:
         autoload = not _autoload_disabled()
     timeout = hook_timeout if hook_timeout is not None else _hook_timeout()
+    found = _entry_points(entry_point_cache) if autoload else []
+    known = {"builtin"} if builtin else set()
+    known |= {name for name, _ in plugins} | {entry_point.name for entry_point in found}
+    unknown = [name for name in skip if name not in known]
+    if unknown:  # a typo would otherwise disable nothing, silently (checked before any import)
+        raise UsageError(
+            f"--disable-plugin {', '.join(sorted(unknown))}: no such plugin is installed "
+            f"(installed: {', '.join(sorted(known)) or 'none'}; noderole list shows them)"
+        )
     manager = pluggy.PluginManager(hookspecs.PROJECT)
     manager.add_hookspecs(hookspecs)
     # Historic: every plugin registered from now on gets the call, so plugins can add hookspecs
@@ -347,12 +356,11 @@ def load_plugins(
         if name not in skip:
             module = getattr(obj, "__name__", type(obj).__name__)
             register(obj, PluginInfo(name=name, module=module))
-    if autoload:
-        for entry_point in _entry_points(entry_point_cache):
-            if entry_point.name in skip:
-                continue
-            info = _info(entry_point)
-            register(_import(entry_point, info, timeout), info)
+    for entry_point in found:
+        if entry_point.name in skip:
+            continue
+        info = _info(entry_point)
+        register(_import(entry_point, info, timeout), info)
     try:
         manager.check_pending()
     except pluggy.PluginValidationError as exc:
