@@ -11,22 +11,26 @@
 
 Either one reads the recorded role at boot and runs ``noderole apply --backend KIND ROLE``, so
 ``noderole enable agent`` later changes the role without rewriting the entry. ``noderole
-disable`` removes what ``enable`` wrote, and only that: a manifest
-(``/var/lib/noderole/boot-entry.json``) keeps each path with its content digest or link target,
-and a file changed since is left in place and named. Everything goes through the node root, so
-an image build can enable a role with ``--root``.
+disable`` removes what ``enable`` wrote, and only that: each path is kept in noderole's one
+record of what it wrote (:mod:`noderole.manifest`, kind ``boot``) with its content digest or link
+target, and a file changed since is left in place and named. Everything goes through the node
+root, so an image build can enable a role with ``--root``.
+
+Nodes enabled by an earlier version kept a record of their own,
+``/var/lib/noderole/boot-entry.json``: it is read once, folded into the manifest and removed
+(:func:`_fold_legacy`), so ``disable`` still removes their entry.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Sequence
 from pathlib import Path
 
 import attrs
 
+from noderole import manifest
 from noderole.errors import BackendError
 from noderole.root import NodeRoot
 from noderole.state import ROLE_FILE, write_role
@@ -34,18 +38,20 @@ from noderole.state import ROLE_FILE, write_role
 __all__ = [
     "BOOT_KINDS",
     "ENTRY_NAME",
-    "MANIFEST",
+    "LEGACY_RECORD",
     "BootFile",
     "boot_entry",
     "disable",
     "enable",
+    "enabled_kind",
 ]
 
 ENTRY_NAME = "noderole"
 """The runscript's and the unit's name."""
 
-MANIFEST = "/var/lib/noderole/boot-entry.json"
-"""What ``enable`` wrote (node path)."""
+LEGACY_RECORD = "/var/lib/noderole/boot-entry.json"
+"""Where versions before the one manifest kept what ``enable`` wrote (node path): folded into
+the manifest the first time it is found."""
 
 BOOT_KINDS = ("openrc", "systemd")
 
@@ -143,36 +149,51 @@ def boot_entry(kind: str, *, noderole_path: str, root: NodeRoot | None = None) -
     return items
 
 
-def _digest(text: str | bytes) -> str:
-    data = text.encode() if isinstance(text, str) else text
-    return hashlib.sha256(data).hexdigest()
+def _digest(text: str) -> str:
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
 
 
-def _read_manifest(root: NodeRoot) -> dict[str, str]:
-    """path -> "file:DIGEST" or "link:TARGET" for what enable wrote ({} when nothing)."""
+def _fold_legacy(root: NodeRoot) -> None:
+    """Move an earlier version's ``boot-entry.json`` into the manifest (once), then remove it.
+
+    Its digests (``file:HEX``, ``link:TARGET``) become the manifest's (``sha256:HEX``,
+    ``link:TARGET``), so a file changed since that version's ``enable`` is still kept.
+    """
+    local = root.resolve(LEGACY_RECORD)
     try:
-        data = json.loads(root.resolve(MANIFEST).read_text())
-    except (FileNotFoundError, ValueError):
-        return {}
-    entries = data.get("paths", {}) if isinstance(data, dict) else {}
-    return {str(k): str(v) for k, v in entries.items()}
+        data = json.loads(local.read_text())
+    except FileNotFoundError:
+        return
+    except (OSError, ValueError):
+        data = {}  # unreadable: nothing is known to be the entry's, so nothing is removed
+    paths = data.get("paths", {}) if isinstance(data, dict) else {}
+    found = []
+    for path, wrote in paths.items() if isinstance(paths, dict) else ():
+        digest = str(wrote)
+        if digest.startswith("file:"):
+            digest = "sha256:" + digest.removeprefix("file:")
+        elif digest == "directory":
+            digest = "dir"
+        found.append(manifest.Entry(path=str(path), kind="boot", digest=digest))
+    manifest.remember(root, found)
+    local.unlink(missing_ok=True)
+    manifest.forget(root, [LEGACY_RECORD])
+
+
+def _recorded(root: NodeRoot) -> dict[str, str]:
+    """path -> digest of what ``enable`` wrote ({} when nothing)."""
+    _fold_legacy(root)
+    return {p: e.digest for p, e in manifest.entries(root).items() if e.kind == "boot"}
 
 
 def _current(local: Path) -> str | None:
     """What is at ``local`` now, in manifest form (None: nothing)."""
-    if local.is_symlink():
-        return f"link:{os.readlink(local)}"
-    try:
-        return f"file:{_digest(local.read_bytes())}"
-    except FileNotFoundError:
-        return None
-    except IsADirectoryError:
-        return "directory"
+    return manifest.digest_at(local)
 
 
 def _wanted(item: BootFile) -> str:
     if item.content is not None:
-        return f"file:{_digest(item.content)}"
+        return _digest(item.content)
     return f"link:{item.target}"
 
 
@@ -183,11 +204,10 @@ def enable(root: NodeRoot, role: str | None, kind: str, *, noderole_path: str) -
     Idempotent. Refuses (before writing anything) a path that holds something ``enable`` did not
     write, naming it. An entry of the other kind that ``enable`` wrote earlier is removed.
     """
-    from noderole import manifest
     from noderole.atomic import write_atomic
 
     items = boot_entry(kind, noderole_path=noderole_path, root=root)
-    previous = _read_manifest(root)
+    previous = _recorded(root)
     for item in items:
         now = _current(root.resolve(item.path))
         if now is not None and now != _wanted(item) and previous.get(item.path) != now:
@@ -196,7 +216,8 @@ def enable(root: NodeRoot, role: str | None, kind: str, *, noderole_path: str) -
                 "it aside) and run enable again"
             )
     stale = [p for p in previous if p not in {i.path for i in items}]
-    _remove(root, {p: previous[p] for p in stale})
+    removed, gone, _ = _remove(root, {p: previous[p] for p in stale})
+    manifest.forget(root, [*removed, *gone])
     for item in items:
         local = root.resolve(item.path)
         local.parent.mkdir(parents=True, exist_ok=True)
@@ -209,52 +230,52 @@ def enable(root: NodeRoot, role: str | None, kind: str, *, noderole_path: str) -
             local.symlink_to(item.target)
     if role is not None:
         write_role(root, role)
-    record = root.resolve(MANIFEST)
-    record.parent.mkdir(parents=True, exist_ok=True)
-    document = {"backend": kind, "paths": {i.path: _wanted(i) for i in items}}
-    write_atomic(record, json.dumps(document, indent=1, sort_keys=True).encode(), mode=0o600)
-    # reset removes what noderole wrote, the boot entry included.
-    manifest.record(root, "rendered", [i.path for i in items])
-    manifest.record(root, "state", [MANIFEST])
+    # One record of what noderole wrote: disable and reset both read it.
+    manifest.remember(
+        root, [manifest.Entry(path=i.path, kind="boot", digest=_wanted(i)) for i in items]
+    )
     return [i.path for i in items]
 
 
-def _remove(root: NodeRoot, entries: dict[str, str]) -> tuple[list[str], list[str]]:
+def _remove(root: NodeRoot, entries: dict[str, str]) -> tuple[list[str], list[str], list[str]]:
+    """Unlink each path still holding what was written: (removed, already gone, kept)."""
     removed: list[str] = []
+    gone: list[str] = []
     kept: list[str] = []
     for path, wrote in sorted(entries.items()):
         local = root.resolve(path)
         now = _current(local)
         if now is None:
-            continue
-        if now != wrote:
+            gone.append(path)
+        elif now != wrote:
             kept.append(path)
-            continue
-        local.unlink()
-        removed.append(path)
-    return removed, kept
+        else:
+            local.unlink()
+            removed.append(path)
+    return removed, gone, kept
 
 
 def disable(root: NodeRoot) -> tuple[list[str], list[str]]:
     """Remove the boot entry ``enable`` wrote: (paths removed, paths kept because they changed).
 
     The recorded role stays (``apply`` records it too); nothing happens when nothing is enabled.
+    The kept paths stay in the manifest (``reset`` names them again).
     """
-    entries = _read_manifest(root)
-    removed, kept = _remove(root, entries)
-    if not kept:
-        root.resolve(MANIFEST).unlink(missing_ok=True)
+    removed, gone, kept = _remove(root, _recorded(root))
+    manifest.forget(root, [*removed, *gone])
     return removed, kept
 
 
 def enabled_kind(root: NodeRoot) -> str | None:
     """The backend of the installed boot entry, or None."""
-    try:
-        data = json.loads(root.resolve(MANIFEST).read_text())
-    except (FileNotFoundError, ValueError):
-        return None
-    kind = data.get("backend") if isinstance(data, dict) else None
-    return str(kind) if kind in BOOT_KINDS else None
+    recorded = _recorded(root)
+    for kind, name in (
+        ("systemd", f"/etc/systemd/system/{ENTRY_NAME}.service"),
+        ("openrc", f"/etc/init.d/{ENTRY_NAME}"),
+    ):
+        if name in recorded:
+            return kind
+    return None
 
 
 def describe(paths: Sequence[str]) -> str:

@@ -19,7 +19,9 @@ Kinds, and what ``reset`` does with them:
 kind            written by                                                    reset
 ==============  ============================================================  ===============
 ``rendered``    runscripts, units, links, periodic jobs (``render``, init      removed
-                backends, ``enable``)
+                backends)
+``boot``        noderole's boot entry and its periodic job (``enable``;        removed
+                ``disable`` removes only these)
 ``file``        ``WriteFile`` steps (drop-ins, configuration)                 removed
 ``state``       the role, definition digests, render manifests, fingerprints  removed
 ``runtime``     pidfiles, the node lock, the native supervisor's run files    removed
@@ -38,7 +40,7 @@ import fcntl
 import hashlib
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
@@ -56,18 +58,24 @@ __all__ = [
     "Entry",
     "Removal",
     "apply_reset",
+    "digest_at",
     "entries",
+    "forget",
     "plan_reset",
     "record",
     "record_processes",
+    "remember",
 ]
 
 MANIFEST = "/var/lib/noderole/written.jsonl"
 """The manifest (node path)."""
 
-Kind = Literal["rendered", "file", "state", "runtime", "certificate", "key", "log", "directory"]
+Kind = Literal[
+    "rendered", "boot", "file", "state", "runtime", "certificate", "key", "log", "directory"
+]
 KINDS: tuple[Kind, ...] = (
     "rendered",
+    "boot",
     "file",
     "state",
     "runtime",
@@ -128,7 +136,7 @@ class Removal:
     """Why it is kept (``kept: minted key (use --purge)``, ``changed since noderole wrote it``)."""
 
 
-def _digest_of(local: Path, kind: str) -> str | None:
+def digest_at(local: Path, kind: str = "file") -> str | None:
     """The digest of what is at ``local`` now (None: nothing there)."""
     try:
         info = os.lstat(local)
@@ -199,7 +207,20 @@ def record(root: NodeRoot, kind: Kind, paths: Iterable[str]) -> None:
     must not fail the write it follows (``reset`` then keeps what it does not know).
     """
     wanted = [p for p in dict.fromkeys(paths) if p.startswith("/")]
-    if not wanted:
+    found = []
+    for path in wanted:
+        digest = digest_at(root.resolve(path), kind)
+        if digest is not None:
+            found.append(Entry(path=path, kind=kind, digest=digest))
+    remember(root, found)
+
+
+def remember(root: NodeRoot, found: Iterable[Entry]) -> None:
+    """Append ``found`` as they are (digests given by the caller: what a path held when written,
+    as an older record says), skipping entries identical to the current ones. Never raises for a
+    manifest it cannot write, like :func:`record`."""
+    found = [e for e in found if e.path.startswith("/")]
+    if not found:
         return
     try:
         fd = _open_locked(root)
@@ -207,20 +228,43 @@ def record(root: NodeRoot, kind: Kind, paths: Iterable[str]) -> None:
         return
     try:
         known = _parse(_read_fd(fd))
-        lines = []
-        for path in wanted:
-            digest = _digest_of(root.resolve(path), kind)
-            if digest is None:
-                continue
-            entry = Entry(path=path, kind=kind, digest=digest)
-            if known.get(path) != entry:
-                lines.append(json.dumps(attrs.asdict(entry), separators=(",", ":")) + "\n")
+        lines = [
+            json.dumps(attrs.asdict(entry), separators=(",", ":")) + "\n"
+            for entry in found
+            if known.get(entry.path) != entry
+        ]
         if lines:
             # No fsync: a record lost to a power cut only makes reset keep that file (the safe
             # side), and it would cost ~6 ms per write at boot.
             os.write(fd, "".join(lines).encode())
     except OSError:
         pass
+    finally:
+        os.close(fd)
+
+
+def forget(root: NodeRoot, paths: Iterable[str]) -> None:
+    """Drop the entries of ``paths`` (noderole removed them itself: ``disable``)."""
+    gone = set(paths)
+    if gone:
+        _rewrite(root, lambda entry: entry.path not in gone)
+
+
+def _rewrite(root: NodeRoot, keep: Callable[[Entry], bool]) -> None:
+    """Replace the manifest by the entries ``keep`` accepts (removed when none is left)."""
+    from noderole.atomic import write_atomic
+
+    fd = _open_locked(root)
+    try:
+        remaining = [e for e in _parse(_read_fd(fd)).values() if keep(e)]
+        local = root.resolve(MANIFEST)
+        if remaining:
+            text = "".join(
+                json.dumps(attrs.asdict(e), separators=(",", ":")) + "\n" for e in remaining
+            )
+            write_atomic(local, text.encode(), mode=0o600)
+        else:
+            local.unlink(missing_ok=True)
     finally:
         os.close(fd)
 
@@ -253,7 +297,7 @@ def plan_reset(root: NodeRoot, *, purge: bool) -> list[Removal]:
     removals = []
     for entry in sorted(entries(root).values(), key=lambda e: (-e.path.count("/"), e.path)):
         local = root.resolve(entry.path)
-        now = _digest_of(local, entry.kind)
+        now = digest_at(local, entry.kind)
         if now is None:
             removals.append(Removal(path=entry.path, kind=entry.kind, action="gone"))
         elif entry.kind in PURGE_ONLY and not purge:
@@ -300,8 +344,6 @@ def apply_reset(root: NodeRoot, removals: Iterable[Removal]) -> list[str]:
     the entries of what was kept, and is removed once nothing is left; noderole's own directories
     go last, when empty.
     """
-    from noderole.atomic import write_atomic
-
     removed: list[str] = []
     forgotten: set[str] = set()
     removals = list(removals)
@@ -328,20 +370,7 @@ def apply_reset(root: NodeRoot, removals: Iterable[Removal]) -> list[str]:
         else:
             removed.append(item.path)
         forgotten.add(item.path)
-    fd = _open_locked(root)
-    try:
-        remaining = {p: e for p, e in _parse(_read_fd(fd)).items() if p not in forgotten}
-        local = root.resolve(MANIFEST)
-        if remaining:
-            text = "".join(
-                json.dumps(attrs.asdict(e), separators=(",", ":")) + "\n"
-                for e in remaining.values()
-            )
-            write_atomic(local, text.encode(), mode=0o600)
-        else:
-            local.unlink(missing_ok=True)
-    finally:
-        os.close(fd)
+    _rewrite(root, lambda entry: entry.path not in forgotten)
     for item in removals:
         if item.kind == "own" and item.action == "remove":
             # Not empty (a user's file, kept data) or already gone: it stays.

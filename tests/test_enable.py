@@ -17,7 +17,8 @@ import pytest
 from click.testing import CliRunner, Result
 
 import noderole
-from noderole.bootentry import MANIFEST, boot_entry
+from noderole.bootentry import LEGACY_RECORD, boot_entry
+from noderole.manifest import MANIFEST, entries
 from noderole.cli import cli
 from noderole.cli._app import App
 from noderole.root import NodeRoot
@@ -107,7 +108,7 @@ class TestUnderRoot:
         assert (tmp_path / ROLE_FILE.lstrip("/")).read_text() == "other\n"
 
     def test_disable_removes_only_what_enable_wrote(self, tmp_path: Path) -> None:
-        """disable removes the entry and its manifest; the role and other files stay."""
+        """disable removes the entry and forgets it; the role and other files stay."""
         (tmp_path / "etc/runlevels/default").mkdir(parents=True)
         (tmp_path / "etc/runlevels/default/sshd").symlink_to("/etc/init.d/sshd")
         assert run(tmp_path, "enable", "demo", "--backend", "openrc").exit_code == 0
@@ -115,7 +116,7 @@ class TestUnderRoot:
         assert result.exit_code == 0, result.output
         left = tree(tmp_path)
         assert not any(f in left for f in OPENRC_FILES)
-        assert MANIFEST.lstrip("/") not in left
+        assert not any(e.kind == "boot" for e in entries(NodeRoot(tmp_path)).values())
         assert "etc/runlevels/default/sshd" in left
         assert ROLE_FILE.lstrip("/") in left
         again = run(tmp_path, "disable")
@@ -152,6 +153,55 @@ class TestUnderRoot:
         assert auto.exit_code == 2
         assert "--backend openrc or --backend systemd" in auto.output
         assert tree(tmp_path) == set()
+
+    def test_one_record_of_what_was_written(self, tmp_path: Path) -> None:
+        """enable records its paths in the one manifest (kind boot), no record of its own;
+        reset removes the entry like everything else noderole wrote."""
+        assert run(tmp_path, "enable", "demo", "--backend", "systemd").exit_code == 0
+        assert not (tmp_path / LEGACY_RECORD.lstrip("/")).exists()
+        boot = {p for p, e in entries(NodeRoot(tmp_path)).items() if e.kind == "boot"}
+        assert boot == {"/" + f for f in SYSTEMD_FILES} | {
+            "/etc/systemd/system/noderole-renew.service",
+            "/etc/systemd/system/noderole-renew.timer",
+            "/etc/systemd/system/timers.target.wants/noderole-renew.timer",
+        }
+        result = run(tmp_path, "reset")
+        assert result.exit_code == 0, result.output
+        assert not any(f in tree(tmp_path) for f in SYSTEMD_FILES)
+
+    def test_disable_a_node_enabled_by_the_previous_version(self, tmp_path: Path) -> None:
+        """A boot-entry.json left by the previous version is folded into the manifest once:
+        disable removes that entry, keeps a file changed since, and the old record is gone."""
+        assert run(tmp_path, "enable", "demo", "--backend", "openrc").exit_code == 0
+        # What the previous version left: its own record, nothing in the manifest for the entry.
+        root = NodeRoot(tmp_path)
+        script = tmp_path / "etc/init.d/noderole"
+        import hashlib
+
+        old = {
+            "backend": "openrc",
+            "paths": {
+                "/etc/init.d/noderole": "file:"
+                + hashlib.sha256(script.read_bytes()).hexdigest(),
+                "/etc/runlevels/default/noderole": "link:/etc/init.d/noderole",
+                "/etc/periodic/daily/noderole-renew": "file:" + "0" * 64,
+            },
+        }
+        (tmp_path / MANIFEST.lstrip("/")).unlink()
+        legacy = tmp_path / LEGACY_RECORD.lstrip("/")
+        legacy.write_text(json.dumps(old))
+        assert entries(root) == {}
+        result = run(tmp_path, "disable")
+        assert result.exit_code == 1, result.output  # the periodic job's digest differs: kept
+        assert " * removed /etc/init.d/noderole" in result.output
+        assert "/etc/periodic/daily/noderole-renew changed" in result.output
+        left = tree(tmp_path)
+        assert not any(f in left for f in OPENRC_FILES)
+        assert "etc/periodic/daily/noderole-renew" in left
+        assert not legacy.exists()
+        assert {p for p, e in entries(root).items() if e.kind == "boot"} == {
+            "/etc/periodic/daily/noderole-renew"
+        }
 
     def test_unknown_kind(self) -> None:
         """boot_entry names the backends it knows."""
