@@ -108,6 +108,10 @@ def reset(
             record(ops.root, "runtime", [LOCK_FILE])
         removals = plan_reset(ops.root, purge=purge)
         removed = apply_reset(ops.root, removals)
+        from noderole.backends.systemd import reload_after_removal
+
+        # systemd keeps removed units loaded until told; OpenRC rereads /etc/init.d by itself.
+        reload_after_removal(ops.root, removed)
     if not had_lock:  # the lock this reset made for itself goes too
         lock.unlink(missing_ok=True)
     with contextlib.suppress(OSError):  # not empty: something else still lives there

@@ -59,6 +59,9 @@ class Node:
     def active(self, unit: str) -> str:
         return self.ns.show(unit, "ActiveState")["ActiveState"]
 
+    def show_load(self, unit: str) -> str:
+        return self.ns.show(unit, "LoadState")["LoadState"]
+
 
 def stage_server(root: Path) -> None:
     """The rehearsal's stand-ins and config, with noderole_path set to this virtualenv's."""
@@ -192,6 +195,29 @@ class TestApplyThroughSystemd:
         )
         code, _ = node.status()
         assert code == 1
+
+
+class TestRemovalReloads:
+    def test_reset_unloads_the_units(self, node: Node) -> None:
+        """reset removes the units and reloads systemd: k3s.service is no longer loaded."""
+        node.apply()
+        assert node.show_load("k3s.service") == "loaded"
+        done = node.noderole("reset", "--backend", "systemd")
+        assert done.returncode == 0, done.stderr + done.stdout
+        assert not (node.ns.root / "etc/systemd/system/k3s.service").exists()
+        assert node.show_load("k3s.service") == "not-found"
+        assert node.show_load("konnectivity-server.service") == "not-found"
+
+    def test_disable_unloads_the_boot_entry(self, node: Node) -> None:
+        """disable removes noderole.service and the renew timer and reloads systemd."""
+        enabled = node.noderole("enable", "server")
+        assert enabled.returncode == 0, enabled.stderr + enabled.stdout
+        node.ns.systemctl("daemon-reload")
+        assert node.show_load("noderole-renew.timer") == "loaded"
+        done = node.noderole("disable")
+        assert done.returncode == 0, done.stderr + done.stdout
+        assert node.show_load("noderole.service") == "not-found"
+        assert node.show_load("noderole-renew.timer") == "not-found"
 
 
 OWNER = """

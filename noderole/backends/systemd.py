@@ -9,10 +9,51 @@ import attrs
 from noderole.backends._initsystem import InitStatus, InitSystemBackend
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from noderole.records import Service
     from noderole.render import Rendered
+    from noderole.root import NodeRoot
 
-__all__ = ["InitStatus", "SystemdBackend"]
+__all__ = ["UNIT_DIRECTORIES", "InitStatus", "SystemdBackend", "reload_after_removal"]
+
+UNIT_DIRECTORIES = ("/etc/systemd/", "/run/systemd/system/", "/lib/systemd/", "/usr/lib/systemd/")
+"""Node paths under which a removed file can be a unit systemd still holds loaded."""
+
+
+def reload_after_removal(root: NodeRoot, removed: Iterable[str]) -> bool:
+    """``systemctl daemon-reload`` when ``removed`` holds a unit file or link and systemd runs
+    this node (True when it ran).
+
+    Without it systemd keeps the removed units loaded (``LoadState=loaded``, dependencies and
+    all) until the next reload or boot. Never under ``--root`` (an image build: the image's
+    systemd reads its units when it boots), nor on a machine systemd does not run. A failed
+    reload is reported, not raised: the files are gone either way.
+    """
+    import os
+    import subprocess
+    import sys
+
+    if not root.is_real or not os.path.isdir("/run/systemd/system"):
+        return False
+    if not any(path.startswith(UNIT_DIRECTORIES) for path in removed):
+        return False
+    try:
+        done = subprocess.run(
+            ["systemctl", "daemon-reload"], capture_output=True, text=True, timeout=120
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        print(f"noderole: warning: systemctl daemon-reload: {exc}", file=sys.stderr)
+        return False
+    if done.returncode != 0:
+        detail = (done.stderr or done.stdout).strip()
+        print(
+            f"noderole: warning: systemctl daemon-reload failed (exit {done.returncode}): "
+            f"{detail}; run it yourself so systemd forgets the removed units",
+            file=sys.stderr,
+        )
+        return False
+    return True
 
 
 class SystemdBackend(InitSystemBackend):

@@ -73,9 +73,11 @@ def disable_command(app: App) -> None:
 
     A file changed since enable wrote it is kept and named (exit 1). The recorded role stays.
     """
+    from noderole.backends.systemd import reload_after_removal
     from noderole.bootentry import disable
 
     removed, kept = disable(app.root)
+    reload_after_removal(app.root, removed)
     if not removed and not kept:
         click.echo("no boot entry enabled: nothing to remove")
         return
