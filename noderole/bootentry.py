@@ -128,10 +128,18 @@ WantedBy=multi-user.target
     ]
 
 
-def boot_entry(kind: str, *, noderole_path: str, root: NodeRoot | None = None) -> list[BootFile]:
+def boot_entry(
+    kind: str,
+    *,
+    noderole_path: str,
+    root: NodeRoot | None = None,
+    renew_interval: float = 86400.0,
+    renew_jitter: float = 3600.0,
+) -> list[BootFile]:
     """The files and links of the boot entry for ``kind`` (``openrc`` or ``systemd``), with the
-    periodic job that renews certificates while the node runs (:func:`noderole.renewal.
-    periodic_files`; ``root`` gives the node's renewal offset)."""
+    periodic job that renews certificates while the node runs (:func:`noderole.schedule.
+    periodic_files`, from the ``renew_interval`` and ``renew_jitter`` settings; ``root`` gives
+    the node's renewal offset)."""
     if kind == "openrc":
         items = _openrc(noderole_path)
     elif kind == "systemd":
@@ -141,7 +149,14 @@ def boot_entry(kind: str, *, noderole_path: str, root: NodeRoot | None = None) -
     from noderole.render import RenderedFile
     from noderole.schedule import periodic_files
 
-    for extra in periodic_files(kind, noderole_path=noderole_path, root=root):
+    periodic = periodic_files(
+        kind,
+        noderole_path=noderole_path,
+        jitter=renew_jitter,
+        interval=renew_interval,
+        root=root,
+    )
+    for extra in periodic:
         if isinstance(extra, RenderedFile):
             items.append(BootFile(path=extra.path, content=extra.content, mode=extra.mode))
         else:
@@ -197,7 +212,15 @@ def _wanted(item: BootFile) -> str:
     return f"link:{item.target}"
 
 
-def enable(root: NodeRoot, role: str | None, kind: str, *, noderole_path: str) -> list[str]:
+def enable(
+    root: NodeRoot,
+    role: str | None,
+    kind: str,
+    *,
+    noderole_path: str,
+    renew_interval: float = 86400.0,
+    renew_jitter: float = 3600.0,
+) -> list[str]:
     """Record ``role`` (None: leave it to the first boot's resolution) and install the boot
     entry; return the node paths written.
 
@@ -206,7 +229,13 @@ def enable(root: NodeRoot, role: str | None, kind: str, *, noderole_path: str) -
     """
     from noderole.atomic import write_atomic
 
-    items = boot_entry(kind, noderole_path=noderole_path, root=root)
+    items = boot_entry(
+        kind,
+        noderole_path=noderole_path,
+        root=root,
+        renew_interval=renew_interval,
+        renew_jitter=renew_jitter,
+    )
     previous = _recorded(root)
     for item in items:
         now = _current(root.resolve(item.path))

@@ -112,9 +112,10 @@ def noderole_settings() -> SettingsTable:
                 min=0,
                 max=31536000,
                 description=(
-                    "Seconds between two `noderole renew` runs of the native backend's "
-                    "`noderole-renew` service (OpenRC and systemd renew daily through their own "
-                    "periodic job); 0 turns scheduled renewal off."
+                    "Seconds between two `noderole renew` runs: the native backend's "
+                    "`noderole-renew` service and systemd's `noderole-renew.timer` (86400: "
+                    "calendar-daily, catching up after downtime); OpenRC's periodic job runs "
+                    "daily whatever the value; 0 turns scheduled renewal off."
                 ),
             ),
             Setting(

@@ -790,11 +790,13 @@ class Operations:
             items = render_systemd(services, noderole_path=noderole_path, exec_mode=not static)
         else:
             raise UsageError(f"cannot render for backend {backend!r}: use openrc or systemd")
-        if float(self.setting("renew_interval")) > 0:
-            jitter = float(self.setting("renew_jitter"))
-            items += periodic_files(
-                backend, noderole_path=noderole_path, jitter=jitter, root=self.root
-            )
+        items += periodic_files(
+            backend,
+            noderole_path=noderole_path,
+            jitter=float(self.setting("renew_jitter")),
+            interval=float(self.setting("renew_interval")),
+            root=self.root,
+        )
         manifest = f"/var/lib/noderole/rendered-{backend}.json"
         changed, removed = sync_rendered(items, root=self.root, manifest=manifest)
         write_role(self.root, role)

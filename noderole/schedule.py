@@ -106,18 +106,49 @@ def renew_service(node: NodeContext, settings: Any) -> Service | None:
     )
 
 
+DAILY = 86400.0
+"""The default ``renew_interval``: the systemd timer is then calendar-based (``OnCalendar=daily``,
+``Persistent=true``: a node that was off at midnight renews when it boots)."""
+
+
+def _span(seconds: float) -> str:
+    """A systemd time span in whole milliseconds, never 0 (which would turn a setting off)."""
+    return f"{max(1, round(seconds * 1000))}ms"
+
+
+def _timer_schedule(interval: float, jitter: float) -> str:
+    """The ``[Timer]`` lines for ``renew_interval`` and ``renew_jitter``."""
+    if interval == DAILY:
+        return f"OnCalendar=daily\nRandomizedDelaySec={int(jitter)}\nPersistent=true\n"
+    # Any other interval counts from the timer's activation (boot, or enable's start), then from
+    # each run's start. The accuracy follows the interval (systemd's default, a minute, would
+    # stretch a short one); FixedRandomDelay keeps each node's offset stable between runs.
+    accuracy = min(60.0, interval / 10)
+    return (
+        f"OnActiveSec={_span(interval)}\nOnUnitActiveSec={_span(interval)}\n"
+        f"AccuracySec={_span(accuracy)}\nRandomizedDelaySec={int(jitter)}\n"
+        "FixedRandomDelay=true\n"
+    )
+
+
 def periodic_files(
-    backend: str, *, noderole_path: str, jitter: float = 3600.0, root: NodeRoot | None = None
+    backend: str,
+    *,
+    noderole_path: str,
+    jitter: float = 3600.0,
+    interval: float = DAILY,
+    root: NodeRoot | None = None,
 ) -> list[Rendered]:
-    """The files that run ``noderole renew`` daily under ``backend`` (``openrc``: the periodic job
-    Alpine's crond runs; ``systemd``: ``noderole-renew.service`` and ``.timer``, enabled through
-    ``timers.target``). ``render`` writes them; ``enable`` installs them. Empty for ``native``
-    (its schedule is the ``noderole-renew`` service)."""
+    """The files that run ``noderole renew`` periodically under ``backend`` (``openrc``: the
+    daily job Alpine's crond runs; ``systemd``: ``noderole-renew.service`` and ``.timer``, every
+    ``interval`` seconds, enabled through ``timers.target``). ``render`` writes them; ``enable``
+    installs them. Empty for ``native`` (its schedule is the ``noderole-renew`` service) and when
+    ``interval`` is 0 (renewal off)."""
     from noderole.errors import UsageError
     from noderole.render import RenderedFile, RenderedLink
     from noderole.render._quote import sh_quote, systemd_command_line
 
-    if backend == "native":
+    if backend == "native" or (interval <= 0 and backend in ("openrc", "systemd")):
         return []
     if backend == "openrc":
         offset = jitter_offset(root or NodeRoot("/"), jitter)
@@ -142,16 +173,14 @@ After=network-online.target
 Type=oneshot
 ExecStart={systemd_command_line([noderole_path, "renew", "--backend", "systemd"])}
 """
+        every = "daily" if interval == DAILY else f"every {interval:g} s"
         timer = f"""\
 # Written by noderole (noderole reset removes it).
 [Unit]
-Description=Renew noderole's serving certificates daily
+Description=Renew noderole's serving certificates {every}
 
 [Timer]
-OnCalendar=daily
-RandomizedDelaySec={int(jitter)}
-Persistent=true
-
+{_timer_schedule(interval, jitter)}
 [Install]
 WantedBy=timers.target
 """

@@ -181,8 +181,7 @@ class TestUnderRoot:
         old = {
             "backend": "openrc",
             "paths": {
-                "/etc/init.d/noderole": "file:"
-                + hashlib.sha256(script.read_bytes()).hexdigest(),
+                "/etc/init.d/noderole": "file:" + hashlib.sha256(script.read_bytes()).hexdigest(),
                 "/etc/runlevels/default/noderole": "link:/etc/init.d/noderole",
                 "/etc/periodic/daily/noderole-renew": "file:" + "0" * 64,
             },

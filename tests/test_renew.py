@@ -356,6 +356,32 @@ class TestSchedule:
         )
         assert os.readlink(link) == "../noderole-renew.timer"
 
+    def test_timer_follows_the_interval(self, tmp_path: Path) -> None:
+        """A renew_interval other than a day makes the timer monotonic, every that many seconds,
+        with an accuracy that does not stretch a short interval."""
+        ops = _ops(tmp_path, "[noderole]\nrenew_interval = 2.5\nrenew_jitter = 0\n")
+        ops.render("r", "systemd")
+        timer = ScratchRoot(tmp_path).read(SYSTEMD_TIMER)
+        assert "OnCalendar" not in timer
+        assert "OnActiveSec=2500ms\nOnUnitActiveSec=2500ms\nAccuracySec=250ms\n" in timer
+        assert "every 2.5 s" in timer
+        hourly = periodic_files("systemd", noderole_path="/n", interval=3600, jitter=60)
+        assert "AccuracySec=60000ms\nRandomizedDelaySec=60\n" in hourly[1].content  # type: ignore[union-attr]
+
+    def test_enable_installs_the_timer_of_the_setting(self, tmp_path: Path) -> None:
+        """enable writes the timer for renew_interval, and no periodic job when it is 0."""
+        from noderole.bootentry import boot_entry
+
+        paths = {b.path for b in boot_entry("systemd", noderole_path="/n", renew_interval=0)}
+        assert SYSTEMD_TIMER not in paths
+        (timer,) = [
+            b
+            for b in boot_entry("systemd", noderole_path="/n", renew_interval=60, renew_jitter=0)
+            if b.path == SYSTEMD_TIMER
+        ]
+        assert timer.content is not None
+        assert "OnUnitActiveSec=60000ms" in timer.content
+
     def test_render_without_renewal(self, tmp_path: Path) -> None:
         """renew_interval = 0: render writes no periodic job."""
         ops = _ops(tmp_path, "[noderole]\nrenew_interval = 0\n")

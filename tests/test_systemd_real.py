@@ -59,6 +59,10 @@ class Node:
     def active(self, unit: str) -> str:
         return self.ns.show(unit, "ActiveState")["ActiveState"]
 
+    def journal(self, unit: str) -> str:
+        done = self.ns.run("journalctl", "--no-pager", "-o", "cat", "-u", unit, check=False)
+        return str(done.stdout + done.stderr)
+
     def show_load(self, unit: str) -> str:
         return self.ns.show(unit, "LoadState")["LoadState"]
 
@@ -218,6 +222,39 @@ class TestRemovalReloads:
         assert done.returncode == 0, done.stderr + done.stdout
         assert node.show_load("noderole.service") == "not-found"
         assert node.show_load("noderole-renew.timer") == "not-found"
+
+
+class TestRenewTimer:
+    def test_the_timer_runs_renew(self, node: Node) -> None:
+        """With renew_interval = 1, enable's noderole-renew.timer elapses under systemd and its
+        service runs `noderole renew` to a successful end (ExecMainStatus 0), again and again."""
+        config = node.ns.root / "etc/noderole/config.toml"
+        config.write_text(
+            config.read_text().replace(
+                "[noderole]\n", "[noderole]\nrenew_interval = 1\nrenew_jitter = 0\n", 1
+            )
+        )
+        node.apply()
+        assert node.status("--wait", "--timeout", "60")[0] == 0
+        enabled = node.noderole("enable", "server")
+        assert enabled.returncode == 0, enabled.stderr + enabled.stdout
+        node.ns.systemctl("daemon-reload")
+        node.ns.systemctl("start", "noderole-renew.timer")  # timers.target does at boot
+
+        finished: set[str] = set()
+
+        def runs() -> int:
+            found = node.ns.show(
+                "noderole-renew.service", "ExecMainExitTimestampMonotonic", "ExecMainStatus"
+            )
+            if found["ExecMainExitTimestampMonotonic"] not in ("", "0"):
+                assert found["ExecMainStatus"] == "0", node.journal("noderole-renew.service")
+                finished.add(found["ExecMainExitTimestampMonotonic"])
+            return len(finished)
+
+        eventually(lambda: runs() >= 2, "two runs of noderole-renew.service", bound=20)
+        journal = node.journal("noderole-renew.service")
+        assert journal.count("role server: 0 of 1 services with certificates renewed") >= 2, journal
 
 
 OWNER = """

@@ -61,7 +61,14 @@ def enable_command(app: App, role: str | None, backend: str) -> None:
         app.plan(role)  # an unknown role fails here, naming the known ones
     kind = _kind(app, backend)
     noderole_path = str(app.setting("noderole_path"))
-    written = enable(app.root, role, kind, noderole_path=noderole_path)
+    written = enable(
+        app.root,
+        role,
+        kind,
+        noderole_path=noderole_path,
+        renew_interval=float(app.setting("renew_interval")),
+        renew_jitter=float(app.setting("renew_jitter")),
+    )
     recorded = f"role {role} recorded" if role else "role left to the first boot's inputs"
     click.echo(f"{recorded}; {kind} boot entry: {', '.join(written)}")
 
