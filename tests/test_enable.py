@@ -18,9 +18,9 @@ from click.testing import CliRunner, Result
 
 import noderole
 from noderole.bootentry import LEGACY_RECORD, boot_entry
-from noderole.manifest import MANIFEST, entries
 from noderole.cli import cli
 from noderole.cli._app import App
+from noderole.manifest import MANIFEST, entries
 from noderole.root import NodeRoot
 from noderole.state import ROLE_FILE
 from tests.harness.openrc_ns import OpenRCNamespace
