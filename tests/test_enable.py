@@ -8,6 +8,7 @@ brings the role's services up, with no hand-written file.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import types
 from pathlib import Path
@@ -176,8 +177,6 @@ class TestUnderRoot:
         # What the previous version left: its own record, nothing in the manifest for the entry.
         root = NodeRoot(tmp_path)
         script = tmp_path / "etc/init.d/noderole"
-        import hashlib
-
         old = {
             "backend": "openrc",
             "paths": {
