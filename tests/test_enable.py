@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import subprocess
 import types
 from pathlib import Path
-from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
@@ -28,7 +28,7 @@ from tests.harness.openrc_ns import OpenRCNamespace
 from tests.harness.systemd_ns import SystemdNamespace, systemd_problem
 from tests.test_apply_openrc import EVENTUALLY
 from tests.test_apply_openrc import namespace as namespace  # the OpenRC fixture
-from tests.test_systemd_real import CHECKOUT, VENV, Node, eventually, stage_server
+from tests.test_systemd_real import CHECKOUT, NODEROLE, VENV, Node, eventually, stage_server
 
 OPENRC_FILES = ("etc/init.d/noderole", "etc/runlevels/default/noderole")
 SYSTEMD_FILES = (
@@ -220,30 +220,47 @@ class TestRealInitSystems:
         running = namespace.sh(EVENTUALLY.format(check="pgrep -x -f '/bin/sleep 2000'"))
         assert running.rc == 0, namespace.sh("ps -eo pid,args").stdout
 
-    def test_systemd_boot_entry_brings_the_role_up(self) -> None:
-        """Inside a booted systemd: enable, start what multi-user.target wants from noderole,
-        and k3s and konnectivity-server come up."""
+    def test_systemd_image_boots_the_role(self, tmp_path: Path) -> None:
+        """An image built with `noderole --root IMAGE enable server --backend systemd` boots
+        into multi-user.target and the role's services come up, nobody calling systemctl;
+        after `disable` on the image the next boot runs none of it."""
         problem = systemd_problem()
         if problem:
             pytest.skip(problem)
-        with SystemdNamespace(binds=[CHECKOUT, VENV]) as ns:
-            stage_server(ns.root)
+        image = tmp_path / "image"
+        stage_server(image)
+        built = subprocess.run(
+            [NODEROLE, "--root", str(image), "enable", "server", "--backend", "systemd"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert built.returncode == 0, built.stderr + built.stdout
+
+        def boot() -> SystemdNamespace:
+            return SystemdNamespace(binds=[CHECKOUT, VENV], seed=image, unit="multi-user.target")
+
+        with boot() as ns:
             node = Node(ns)
-            enabled = node.noderole("enable", "server")
-            assert enabled.returncode == 0, enabled.stderr + enabled.stdout
-            assert "systemd boot entry" in enabled.stdout
-            ns.systemctl("daemon-reload")
-            assert ns.systemctl("is-enabled", "noderole.service").stdout.strip() == "enabled"
-            wants = ns.systemctl("show", "-p", "Wants", "--value", "multi-user.target").stdout
-            assert "noderole.service" in wants.split()
-            ns.systemctl("start", "noderole.service")
             assert node.active("noderole.service") == "active"
+            result = ns.show("noderole.service", "Result", "ExecMainStatus")
+            assert result == {"Result": "success", "ExecMainStatus": "0"}, node.journal(
+                "noderole.service"
+            )
             eventually(
                 lambda: node.active("konnectivity-server.service") == "active", "konnectivity up"
             )
+            assert node.active("k3s.service") == "active"
             code, status = node.status("--wait", "--timeout", "60")
             assert code == 0, status
-            disabled: Any = node.noderole("disable")
-            assert disabled.returncode == 0, disabled.stderr
-            assert not (ns.root / SYSTEMD_FILES[0]).exists()
-            assert json.loads(node.noderole("status", "--json").stdout)["role"] == "server"
+            assert node.active("noderole-renew.timer") == "active"
+        disabled = subprocess.run(
+            [NODEROLE, "--root", str(image), "disable"], capture_output=True, text=True, check=False
+        )
+        assert disabled.returncode == 0, disabled.stderr + disabled.stdout
+        with boot() as ns:
+            node = Node(ns)
+            assert node.show_load("noderole.service") == "not-found"
+            assert node.show_load("noderole-renew.timer") == "not-found"
+            assert node.active("k3s.service") == "inactive"
+            assert node.active("konnectivity-server.service") == "inactive"

@@ -56,8 +56,41 @@ MASKED = (
     "proc-sys-fs-binfmt_misc.automount",
     "systemd-binfmt.service",
     "systemd-random-seed.service",
+    # A real boot (multi-user.target) pulls in what follows; none of it has a place in a
+    # container: a first-boot prompt on a console nobody reads, gettys, a second bus, logins,
+    # /tmp emptied under the read-only binds, kernel file systems sysfs (read-only) refuses.
+    "systemd-firstboot.service",
+    "systemd-machine-id-commit.service",
+    "systemd-repart.service",
+    "systemd-pcrphase.service",
+    "systemd-pcrphase-sysinit.service",
+    "systemd-sysusers.service",
+    "systemd-tmpfiles-setup.service",
+    "systemd-tmpfiles-clean.timer",
+    "kmod-static-nodes.service",
+    "sys-kernel-config.mount",
+    "sys-kernel-debug.mount",
+    "sys-kernel-tracing.mount",
+    "sys-fs-fuse-connections.mount",
+    "dev-hugepages.mount",
+    "getty.target",
+    "dbus.service",
+    "dbus.socket",
+    "systemd-logind.service",
+    "systemd-ask-password-wall.path",
+    "systemd-ask-password-console.path",
 )
-"""Units that would touch the machine from inside the container."""
+"""Units that would touch the machine from inside the container, or slow a real boot."""
+
+MASKED_GENERATORS = (
+    # The machine's own boot would come back through these: its /etc/init.d scripts and
+    # rc?.d links (sysv), rc.local, /etc/fstab's mounts, its database clusters.
+    "systemd-sysv-generator",
+    "systemd-rc-local-generator",
+    "systemd-fstab-generator",
+    "systemd-getty-generator",
+    "postgresql-generator",
+)
 
 TARGET = """\
 [Unit]
@@ -89,8 +122,13 @@ ln -s pts/ptmx "$r/dev/ptmx"
 mount -t tmpfs -o mode=1777 tmpfs "$r/dev/shm"
 : > "$r/etc/machine-id"
 mkdir -p "$r/etc/systemd/system"
+# The machine's own enabled units stay out: only what a test or the seed enables starts.
+rm -rf "$r"/etc/systemd/system/*.wants
 printf '%s' "$TARGET" > "$r/etc/systemd/system/ns.target"
 for unit in $MASKED; do ln -sf /dev/null "$r/etc/systemd/system/$unit"; done
+mkdir -p "$r/etc/systemd/system-generators"
+for gen in $MASKED_GENERATORS; do ln -sf /dev/null "$r/etc/systemd/system-generators/$gen"; done
+if [ -n "$SEED" ]; then cp -a "$SEED/." "$r/"; fi
 for path in "$@"; do
     mkdir -p "$r$path"
     mount --bind "$path" "$r$path"
@@ -107,7 +145,7 @@ cd "$r"
 pivot_root . .oldroot
 umount -l /.oldroot
 rmdir /.oldroot
-exec env -i container=unshare /lib/systemd/systemd --unit=ns.target
+exec env -i container=unshare /lib/systemd/systemd --unit="$UNIT"
 """
 
 
@@ -136,9 +174,21 @@ def systemd_problem() -> str | None:
 class SystemdNamespace:
     """One booted private systemd. Use as a context manager, or call :meth:`close`."""
 
-    def __init__(self, *, binds: Sequence[Path] = (), boot_timeout: float = 30) -> None:
+    def __init__(
+        self,
+        *,
+        binds: Sequence[Path] = (),
+        boot_timeout: float = 30,
+        seed: Path | None = None,
+        unit: str = "ns.target",
+    ) -> None:
         self.binds = tuple(Path(p).resolve() for p in binds)
         """Host directories made visible, read-only, at the same path inside."""
+        self.seed = Path(seed).resolve() if seed is not None else None
+        """A tree (an image built with ``--root``) copied over the overlay root before boot."""
+        self.unit = unit
+        """The unit systemd boots into: the private ``ns.target`` (only what a test starts
+        runs), or ``multi-user.target`` for a real boot of what the seed enables."""
         self.boot_timeout = boot_timeout
         base = _cgroup2_base()
         if base is None:  # pragma: no cover - systemd_problem() says so first
@@ -174,6 +224,9 @@ class SystemdNamespace:
             "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
             "TARGET": TARGET,
             "MASKED": " ".join(MASKED),
+            "MASKED_GENERATORS": " ".join(MASKED_GENERATORS),
+            "SEED": str(self.seed or ""),
+            "UNIT": self.unit,
         }
         procs = shlex.quote(str(self.cgroup / "cgroup.procs"))
         command = (
