@@ -2,8 +2,12 @@
 
 A fleet reads node-level facts through node_exporter's textfile collector: noderole writes
 ``noderole.prom`` into the collector's directory (setting ``[noderole] textfile_dir``, off by
-default) after every apply, stop and restart, and ``noderole status --format prometheus`` prints
-the same text. Series (docs/metrics.md has the alert rules built on them)::
+default) after every apply, renew, stop and restart, and ``noderole status --format prometheus``
+prints the same text. Under the native backend the supervisor daemon is the file's writer while
+it runs: the CLI hands it the role-level families (:func:`role_head`) and it appends the service
+families after every state change it sees, respawns included (:mod:`noderole.supervisor.
+_textfile`). The names, HELP lines and states are defined once, in
+:mod:`noderole.supervisor.exposition`. Series (docs/metrics.md has the alert rules built on them)::
 
     noderole_apply_success{role}                          gauge  1 when the last apply succeeded
     noderole_apply_duration_seconds{role}                 gauge  how long it took
@@ -20,7 +24,6 @@ caller.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -28,6 +31,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 from noderole.root import NodeRoot
+from noderole.supervisor.exposition import STATES, TEXTFILE, Exposition, labels, service_families
 
 if TYPE_CHECKING:
     from noderole.plan import Plan
@@ -43,16 +47,9 @@ __all__ = [
     "samples_from_rows",
     "read_last_apply",
     "render_metrics",
+    "role_head",
     "write_textfile",
 ]
-
-"""Where the last apply's outcome is kept (node path)."""
-
-TEXTFILE = "noderole.prom"
-"""The file name in the textfile collector's directory."""
-
-STATES = ("starting", "running", "ready", "crashed", "stopped")
-"""Every state ``noderole_service_state`` has a series for (one of them is 1)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -93,35 +90,40 @@ class CertificateExpiry:
     """Expiry (unix time)."""
 
 
-def _escape(value: str) -> str:
-    """A label value as the exposition format wants it: backslash, quote and newline escaped."""
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-
-def _labels(**labels: str) -> str:
-    return "{" + ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items()) + "}"
-
-
-def _number(value: float) -> str:
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    return repr(int(value)) if float(value).is_integer() else repr(float(value))
-
-
-class _Exposition:
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-
-    def family(
-        self, name: str, kind: str, help_text: str, samples: Iterable[tuple[str, float]]
-    ) -> None:
-        rows = list(samples)
-        if not rows:
-            return
-        self.lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
-        self.lines += [f"{name}{labels} {_number(value)}" for labels, value in rows]
+def role_head(
+    *,
+    apply: ApplyOutcome | None,
+    certificates: Sequence[CertificateExpiry] = (),
+) -> Exposition:
+    """The role-level families: the last apply's and the certificates' (the native supervisor
+    is handed their text and appends the service families itself)."""
+    out = Exposition()
+    applied = [apply] if apply is not None else []
+    out.family(
+        "noderole_apply_success",
+        "gauge",
+        "1 when the last noderole apply of the role succeeded, 0 when a service failed.",
+        ((labels(role=a.role), 1 if a.ok else 0) for a in applied),
+    )
+    out.family(
+        "noderole_apply_duration_seconds",
+        "gauge",
+        "Duration of the last noderole apply of the role.",
+        ((labels(role=a.role), a.seconds) for a in applied),
+    )
+    out.family(
+        "noderole_apply_timestamp_seconds",
+        "gauge",
+        "Unix time at which the last noderole apply of the role finished.",
+        ((labels(role=a.role), a.timestamp) for a in applied),
+    )
+    out.family(
+        "noderole_certificate_expiry_timestamp_seconds",
+        "gauge",
+        "Unix time at which a certificate minted for the service expires.",
+        ((labels(service=c.service, path=c.path), c.not_after) for c in certificates),
+    )
+    return out
 
 
 def render_metrics(
@@ -132,58 +134,9 @@ def render_metrics(
     certificates: Sequence[CertificateExpiry] = (),
 ) -> str:
     """The exposition text (ends with a newline; families without samples are left out)."""
-    out = _Exposition()
-    applied = [apply] if apply is not None else []
-    out.family(
-        "noderole_apply_success",
-        "gauge",
-        "1 when the last noderole apply of the role succeeded, 0 when a service failed.",
-        ((_labels(role=a.role), 1 if a.ok else 0) for a in applied),
-    )
-    out.family(
-        "noderole_apply_duration_seconds",
-        "gauge",
-        "Duration of the last noderole apply of the role.",
-        ((_labels(role=a.role), a.seconds) for a in applied),
-    )
-    out.family(
-        "noderole_apply_timestamp_seconds",
-        "gauge",
-        "Unix time at which the last noderole apply of the role finished.",
-        ((_labels(role=a.role), a.timestamp) for a in applied),
-    )
-    out.family(
-        "noderole_service_up",
-        "gauge",
-        "1 when the service is running or ready, else 0.",
-        (
-            (_labels(role=role, service=s.name), 1 if s.state in ("running", "ready") else 0)
-            for s in services
-        ),
-    )
-    out.family(
-        "noderole_service_state",
-        "gauge",
-        "The service's state: 1 for the current one.",
-        (
-            (_labels(service=s.name, state=state), 1 if s.state == state else 0)
-            for s in services
-            for state in STATES
-        ),
-    )
-    out.family(
-        "noderole_service_restarts_total",
-        "counter",
-        "Restarts of the service counted by its supervisor.",
-        ((_labels(service=s.name), s.restarts) for s in services),
-    )
-    out.family(
-        "noderole_certificate_expiry_timestamp_seconds",
-        "gauge",
-        "Unix time at which a certificate minted for the service expires.",
-        ((_labels(service=c.service, path=c.path), c.not_after) for c in certificates),
-    )
-    return "\n".join(out.lines) + "\n" if out.lines else ""
+    out = role_head(apply=apply, certificates=certificates)
+    service_families(out, role=role, services=((s.name, s.state, s.restarts) for s in services))
+    return out.text()
 
 
 def write_textfile(directory: Path, text: str) -> Path:

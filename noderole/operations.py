@@ -501,7 +501,12 @@ class Operations:
 
     def publish_metrics(self, plan: Plan, backend: Backend, report: ApplyReport | None) -> None:
         """Rewrite ``textfile_dir/noderole.prom`` when that is set (after an apply, whose
-        outcome :meth:`apply` recorded, a stop or a restart)."""
+        outcome :meth:`apply` recorded, a renew, a stop or a restart).
+
+        Under the native backend a running supervisor is handed the role-level families and
+        writes the file itself, now and after every state change it sees (respawns, giving up);
+        with no daemon running (everything stopped) the file is written here.
+        """
         import sys
 
         from noderole import manifest, metrics
@@ -510,12 +515,40 @@ class Operations:
         try:
             directory = self._textfile_dir()
             if directory:
-                metrics.write_textfile(self.root.resolve(directory), self.metrics(plan, backend))
+                local = self.root.resolve(directory)
+                if not self._daemon_publishes(plan, backend, local):
+                    metrics.write_textfile(local, self.metrics(plan, backend))
                 written.append(f"{directory.rstrip('/')}/{metrics.TEXTFILE}")
         except OSError as exc:
             # The services are up: a metrics file that cannot be written must not fail the apply.
             print(f"noderole: warning: fleet metrics not written: {exc}", file=sys.stderr)
         manifest.record(self.root, "state", written)
+
+    def _daemon_publishes(self, plan: Plan, backend: Backend, local: Path) -> bool:
+        """Hand the native supervisor the file (True), or False when no daemon runs. Raises
+        OSError when it could not write it (the directory named as :func:`write_textfile`
+        does)."""
+        from noderole import metrics
+        from noderole.supervisor import SupervisorError
+
+        supervisor = getattr(backend, "supervisor", None)
+        if backend.name != "native" or supervisor is None:
+            return False
+        if not local.is_dir():
+            metrics.write_textfile(local, "")  # raises, naming the setting and the fix
+        head = metrics.role_head(
+            apply=metrics.read_last_apply(self.root, plan.role),
+            certificates=metrics.certificate_expiries(plan, self.root),
+        ).text()
+        names = [e.name for e in plan.services if e.service.command is not None]
+        path = str(local / metrics.TEXTFILE)
+        try:
+            done = supervisor.publish_textfile(path, role=plan.role, names=names, head=head)
+        except SupervisorError:
+            return False  # a daemon of an older version: the file is written here
+        if done is False:
+            raise OSError(f"the native supervisor could not write {path}: see its log")
+        return done is True
 
     def config_syntax_warning(self) -> str:
         """Why ``config.toml`` cannot be read at all ("" when it can, or is absent), found

@@ -80,11 +80,31 @@ class TestExposition:
             for (name, labels), value in got.items()
             if name == "noderole_service_state" and dict(labels)["service"] == "k3s"
         }
-        assert states == {"starting": 0, "running": 0, "ready": 1, "crashed": 0, "stopped": 0}
+        assert states == {
+            "starting": 0,
+            "running": 0,
+            "ready": 1,
+            "backoff": 0,
+            "crashed": 0,
+            "stopped": 0,
+        }
         restarts = frozenset({("service", "k3s")})
         assert got[("noderole_service_restarts_total", restarts)] == 3
         cert = frozenset({("service", "k3s"), ("path", "/var/lib/tls.crt")})
         assert got[("noderole_certificate_expiry_timestamp_seconds", cert)] == 1_800_000_000
+
+    def test_backoff_has_its_series(self) -> None:
+        """A native service waiting to respawn (backoff) is down with state backoff 1."""
+        got = samples(
+            render_metrics(
+                role="r", apply=None, services=[ServiceSample(name="a", state="backoff")]
+            )
+        )
+        assert (
+            got[("noderole_service_state", frozenset({("service", "a"), ("state", "backoff")}))]
+            == 1
+        )
+        assert got[("noderole_service_up", frozenset({("role", "r"), ("service", "a")}))] == 0
 
     def test_nothing_known_renders_nothing(self) -> None:
         """No apply, no service, no certificate: an empty exposition, not empty families."""

@@ -363,6 +363,17 @@ class Supervisor:
             return self._from_state(list(names) if names is not None else None)
         return self._statuses(answer)
 
+    def publish_textfile(
+        self, path: str, *, role: str, names: Sequence[str], head: str
+    ) -> bool | None:
+        """Make the running daemon the writer of the fleet metrics file ``path`` (local): it
+        writes ``head`` and ``role``'s service families (``names``) now and after every later
+        state change. True when written, False when the daemon could not (it logs why), None
+        when no daemon runs (the caller writes the file itself). Never starts a daemon."""
+        request = {"op": "textfile", "path": path, "role": role, "names": list(names), "head": head}
+        answer = self._request(request, start=False)
+        return None if answer is None else bool(answer.get("written"))
+
     def shutdown(self) -> None:
         """Stop every service and let the daemon exit; return once it has.
 

@@ -29,6 +29,7 @@ from noderole.supervisor import (
     _protocol,
     _safeopen,
     _state,
+    _textfile,
     _title,
     _watchdog,
 )
@@ -68,6 +69,7 @@ class Daemon:
             "restart": self.op_restart,
             "stop": self.op_stop,
             "shutdown": self.op_shutdown,
+            "textfile": self.op_textfile,
         }
         self.server = Server(
             self.loop, os.path.join(run_dir, _protocol.SOCKET_NAME), handlers, abstract
@@ -90,6 +92,10 @@ class Daemon:
         self.watchdog_fd = -1
         self.watchdog_w = -1
         """Where each new process group is told to the watchdog (_watchdog.Groups)."""
+        self.textfile = _textfile.Textfile(
+            lambda names: [self.status_of(n) for n in names], self.loop.call_later, log
+        )
+        """noderole.prom, rewritten after state changes once the CLI asked (_textfile)."""
 
     # ---- start-up and shut-down
 
@@ -178,6 +184,7 @@ class Daemon:
         of the respawn latency (the new child is already running while it happens).
         """
         self.dirty = True
+        self.textfile.changed()
 
     def after_flush(self, callback: Callable[[], None]) -> None:
         """Run ``callback`` once the state file records what is true now (or at once)."""
@@ -264,6 +271,7 @@ class Daemon:
         while not (self.exiting or self.idle()):
             self.loop.run_once(1.0)
             self.flush()
+            self.textfile.flush()
             flush_suppressed()
         self.close()
 
@@ -272,6 +280,7 @@ class Daemon:
         self.server.close()
         self.persist()
         self.flush(force=True)
+        self.textfile.flush(force=True)  # the last state (all stopped) reaches the fleet
         self.stop_watchdog()
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.pid_path)
@@ -304,6 +313,11 @@ class Daemon:
         if names is None:
             names = list(dict.fromkeys([*self.past, *self.units]))
         done({"ok": True, "statuses": [self.status_of(str(n)).to_wire() for n in names]})
+
+    def op_textfile(self, request: dict[str, Any], done: Reply) -> None:
+        """Write noderole.prom now and after every later state change (_textfile)."""
+        self.textfile.configure(_textfile.target_from_wire(request))
+        done({"ok": True, "written": self.textfile.last_error == ""})
 
     def op_start(self, request: dict[str, Any], done: Reply) -> None:
         spec = ProcessSpec.from_wire(request["spec"])
