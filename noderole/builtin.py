@@ -102,7 +102,8 @@ def noderole_settings() -> SettingsTable:
                 default="",
                 description=(
                     "node_exporter's textfile collector directory: noderole rewrites "
-                    "noderole.prom there after every apply, stop and restart (empty: off)."
+                    "noderole.prom there after every apply, renew, stop and restart, and the "
+                    "native supervisor after every state change it sees (empty: off)."
                 ),
             ),
             Setting(

@@ -14,7 +14,13 @@ How it boots (each line prevents a failure seen on these machines):
    (null, zero, full, random, urandom, tty bound from the host, a new devpts, ``dev/shm``); an
    empty ``etc/machine-id``; a private ``ns.target`` so only what a test starts runs; sysctl,
    modules-load, binfmt and random-seed masked (on older kernels the sysctl write of
-   ``kernel.pid_max`` reaches the machine).
+   ``kernel.pid_max`` reaches the machine). The machine's own enabled units never start: its
+   ``/etc/systemd/system/*.wants`` are removed in the overlay, and the generators that would
+   bring its boot back (sysv scripts, rc.local, fstab, gettys, database clusters) are masked.
+4b. ``seed=`` copies a tree (an image built with ``noderole --root IMAGE enable``) over the
+   overlay root, and ``unit="multi-user.target"`` boots it for real: what a real boot pulls in
+   and a container has no use for (the first-boot prompt, gettys, dbus, logind, tmpfiles under
+   the read-only binds, kernel file systems) is masked, so the boot takes about 0.25 s.
 5. Directories the container must see under the fresh ``/tmp`` (a test's ``tmp_path``, the
    virtualenv) are bind-mounted read-only; a veth pair inside the private network namespace gives
    it a real non-loopback interface.
