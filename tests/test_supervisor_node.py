@@ -5,6 +5,7 @@ Real daemons, real processes, real signals; every process is ended by the harnes
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import signal
@@ -18,7 +19,7 @@ from noderole.records import Service
 from noderole.root import NodeRoot
 from noderole.supervisor import NotAnswering, ProcessSpec, SupervisionSpec, Supervisor
 from noderole.supervisor._proc import is_alive
-from tests.supervisor_fixtures import MARK, Harness, harness, wait_for
+from tests.supervisor_fixtures import MARK, Harness, close_harness, harness, wait_for
 
 __all__ = ["harness"]  # the fixture, imported for pytest
 
@@ -261,3 +262,60 @@ class TestBusyIsNotHung:
             fake.wait()
             if fake.stdout is not None:
                 fake.stdout.close()
+
+
+@pytest.mark.timeout(90)
+class TestNodeRootRemoved:
+    @pytest.mark.parametrize("made_again", [False, True], ids=["removed", "made-again"])
+    def test_daemon_stops_its_services_and_exits(self, tmp_path: Path, made_again: bool) -> None:
+        """A scratch root removed (or made again) under a live daemon: services end, it exits."""
+        root = tmp_path / "node"
+        (root / "bin").mkdir(parents=True)
+        program = root / "bin" / "svc"
+        program.write_text("#!/bin/sh\nexec sleep 1000\n")
+        program.chmod(0o755)
+        log_path = tmp_path / "supervisor.log"  # outside the root: it must outlive it
+        h = Harness(
+            root=root,
+            supervisor=Supervisor(root / "run" / "noderole", log_path=log_path, timeout=30),
+        )
+        try:
+            started = h.supervisor.start(h.spec("a", f"exec {program}"))
+            assert started.state == "running"
+            assert len(h.daemons()) == 1
+            shutil.rmtree(root)
+            if made_again:
+                root.mkdir()
+            wait_for(lambda: not h.daemons() and not h.watchdogs(), "the daemon to exit")
+            assert h.settled_marked([]) == []  # its service was stopped, not left to run on
+            assert not (root / "run").exists()  # the removed root was not made again
+            text = log_path.read_text()
+            assert f"the node root {root} was removed or replaced" in text
+            assert "stopping every service and exiting" in text
+        finally:
+            close_harness(h)
+
+    def test_a_crash_after_the_root_is_gone_is_not_respawned(self, tmp_path: Path) -> None:
+        """Its service killed after the root moved away: no respawn writes under the old path."""
+        root = tmp_path / "node"
+        root.mkdir()
+        log_path = tmp_path / "supervisor.log"
+        h = Harness(
+            root=root,
+            supervisor=Supervisor(root / "run" / "noderole", log_path=log_path, timeout=30),
+        )
+        try:
+            spec = _sleep_spec(h, "a", root / "run" / "a.pid")
+            spec = dataclasses.replace(spec, stdout_log=str(root / "var" / "log" / "a.log"))
+            started = h.supervisor.start(spec)
+            assert started.pid is not None
+            # Moved away first (one rename: the daemon never sees a half-removed root), then
+            # the service dies: its respawn would write its pidfile and log under ``root``.
+            root.rename(tmp_path / "gone")
+            os.kill(started.pid, signal.SIGKILL)
+            wait_for(lambda: not h.daemons() and not h.watchdogs(), "the daemon to exit")
+            assert not root.exists()
+            assert "stopping every service and exiting" in log_path.read_text()
+            assert h.settled_marked([]) == []
+        finally:
+            close_harness(h)

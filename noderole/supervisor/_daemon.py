@@ -49,7 +49,8 @@ STARTUP_GRACE = 10.0
 FLUSH_GAP_MIN = 0.02
 """Seconds between two writes of the state file, at least (see :meth:`Daemon.flush`)."""
 RUN_DIR_CHECK = 1.0
-"""Seconds between two looks at the run directory (made again if someone removed it)."""
+"""Seconds between two looks at the run directory (made again if someone removed it) and at the
+node root (the daemon stops everything and exits once it is gone)."""
 
 
 class Daemon:
@@ -96,6 +97,12 @@ class Daemon:
             lambda names: [self.status_of(n) for n in names], self.loop.call_later, log
         )
         """noderole.prom, rewritten after state changes once the CLI asked (_textfile)."""
+        self.root_identity: tuple[int, int] | None = None
+        """The node root (``ROOT`` of ``ROOT/run/noderole``) this daemon serves, as it was when it
+        started; None if it could not be seen (nothing is then checked)."""
+        with contextlib.suppress(OSError):
+            self.root_identity = _protocol.anchor_identity(run_dir)
+        self.root_gone = False
 
     # ---- start-up and shut-down
 
@@ -240,10 +247,13 @@ class Daemon:
 
         The daemon stays the node's only one (it holds the abstract name), so the files that
         describe it (socket, pid file, lock, state) are simply written again where clients and
-        the watchdog look for them.
+        the watchdog look for them. Not when the node root itself is gone
+        (:meth:`node_root_present`): then the daemon stops everything and exits.
         """
+        if self.exiting or not self.node_root_present():
+            return
         self.loop.call_later(RUN_DIR_CHECK, self.check_run_dir)
-        if self.exiting or self.server.path_is_ours():
+        if self.server.path_is_ours():
             return
         log(f"{self.run_dir} was removed or replaced under the running daemon: making it again")
         try:
@@ -258,6 +268,36 @@ class Daemon:
         except OSError as e:
             log(f"cannot make {self.run_dir} again: {e}")
         self.persist()
+
+    def node_root_present(self) -> bool:
+        """True while the node root is the one this daemon started on; else stop and exit.
+
+        A scratch root removed under a running daemon (a rehearsal cleaned up, a benchmark
+        killed) leaves services whose programs and files are gone: they would crash-loop for
+        ever, and no client could reach the daemon any more (its address derives from the
+        root). A root made again at the same path is another node (another address). So the
+        daemon stops every service, says why, and exits; it makes no directory under that path.
+        One ``stat`` on the periodic tick and before each respawn.
+        """
+        if self.root_gone:
+            return False
+        if self.root_identity is None:
+            return True
+        try:
+            now: tuple[int, int] | None = _protocol.anchor_identity(self.run_dir)
+        except (FileNotFoundError, NotADirectoryError):
+            now = None
+        except OSError:
+            return True  # unreadable for a moment is not gone
+        if now == self.root_identity:
+            return True
+        self.root_gone = True
+        log(
+            f"the node root {_protocol.anchor_path(self.run_dir)} was removed or replaced under "
+            "the running daemon: stopping every service and exiting"
+        )
+        self.stop_all(lambda: setattr(self, "exiting", True))
+        return False
 
     def idle(self) -> bool:
         """Nothing to supervise and nobody waiting for an answer."""
@@ -279,6 +319,8 @@ class Daemon:
         """Stop listening, answer queued clients "retry", drop the pid file, persist, and go."""
         self.server.close()
         self.persist()
+        if self.root_gone:
+            self.dirty = False  # nowhere to write it: the node root is gone
         self.flush(force=True)
         self.textfile.flush(force=True)  # the last state (all stopped) reaches the fleet
         self.stop_watchdog()

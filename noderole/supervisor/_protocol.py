@@ -38,6 +38,8 @@ __all__ = [
     "STARTER_LOCK_NAME",
     "STATE_NAME",
     "abstract_address",
+    "anchor_identity",
+    "anchor_path",
     "decode",
     "encode",
     "launch_source",
@@ -119,15 +121,34 @@ def abstract_address(run_dir: str) -> str:
     another run dir, its parent's, plus its name), so it survives ``rm -rf`` of the run dir and a
     scratch root made again at the same path gets a new one. Raises OSError if the root is gone.
     """
+    name = _anchor(run_dir)[1]
+    dev, ino = anchor_identity(run_dir)
+    digest = hashlib.sha256(f"{dev}:{ino}:{name}".encode()).hexdigest()[:32]
+    return f"\0noderole-supervisor-{digest}"
+
+
+def _anchor(run_dir: str) -> tuple[str, str]:
+    """The directory a run dir hangs from (the node root), and the name below it."""
     run_dir = os.path.abspath(run_dir)
     tail = "/run/noderole"
     if run_dir.endswith(tail):
-        anchor, name = run_dir[: -len(tail)] or "/", tail
-    else:
-        anchor, name = os.path.dirname(run_dir), os.path.basename(run_dir)
-    st = os.stat(anchor)
-    digest = hashlib.sha256(f"{st.st_dev}:{st.st_ino}:{name}".encode()).hexdigest()[:32]
-    return f"\0noderole-supervisor-{digest}"
+        return run_dir[: -len(tail)] or "/", tail
+    return os.path.dirname(run_dir), os.path.basename(run_dir)
+
+
+def anchor_path(run_dir: str) -> str:
+    """The node root of ``run_dir`` (``ROOT`` of ``ROOT/run/noderole``; else its parent)."""
+    return _anchor(run_dir)[0]
+
+
+def anchor_identity(run_dir: str) -> tuple[int, int]:
+    """``(st_dev, st_ino)`` of the node root of ``run_dir``; OSError if it is gone.
+
+    The daemon is the node root's as it was when the daemon started: that root removed (a
+    scratch root deleted) or made again at the same path is no longer the daemon's node.
+    """
+    st = os.stat(anchor_path(run_dir))
+    return st.st_dev, st.st_ino
 
 
 def peer_credentials(sock: socket.socket) -> tuple[int, int]:

@@ -50,6 +50,9 @@ class Host(Protocol):
     def record_group(self, name: str, pgid: int | None, ticks: int | None) -> bool:
         """Tell the watchdog which group ``name`` runs as; False if it could not be told."""
 
+    def node_root_present(self) -> bool:
+        """False once the node root is gone (the host then stops every unit and exits)."""
+
 
 class Unit:
     """One service: its spec, its current process, its counters and its state."""
@@ -288,6 +291,8 @@ class Unit:
     def _respawn(self) -> None:
         if self.stopping or self.state != "backoff":
             return  # a stop came first: never start a new child (openrc#375)
+        if not self.host.node_root_present():
+            return  # its files are gone: no respawn (the host stops every unit)
         self.restarts += 1
         self.spawn()
 
