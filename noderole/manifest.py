@@ -254,6 +254,8 @@ def _rewrite(root: NodeRoot, keep: Callable[[Entry], bool]) -> None:
     """Replace the manifest by the entries ``keep`` accepts (removed when none is left)."""
     from noderole.atomic import write_atomic
 
+    if not root.resolve(MANIFEST).exists():
+        return  # nothing recorded: no manifest (nor its directory) to make
     fd = _open_locked(root)
     try:
         remaining = [e for e in _parse(_read_fd(fd)).values() if keep(e)]

@@ -15,11 +15,12 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from noderole.manifest import Removal, apply_reset, entries, plan_reset, record
+from noderole.manifest import Removal, apply_reset, plan_reset
 
 if TYPE_CHECKING:
     from noderole.backends import Backend
     from noderole.operations import Operations
+    from noderole.root import NodeRoot
 
 __all__ = ["ResetReport", "reset"]
 
@@ -87,8 +88,10 @@ def reset(
             plan = None
         if plan is not None:
             stopping = [n for n in plan.stop_order() if plan[n].service.command is not None]
-    if dry_run or (not entries(ops.root) and not stopping):
-        removals = plan_reset(ops.root, purge=purge)
+    lock = ops.root.resolve(LOCK_FILE)
+    had_lock = lock.exists()
+    removals = _planned(ops.root, purge=purge, had_lock=had_lock)
+    if dry_run or not (stopping or any(r.action != "keep" for r in removals)):
         return ResetReport(
             role=chosen,
             stopped=tuple(stopping) if dry_run else (),
@@ -96,17 +99,13 @@ def reset(
             removed=(),
             dry_run=dry_run,
         )
-    lock = ops.root.resolve(LOCK_FILE)
-    had_lock = lock.exists()
     with node_lock(ops.root, timeout=lock_timeout, clock=ops.clock, what="reset"):
         if stopping and backend is not None:
             backend.stop(stopping)
         supervisor = getattr(backend, "supervisor", None)
         if supervisor is not None:  # the native backend: its daemon goes with the role
             supervisor.shutdown()
-        if had_lock:
-            record(ops.root, "runtime", [LOCK_FILE])
-        removals = plan_reset(ops.root, purge=purge)
+        removals = _planned(ops.root, purge=purge, had_lock=had_lock)  # after the stop's writes
         removed = apply_reset(ops.root, removals)
         from noderole.backends.systemd import reload_after_removal
 
@@ -123,3 +122,20 @@ def reset(
         removed=tuple(removed),
         dry_run=False,
     )
+
+
+def _planned(root: NodeRoot, *, purge: bool, had_lock: bool) -> list[Removal]:
+    """:func:`plan_reset`'s answer, plus the node lock when one was there before the reset.
+
+    The lock is noderole's whatever wrote it: an apply records it, but a renew or stop on a
+    node never applied leaves one no manifest lists. The dry run names it as the reset removes
+    it, before the directory it is in.
+    """
+    from noderole.state import LOCK_FILE
+
+    removals = plan_reset(root, purge=purge)
+    if had_lock and not any(r.path == LOCK_FILE for r in removals):
+        own = [i for i, r in enumerate(removals) if r.kind == "own"]
+        at = own[0] if own else len(removals)
+        removals.insert(at, Removal(path=LOCK_FILE, kind="runtime", action="remove"))
+    return removals

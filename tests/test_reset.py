@@ -230,6 +230,27 @@ class TestNothingToReset:
         assert result.stdout == "nothing to reset\n"
         assert list(node_root.path.iterdir()) == []
 
+    def test_lock_left_by_renew_on_a_node_never_applied(
+        self, node_root: ScratchRoot, fake_clock: FakeClock
+    ) -> None:
+        """Only the node lock left (a renew before any apply): dry run and reset both remove it."""
+        from noderole.state import LOCK_FILE, node_lock
+
+        app = _App(root=NodeRoot(node_root.path), clock=fake_clock, autoload=False)
+        app.recorder = RecordingBackend(node_root)
+        with node_lock(app.root, timeout=1, clock=fake_clock, what="renew"):
+            pass
+        runner = CliRunner()
+        dry = runner.invoke(cli, ["reset", "--dry-run"], obj=app)
+        assert dry.exit_code == 0, dry.output
+        assert dry.stdout == f"would remove {LOCK_FILE}\nwould remove /run/noderole (when empty)\n"
+        done = runner.invoke(cli, ["reset"], obj=app)
+        assert done.exit_code == 0, done.output
+        assert done.stdout == f"removed {LOCK_FILE}\nremoved /run/noderole\n"
+        assert list(node_root.path.iterdir()) == [node_root.path / "run"]
+        again = runner.invoke(cli, ["reset"], obj=app)
+        assert again.stdout == "nothing to reset\n"
+
 
 class TestRecordedRoleGone:
     def test_reset_without_the_roles_plugin(
