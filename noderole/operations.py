@@ -213,8 +213,12 @@ class Operations:
             return role
         recorded = read_role(self.root)
         if recorded is None:
+            import click  # the error path only: name the command the user ran
+
+            context = click.get_current_context(silent=True)
+            command = f"noderole {context.info_name if context is not None else 'status'}"
             raise UsageError(
-                f"no role given and none recorded in {ROLE_FILE}: name one (noderole status ROLE) "
+                f"no role given and none recorded in {ROLE_FILE}: name one ({command} ROLE) "
                 "or apply a role first"
             )
         return recorded

@@ -100,6 +100,13 @@ class TestInspect:
         assert "back, front" in result.stderr
         assert "Traceback" not in result.stderr
 
+    @pytest.mark.parametrize("command", ["status", "stop", "renew"])
+    def test_no_role_recorded_names_the_command_run(self, tmp_path: Path, command: str) -> None:
+        """No role given or recorded: exit 2, and the hint names the command that was run."""
+        result = run(tmp_path, command)
+        assert result.exit_code == ExitCode.USAGE, result.output
+        assert f"name one (noderole {command} ROLE) or apply a role first" in result.stderr
+
     def test_debug_shows_the_traceback(self, tmp_path: Path) -> None:
         """--debug lets the exception through instead of the one-paragraph message."""
         result = run(tmp_path, "plan", "nope", debug=True)
