@@ -24,6 +24,7 @@ caller.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -144,9 +145,13 @@ def write_textfile(directory: Path, text: str) -> Path:
 
     The temporary file is created ``O_EXCL|O_NOFOLLOW`` next to it, flushed, then renamed
     (:func:`noderole.atomic.write_atomic`). Raises ``FileNotFoundError`` naming the setting when
-    the directory does not exist.
+    the directory does not exist. The directory is reached as the native supervisor reaches it
+    (:func:`noderole.supervisor._safeopen.open_dir`): a symbolic link on the way that sits in a
+    directory other users can write (node_exporter's own state directory) is refused, so such a
+    user cannot point root's write at another directory.
     """
     from noderole.atomic import write_atomic
+    from noderole.supervisor._safeopen import open_dir
 
     if not directory.is_dir():
         raise FileNotFoundError(
@@ -154,7 +159,11 @@ def write_textfile(directory: Path, text: str) -> Path:
             "--collector.textfile.directory) or unset [noderole] textfile_dir"
         )
     path = directory / TEXTFILE
-    write_atomic(path, text.encode(), mode=0o644)
+    fd = open_dir(str(directory.absolute()))
+    try:
+        write_atomic(path, text.encode(), mode=0o644, dir_fd=fd)
+    finally:
+        os.close(fd)
     return path
 
 

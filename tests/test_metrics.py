@@ -129,6 +129,34 @@ class TestTextfile:
             write_textfile(tmp_path, SAMPLE)
         assert target.read_text() == "keep"
 
+    def test_refuses_a_directory_link_others_could_plant(self, tmp_path: Path) -> None:
+        """textfile_dir a link in a directory others can write: refused, as the supervisor does."""
+        shared = tmp_path / "shared"
+        shared.mkdir()
+        shared.chmod(0o777)  # like node_exporter's own state directory: not root's alone
+        victim = tmp_path / "victim"
+        victim.mkdir()
+        (victim / TEXTFILE).write_text("keep")
+        (shared / "textfile").symlink_to(victim)
+        with pytest.raises(OSError, match="refusing to follow the symbolic link"):
+            write_textfile(shared / "textfile", SAMPLE)
+        assert (victim / TEXTFILE).read_text() == "keep"
+        assert sorted(os.listdir(victim)) == [TEXTFILE]
+
+    def test_follows_a_directory_link_only_root_could_make(self, tmp_path: Path) -> None:
+        """A link in a directory only its owner can write is followed (a relocated collector)."""
+        real = tmp_path / "real"
+        real.mkdir()
+        (tmp_path / "textfile").symlink_to(real)
+        write_textfile(tmp_path / "textfile", SAMPLE)
+        assert (real / TEXTFILE).read_text() == SAMPLE
+
+    def test_a_file_at_the_directory_names_the_setting(self, tmp_path: Path) -> None:
+        """textfile_dir naming a regular file: the error names the setting and the fix."""
+        (tmp_path / "prom").write_text("not a directory\n")
+        with pytest.raises(FileNotFoundError, match=r"textfile_dir .* is not a directory"):
+            write_textfile(tmp_path / "prom", SAMPLE)
+
     def test_missing_directory_names_the_setting(self, tmp_path: Path) -> None:
         """A missing directory is an error naming textfile_dir and the fix."""
         with pytest.raises(FileNotFoundError, match="textfile_dir"):
