@@ -255,6 +255,26 @@ class TestCoalescing:
         assert writer.writes == 1
         assert lines[1].endswith("written again")
 
+    def test_a_refused_temporary_is_logged_once(self) -> None:
+        """A directory that refuses the temporary file (read-only, full: here /proc) is logged
+        once, not once a second: the temporary's random name is not part of the message."""
+        clock = FakeTime()
+        lines: list[str] = []
+        writer = Textfile(
+            lambda wanted: [ServiceStatus(name=n) for n in wanted],
+            clock.call_later,
+            lines.append,
+            lambda: clock.now,
+        )
+        writer.configure(Target(path=f"/proc/{TEXTFILE}", role="r", names=["a"], head=""))
+        for _ in range(5):
+            clock.advance(WRITE_GAP)
+        assert writer.writes == 0
+        assert lines == [
+            f"cannot write the fleet metrics /proc/{TEXTFILE}: No such file or directory "
+            f"(the services carry on; retried every {WRITE_GAP:g}s)"
+        ]
+
 
 class TestRequest:
     @pytest.mark.parametrize(

@@ -130,7 +130,9 @@ class Textfile:
         try:
             _safeopen.replace_file(target.path, text.encode(), mode=0o644, create_dirs=False)
         except OSError as e:
-            message = f"cannot write the fleet metrics {target.path}: {e}"
+            # Not str(e): it names the random temporary, and each retry would be a new message.
+            why = e.strerror if e.strerror and e.filename is not None else str(e)
+            message = f"cannot write the fleet metrics {target.path}: {why}"
             if message != self.last_error:
                 self._log(f"{message} (the services carry on; retried every {WRITE_GAP:g}s)")
                 self.last_error = message
