@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import socket
 import subprocess
@@ -29,7 +30,7 @@ from noderole.metrics import (
     write_textfile,
 )
 from noderole.root import NodeRoot
-from tests.harness.node_exporter import node_exporter
+from tests.harness.node_exporter import node_exporter, promtool
 
 SAMPLE = render_metrics(
     role="server",
@@ -267,3 +268,147 @@ class TestNodeExporter:
         assert got[("noderole_service_restarts_total", restarts)] == 3
         # node_exporter reports a textfile it could not parse here; 0 means none
         assert got[("node_textfile_scrape_error", frozenset())] == 0
+
+
+DOCS = Path(__file__).resolve().parent.parent / "docs" / "metrics.md"
+DAY = 86400
+KONNECTIVITY_CERT = "/var/lib/spinifex-eks/konnectivity/tls.crt"
+SCRAPED = {"instance": "node-1:9100", "job": "node"}
+"""The labels a Prometheus scrape of node_exporter adds to every series."""
+
+
+def _docs_rules() -> str:
+    """The alert rules docs/metrics.md shows (its one ``yaml`` block)."""
+    text = DOCS.read_text()
+    start = text.index("```yaml\n") + len("```yaml\n")
+    return text[start : text.index("```", start)]
+
+
+def _input_series(exposition: str, minutes: int) -> list[dict[str, str]]:
+    """promtool's input series: each sample of ``exposition``, as scraped, held for
+    ``minutes`` one-minute steps."""
+    series = []
+    for family in text_string_to_metric_families(exposition):
+        for sample in family.samples:
+            found = {**sample.labels, **SCRAPED}
+            inner = ",".join(f'{k}="{v}"' for k, v in sorted(found.items()))
+            series.append(
+                {"series": f"{sample.name}{{{inner}}}", "values": f"{sample.value:g}x{minutes}"}
+            )
+    return series
+
+
+class TestAlertRules:
+    def test_the_documented_rules_fire_on_noderole_series(self, tmp_path: Path) -> None:
+        """docs/metrics.md's three rules, run by Prometheus' own promtool on noderole's own
+        exposition: a failed apply, a down service and a certificate 10 days from expiry
+        fire (after their `for`), with their annotations; a running service and a certificate
+        60 days from expiry do not."""
+        try:
+            binary = promtool()
+        except RuntimeError as exc:
+            pytest.skip(str(exc))
+        exposition = render_metrics(
+            role="server",
+            apply=ApplyOutcome(role="server", ok=False, seconds=2.5, timestamp=60.0),
+            services=[
+                ServiceSample(name="k3s", state="ready"),
+                ServiceSample(name="konnectivity-server", state="crashed", restarts=4),
+            ],
+            certificates=[
+                # promtool's clock starts at the epoch: expiry times are counted from there.
+                CertificateExpiry(
+                    service="konnectivity-server", path=KONNECTIVITY_CERT, not_after=10 * DAY
+                ),
+                CertificateExpiry(service="k3s", path="/var/lib/k3s/ok.crt", not_after=60 * DAY),
+            ],
+        )
+        (tmp_path / "rules.yml").write_text(_docs_rules())
+        firing = [
+            {
+                "alertname": "NoderoleApplyFailed",
+                "exp_labels": {"role": "server", "severity": "critical", **SCRAPED},
+                "exp_annotations": {
+                    "summary": "noderole apply of role server failed on node-1:9100",
+                    "description": (
+                        "Run `noderole status` on the node; the failed service's reason is there."
+                    ),
+                },
+            },
+            {
+                "alertname": "NoderoleServiceDown",
+                "exp_labels": {
+                    "role": "server",
+                    "service": "konnectivity-server",
+                    "severity": "critical",
+                    **SCRAPED,
+                },
+                "exp_annotations": {"summary": "konnectivity-server is down on node-1:9100"},
+            },
+            {
+                "alertname": "NoderoleCertificateExpiring",
+                "exp_labels": {
+                    "service": "konnectivity-server",
+                    "path": KONNECTIVITY_CERT,
+                    "severity": "warning",
+                    **SCRAPED,
+                },
+                "exp_annotations": {
+                    "summary": (
+                        f"{KONNECTIVITY_CERT} (konnectivity-server) expires in less than 30 days"
+                    ),
+                    "description": (
+                        "Renewal is not keeping up on node-1:9100: run `noderole cert check "
+                        "--role ROLE` there for the reason, then `noderole renew`."
+                    ),
+                },
+            },
+        ]
+        unit = {
+            "rule_files": ["rules.yml"],
+            "evaluation_interval": "1m",
+            "tests": [
+                {
+                    "interval": "1m",
+                    "input_series": _input_series(exposition, 180),
+                    "alert_rule_test": [
+                        # Before their `for`: pending, not firing.
+                        *(
+                            {"eval_time": "3m", "alertname": a["alertname"], "exp_alerts": []}
+                            for a in firing
+                        ),
+                        *(
+                            {
+                                "eval_time": "2h",
+                                "alertname": a["alertname"],
+                                "exp_alerts": [
+                                    {
+                                        "exp_labels": a["exp_labels"],
+                                        "exp_annotations": a["exp_annotations"],
+                                    }
+                                ],
+                            }
+                            for a in firing
+                        ),
+                    ],
+                }
+            ],
+        }
+        (tmp_path / "test.yml").write_text(json.dumps(unit, indent=1))  # JSON is YAML
+        checked = subprocess.run(
+            [str(binary), "check", "rules", "rules.yml"],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert checked.returncode == 0, checked.stdout + checked.stderr
+        assert "SUCCESS: 3 rules found" in checked.stdout
+        tested = subprocess.run(
+            [str(binary), "test", "rules", "test.yml"],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert tested.returncode == 0, tested.stdout + tested.stderr
