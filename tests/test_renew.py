@@ -401,6 +401,39 @@ class TestSchedule:
         script.write_text(job.content)  # type: ignore[union-attr]
         assert subprocess.run(["sh", "-n", str(script)], check=False).returncode == 0
 
+    def test_openrc_job_runs_renew_in_the_background(self, tmp_path: Path) -> None:
+        """The daily job run as run-parts runs it: it returns at once, and in the background
+        runs `noderole renew --backend openrc` with its output in /var/log/noderole-renew.log
+        (a private /var/log, and a pid namespace that ends whatever is left)."""
+        from tests.harness.openrc import unshare_problem
+
+        problem = unshare_problem()
+        if problem:
+            pytest.skip(problem)
+        calls = tmp_path / "calls"
+        stand_in = tmp_path / "noderole"
+        stand_in.write_text(f'#!/bin/sh\necho "renewed by the stand-in"\necho "$@" > {calls}\n')
+        stand_in.chmod(0o755)
+        (job,) = periodic_files("openrc", noderole_path=str(stand_in), jitter=0)
+        script = tmp_path / "noderole-renew"
+        script.write_text(job.content)  # type: ignore[union-attr]
+        script.chmod(0o755)
+        wrapper = (
+            f'mount -t tmpfs tmpfs /var/log && {script}; echo "job exited $?"; '
+            f"i=0; while [ ! -s {calls} ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done; "
+            "cat /var/log/noderole-renew.log"
+        )
+        done = subprocess.run(
+            ["unshare", "-m", "--propagation", "private", "--pid", "--fork", "sh", "-c", wrapper],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.startswith("job exited 0\n"), done.stdout
+        assert calls.read_text() == "renew --backend openrc\n"
+        assert "renewed by the stand-in" in done.stdout
+
     def test_loop_runs_renew_repeatedly(self, tmp_path: Path) -> None:
         """The loop's command, run for real: it calls `noderole renew --backend native` again
         and again (a stand-in noderole counts the calls)."""
