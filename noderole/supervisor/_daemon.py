@@ -525,9 +525,38 @@ def _lock(run_dir: str, timeout: float) -> int | None:
             time.sleep(0.01)
 
 
+def _await_go(fd: int) -> bool:
+    """A standby daemon (``RUN_DIR FD standby``): its interpreter and imports are done ahead of
+    need; wait on the socket ``fd`` for the client's go, which carries the log to write to.
+
+    False when the client closed the socket instead (nothing needed a daemon after all): nothing
+    has been touched yet, so the standby simply exits.
+    """
+    with socket.socket(fileno=os.dup(fd)) as channel:
+        try:
+            message, fds, _, _ = socket.recv_fds(channel, 16, 1)
+        except OSError:
+            return False
+    if not message.startswith(b"go") or len(fds) != 1:
+        for extra in fds:
+            os.close(extra)
+        return False
+    # From here on, as a daemon spawned directly: stdout and stderr are the supervisor's log.
+    os.dup2(fds[0], 1)
+    os.dup2(fds[0], 2)
+    os.close(fds[0])
+    return True
+
+
 def main(argv: list[str]) -> int:
-    """``RUN_DIR READY_FD``: detach, lock, recover, listen, report ready, serve."""
+    """``RUN_DIR READY_FD [standby]``: detach, lock, recover, listen, report ready, serve.
+
+    With ``standby``, ``READY_FD`` is a socket on which the client's go (and the log) arrives
+    first (:func:`_await_go`); the ready message goes back on the same socket.
+    """
     run_dir, ready_fd = argv[0], int(argv[1])
+    if argv[2:3] == ["standby"] and not _await_go(ready_fd):
+        return 0
     # Second fork: the session leader (the client's child) exits at once; the daemon, not a
     # session leader, can never acquire a controlling terminal.
     if os.fork() > 0:
