@@ -193,12 +193,16 @@ class Daemon:
         of changes (an apply or a stop of hundreds) the writes are coalesced, the next one due
         twice the last one's duration later, so writing takes at most a third of the daemon's
         time. A start is answered only once a write covers it (:meth:`after_flush`): a client
-        told "started" can count on the watchdog knowing the process.
+        told "started" can count on the watchdog knowing the process. So when clients wait for
+        a write and the loop has nothing else to do, the write is made at once: waiting out the
+        gap would only leave the daemon idle while every start in flight waits (there is nothing
+        left to coalesce).
         """
         if not self.dirty:
             return
         now = time.monotonic()
-        if not force and now < self.next_flush:
+        waited_for = bool(self.flushed_waiters) and not self.loop.busy()
+        if not force and now < self.next_flush and not waited_for:
             if self.flush_timer is None:
                 self.flush_timer = self.loop.call_later(self.next_flush - now, self._flush_due)
             return
