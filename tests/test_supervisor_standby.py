@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
+
+import pytest
 
 from noderole.supervisor._proc import is_alive
 from tests.supervisor_fixtures import Harness, harness, wait_for
@@ -83,3 +86,37 @@ class TestStandby:
         assert _standby_pid(harness) == first
         harness.supervisor.discard()
         assert not is_alive(first)
+
+
+class TestOneStartForManyThreads:
+    def test_threads_finding_no_daemon_wait_for_one_start(
+        self, harness: Harness, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Threads of one client that all find no daemon (one per service in an apply) wait for
+        the first one's start: one daemon, and no thread asks for it a second time."""
+        supervisor = harness.supervisor
+        threads = 8
+        everyone_looked = threading.Barrier(threads)
+        answers: list[int | None] = []
+        real = supervisor.daemon_pid
+        seen = threading.local()
+
+        def counted() -> int | None:
+            answer = real()
+            answers.append(answer)
+            if not getattr(seen, "once", False):
+                seen.once = True
+                everyone_looked.wait(timeout=60)  # each found no daemon before any starts one
+            return answer
+
+        monkeypatch.setattr(supervisor, "daemon_pid", counted)
+        workers = [threading.Thread(target=supervisor.ensure_running) for _ in range(threads)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join(timeout=120)
+        assert not any(worker.is_alive() for worker in workers)
+        # Each thread's first look, plus the starter's look under the starter lock.
+        assert answers.count(None) == threads + 1
+        assert len(answers) == threads + 1
+        assert len(harness.daemons()) == 1

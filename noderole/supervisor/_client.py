@@ -14,6 +14,7 @@ import select
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -68,6 +69,10 @@ class Supervisor:
         """Why the daemon is not answering, as the last status (or a caller) found; None once a
         status got an answer. The native backend fails its starts at once while it is set."""
         self._standby: _Standby | None = None
+        self._starting = threading.Lock()
+        """Serialises this object's threads that find no daemon (before the starter flock)."""
+        self._started = 0
+        """Daemons this object has started: a thread that waited for another's start sees it."""
 
     @property
     def socket_path(self) -> Path:
@@ -97,8 +102,17 @@ class Supervisor:
         Safe against concurrent callers: a flock serialises starters, and the daemon itself holds
         a lock for life, so a node never has two.
         """
+        started = self._started
         if self.daemon_pid() is not None:
             return
+        # Threads of one apply (one per service) that all find no daemon wait here, not each in
+        # turn on the flock and a ping of their own: the first one starts it for all of them.
+        with self._starting:
+            if self._started != started:
+                return
+            self._start_daemon()
+
+    def _start_daemon(self) -> None:
         try:
             # 0700 whoever comes first: no other user may take its locks or read its files.
             _safeopen.private_dir(str(self.run_dir))
@@ -109,9 +123,9 @@ class Supervisor:
         )
         try:
             _flock(lock, _START_TIMEOUT, "another noderole is starting the supervisor")
-            if self.daemon_pid() is not None:
-                return
-            self._spawn_daemon()
+            if self.daemon_pid() is None:
+                self._spawn_daemon()
+            self._started += 1
         finally:
             os.close(lock)
 
