@@ -1,4 +1,4 @@
-"""When the daemon writes its state file: coalesced under a burst, at once when starts wait on it.
+"""The daemon's state writes: when (coalesced, or at once when starts wait), how (kept encodings).
 
 A start is answered only once a state write covers it. The writes are spaced (twice the last
 one's duration) so that a burst of changes is written together; but when every client in flight
@@ -8,14 +8,20 @@ daemon. These tests drive a :class:`Daemon` in-process, with the gap set far int
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from noderole.supervisor._daemon import Daemon
+from noderole.supervisor._proc import boot_id
+from noderole.supervisor._state import STATE_VERSION, State, encode_state, parse_state
+from noderole.supervisor._status import ServiceStatus
 
 
 @pytest.fixture
@@ -76,3 +82,40 @@ class TestFlushWhenIdle:
         daemon.flush()
         assert (answered, fired) == ([], [])
         assert daemon.loop.busy()
+
+
+_statuses = st.builds(
+    ServiceStatus,
+    name=st.sampled_from(["a", "b", "é", 'q"uote']),
+    state=st.sampled_from(["running", "ready", "backoff", "crashed", "stopped"]),
+    pid=st.none() | st.integers(2, 4_000_000),
+    start_ticks=st.none() | st.integers(0, 2**40),
+    started_at=st.none() | st.floats(0, 2e9),
+    restarts=st.integers(0, 1000),
+    reason=st.text(max_size=8),
+)
+
+
+class TestEncodedState:
+    @settings(max_examples=60, suppress_health_check=[HealthCheck.too_slow])
+    @given(first=st.lists(_statuses, max_size=4), second=st.lists(_statuses, max_size=4))
+    def test_kept_encodings_give_the_same_bytes(
+        self, first: list[ServiceStatus], second: list[ServiceStatus]
+    ) -> None:
+        """With the encodings kept from an earlier write, a state encodes to the very bytes of
+        one json.dumps of the whole document, and reads back the same."""
+        encoded: dict[ServiceStatus, str] = {}
+        for statuses in (first, second, first):
+            state = State(
+                services={s.name: s for s in statuses}, supervisor_pid=7, supervisor_ticks=9
+            )
+            whole = {
+                "version": STATE_VERSION,
+                "boot_id": boot_id(),
+                "supervisor": {"pid": 7, "start_ticks": 9},
+                "services": {n: s.to_wire() for n, s in state.services.items()},
+            }
+            raw = encode_state(state, encoded)
+            assert raw == json.dumps(whole, separators=(",", ":"), allow_nan=False).encode()
+            assert parse_state(raw).services == state.services
+            assert set(encoded) == set(state.services.values())

@@ -82,6 +82,8 @@ class Daemon:
         self.next_flush = 0.0
         self.flush_timer: Timer | None = None
         self.flushed_waiters: list[Callable[[], None]] = []
+        self.encoded: dict[ServiceStatus, str] = {}
+        """Each recorded status's JSON, kept between state writes (_state.encode_state)."""
         self.started = time.monotonic()
         self.ever_supervised = False
         self.self_ticks = (_proc.proc_stat(os.getpid()) or _proc.ProcStat(0, "R", 0, 0, 0, 0))[5]
@@ -213,7 +215,7 @@ class Daemon:
             supervisor_ticks=self.self_ticks,
         )
         try:
-            _state.write_state(self.state_path, state)
+            _state.write_state(self.state_path, state, self.encoded)
         except OSError as e:
             log(f"cannot write {self.state_path}: {e}")
         done = time.monotonic()
