@@ -4,8 +4,8 @@ Respawn latency: a child writes its pid into a fifo as it starts (``echo $$ > FI
 the benchmark SIGKILLs it and times until the next pid arrives, i.e. until a new child runs. All
 three respawn with no delay (supervise-daemon refuses ``--respawn-delay 0``: the option is left
 out). Memory: the supervisors' RSS and PSS (``/proc/PID/smaps_rollup``; PSS splits each shared
-page among the processes that map it, so the sum is what they cost the node) with 2 and 20
-services, children excluded: one noderole daemon and its watchdog (a fork of the daemon), one
+page among the processes that map it, so the sum is what they cost the node) with 2, 20 and
+200 services, children excluded: one noderole daemon and its watchdog (a fork of the daemon), one
 supervise-daemon per service, one supervisord.
 
 supervise-daemon needs ``/run/openrc``: its part runs in a private mount namespace (``unshare -m``)
@@ -384,7 +384,7 @@ def run(quick: bool) -> list[Row]:
     """Measure noderole's supervisor, then supervise-daemon and supervisord, in one run."""
     kills = 5 if quick else 200
     slow_kills = 1 if quick else 10  # supervisord takes about 1 s per respawn
-    sizes = [2] if quick else [2, 20]
+    sizes = [2] if quick else [2, 20, 200]
     mine = _noderole_figures(kills, sizes)
     rows = _rows(mine, "supervise-daemon (OpenRC 0.45)", _openrc_figures(kills, sizes))
     rows += _rows(mine, "supervisord 4.3", _supervisord_figures(slow_kills, sizes))

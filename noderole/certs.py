@@ -54,6 +54,7 @@ __all__ = [
     "load_ca",
     "reuse_verdict",
     "step_verdict",
+    "warm_signing",
 ]
 
 CERT_NAME = "tls.crt"
@@ -382,6 +383,14 @@ def _signing_hash(key: CAKey) -> hashes.SHA256 | hashes.SHA384 | hashes.SHA512:
         if key.curve.key_size > 256:
             return hashes.SHA384()
     return hashes.SHA256()
+
+
+def warm_signing() -> None:
+    """Import what signing a certificate imports on its first use: cryptography's OpenSSL
+    backend (~2 ms, several under load). :func:`noderole.steps.warm_certificates` calls this in
+    its background thread, so a first boot's mint does not pay for it between k3s writing its CA
+    and konnectivity starting."""
+    import cryptography.hazmat.backends.openssl.backend  # noqa: F401
 
 
 def _mint(

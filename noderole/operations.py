@@ -26,6 +26,7 @@ from noderole.root import NodeRoot
 
 if TYPE_CHECKING:
     from noderole.backends import Backend
+    from noderole.backends.native import NativeBackend
     from noderole.config import Config
     from noderole.context import NodeContext
     from noderole.engine import ApplyReport, Progress, ServiceReport
@@ -93,6 +94,8 @@ class Operations:
         """Why the config file was not used (set by the fallback), else empty."""
         self.warnings: list[str] = []
         """Warnings for the person at the console (the command line prints them on stderr)."""
+        self._prepared: NativeBackend | None = None
+        """The native backend :meth:`prepare_backend` readied, which :meth:`backend` returns."""
 
     def at_root(self, root: NodeRoot) -> Self:
         """The same operations (plugins, clock, options) over another root, built afresh."""
@@ -102,6 +105,7 @@ class Operations:
         )
         fresh.root = root
         fresh._nodes = {}
+        fresh._prepared = None
         return fresh
 
     # ---------------------------------------------------------------- wiring
@@ -369,12 +373,41 @@ class Operations:
 
     # ---------------------------------------------------------------- backends
 
+    def prepare_backend(self, requested: str = "auto") -> None:
+        """Ahead of planning, start the native supervisor's interpreter (it imports meanwhile;
+        see :meth:`~noderole.supervisor.Supervisor.prepare`) when ``requested`` is likely to be
+        the native backend: named, or ``auto`` where the init system is not systemd or OpenRC
+        (always under ``--root``). Reads no setting (they need the plugins): a configured
+        ``backend`` that is not native merely leaves the standby unused.
+        :meth:`backend` returns this backend when it chooses the native one;
+        :meth:`discard_prepared` ends a standby no start needed.
+        """
+        from noderole.backends.detect import detect_init
+
+        if self._prepared is not None or requested not in ("auto", "native"):
+            return
+        if requested == "auto" and detect_init(self.root) != "native":
+            return
+        from noderole.backends.native import NativeBackend
+
+        self._prepared = NativeBackend(self.root)
+        self._prepared.prepare()
+
+    def discard_prepared(self) -> None:
+        """End the standby daemon :meth:`prepare_backend` started, if nothing used it."""
+        if self._prepared is not None:
+            self._prepared.discard()
+
     def backend(self, requested: str = "auto") -> Backend:
         """The backend for ``requested`` (``auto``: the configured one, then the init system)."""
-        from noderole.backends.detect import backend_named
+        from noderole.backends.detect import backend_named, detect_init
 
         if requested == "auto":
             requested = str(self.setting("backend"))
+        if self._prepared is not None and (
+            requested == "native" or (requested == "auto" and detect_init(self.root) == "native")
+        ):
+            return self._prepared
         if requested in ("openrc", "systemd") and not self.root.is_real:
             self.warnings.append(
                 f"--backend {requested} under --root {self.root.path}: files are written under the "

@@ -133,8 +133,9 @@ class StepResult:
 def warm_certificates(
     steps: Iterable[Step], *, root: NodeRoot, now: float
 ) -> threading.Thread | None:
-    """Start importing :mod:`noderole.certs` (cryptography's x509: ~80 ms) in a background thread
-    when one of ``steps`` is a certificate that needs a full check, and return the thread.
+    """Start importing :mod:`noderole.certs` (cryptography's x509: ~80 ms), and what signing
+    imports on first use, in a background thread when one of ``steps`` is a certificate that
+    needs a full check, and return the thread.
 
     A certificate step usually comes after waits (konnectivity waits for k3s's CA): importing
     while they wait takes the import off the boot's critical path, between the CA appearing and
@@ -147,15 +148,17 @@ def warm_certificates(
 
     for step in steps:
         if isinstance(step, MintCertificate) and stamped_outcome(step, root=root, now=now) is None:
-            import importlib
-
             # Not a daemon: an interpreter exiting must not tear down a half-done import.
-            thread = threading.Thread(
-                target=importlib.import_module, args=("noderole.certs",), name="import:certs"
-            )
+            thread = threading.Thread(target=_warm_certs, name="import:certs")
             thread.start()
             return thread
     return None
+
+
+def _warm_certs() -> None:
+    from noderole.certs import warm_signing
+
+    warm_signing()
 
 
 def run_steps(

@@ -65,6 +65,19 @@ class TestImports:
             ]
             assert outside == []
 
+    def test_daemon_and_watchdog_do_not_load_openssl(self, harness: Harness) -> None:
+        """Neither hashlib's OpenSSL nor secrets' hmac: libcrypto would add ~3 MB to each."""
+        harness.supervisor.start(harness.spec("a", SLEEP))
+        answer = harness.supervisor._request({"op": "modules"}, start=False)
+        assert answer is not None
+        loaded = set(answer["modules"])
+        assert loaded.isdisjoint({"_hashlib", "hashlib", "hmac", "secrets"})
+        daemon = harness.supervisor.daemon_pid()
+        [watchdog] = wait_for(harness.watchdogs, "the watchdog")
+        assert daemon is not None
+        for pid in (daemon, watchdog):
+            assert [p for p in _mapped_files(pid) if "libcrypto" in p] == []
+
 
 class TestProcessTitle:
     def test_ps_names_the_supervisor_and_its_root(self, harness: Harness) -> None:

@@ -107,6 +107,15 @@ class NativeBackend:
         )
         self._in_flight = threading.BoundedSemaphore(IN_FLIGHT)
 
+    def prepare(self) -> None:
+        """Start the daemon's interpreter now, unless one runs: the first start then only tells
+        it to go (:meth:`~noderole.supervisor.Supervisor.prepare`)."""
+        self.supervisor.prepare()
+
+    def discard(self) -> None:
+        """End the standby :meth:`prepare` started, if no start needed a daemon."""
+        self.supervisor.discard()
+
     def status(self, names: Sequence[str] | None = None) -> Mapping[str, ServiceStatus]:
         """Current status of the named services (all known ones when ``names`` is None)."""
         with _as_backend_error():

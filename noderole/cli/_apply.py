@@ -45,6 +45,10 @@ def apply_command(
     """
     from noderole.console import ConsoleProgress, QuietProgress
 
+    if not dry_run:
+        # The supervisor daemon's start-up (an interpreter and its imports) runs meanwhile.
+        app.prepare_backend(backend)
+        click.get_current_context().call_on_close(app.discard_prepared)
     role = app.resolve_role(role)
     # A dry run is strict (a broken plugin is its error); apply starts what does not need it.
     plan, failures = (app.plan(role), []) if dry_run else app.plan_for_apply(role)

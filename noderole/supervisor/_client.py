@@ -14,6 +14,7 @@ import select
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -67,6 +68,11 @@ class Supervisor:
         self.not_answering: str | None = None
         """Why the daemon is not answering, as the last status (or a caller) found; None once a
         status got an answer. The native backend fails its starts at once while it is set."""
+        self._standby: _Standby | None = None
+        self._starting = threading.Lock()
+        """Serialises this object's threads that find no daemon (before the starter flock)."""
+        self._started = 0
+        """Daemons this object has started: a thread that waited for another's start sees it."""
 
     @property
     def socket_path(self) -> Path:
@@ -96,8 +102,17 @@ class Supervisor:
         Safe against concurrent callers: a flock serialises starters, and the daemon itself holds
         a lock for life, so a node never has two.
         """
+        started = self._started
         if self.daemon_pid() is not None:
             return
+        # Threads of one apply (one per service) that all find no daemon wait here, not each in
+        # turn on the flock and a ping of their own: the first one starts it for all of them.
+        with self._starting:
+            if self._started != started:
+                return
+            self._start_daemon()
+
+    def _start_daemon(self) -> None:
         try:
             # 0700 whoever comes first: no other user may take its locks or read its files.
             _safeopen.private_dir(str(self.run_dir))
@@ -108,51 +123,56 @@ class Supervisor:
         )
         try:
             _flock(lock, _START_TIMEOUT, "another noderole is starting the supervisor")
-            if self.daemon_pid() is not None:
-                return
-            self._spawn_daemon()
+            if self.daemon_pid() is None:
+                self._spawn_daemon()
+            self._started += 1
         finally:
             os.close(lock)
+
+    def prepare(self) -> None:
+        """Start a daemon's interpreter now, ahead of need, unless a daemon already runs.
+
+        The standby imports the daemon's modules meanwhile, then waits, touching nothing (no run
+        directory, no log, no lock), until :meth:`ensure_running` needs a daemon and tells it to
+        go: a caller with other work to do first (``apply`` loading plugins and planning) takes
+        the daemon's start-up off its critical path. :meth:`discard` ends an unused standby.
+        Never raises: whatever goes wrong here, :meth:`ensure_running` starts a daemon as usual.
+        """
+        if self._standby is not None or self._holds_name():
+            return
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            self._standby = _Standby(str(self.run_dir))
+
+    def discard(self) -> None:
+        """End the standby :meth:`prepare` started, if no daemon was needed after all."""
+        standby, self._standby = self._standby, None
+        if standby is not None:
+            standby.discard()
+
+    def _holds_name(self) -> bool:
+        """Something holds this node's abstract name (a daemon runs, or is exiting)."""
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC) as probe:
+            try:
+                probe.connect(_protocol.abstract_address(str(self.run_dir)))
+            except (ConnectionRefusedError, FileNotFoundError):
+                return False
+            except OSError:
+                return True  # a full backlog, or a name we cannot compute: no standby
+        return True
 
     def _spawn_daemon(self) -> None:
         try:
             _safeopen.private_dir(str(self.log_path.parent))
             log_fd = _safeopen.open_append(str(self.log_path), mode=0o600)
         except OSError as e:
+            self.discard()
             raise SupervisorError(f"cannot open the supervisor log {self.log_path}: {e}") from None
-        package_parent = str(Path(__file__).resolve().parent.parent.parent)
-        r, w = os.pipe2(os.O_CLOEXEC)
-        try:
-            with os.fdopen(log_fd, "ab") as log:
-                first = subprocess.Popen(
-                    [
-                        # Not a made-up argv[0]: the interpreter finds its own standard library
-                        # from it. The daemon retitles itself once running (_title).
-                        sys.executable,
-                        "-I",
-                        "-S",
-                        "-c",
-                        _LAUNCH,
-                        package_parent,
-                        str(self.run_dir),
-                        str(w),
-                    ],
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=log,
-                    pass_fds=(w,),
-                    start_new_session=True,
-                    cwd="/",
-                    env=_daemon_environment(),
-                )
-            os.close(w)
-            w = -1
-            first.wait(timeout=_START_TIMEOUT)  # the session leader exits after the second fork
-            message = _read_line(r, _START_TIMEOUT)
-        finally:
-            os.close(r)
-            if w >= 0:
-                os.close(w)
+        standby, self._standby = self._standby, None
+        if standby is not None and standby.go(log_fd):
+            os.close(log_fd)
+            message = standby.ready()
+        else:
+            message = _spawn(str(self.run_dir), log_fd)
         if message == "ok":
             return
         if message.startswith("another supervisor") and self.daemon_pid() is not None:
@@ -451,6 +471,105 @@ class Supervisor:
                 status = status.but(pid=None)
             out.append(status)
         return out
+
+
+def _launch_argv(run_dir: str, fd: int, *extra: str) -> list[str]:
+    return [
+        # Not a made-up argv[0]: the interpreter finds its own standard library from it. The
+        # daemon retitles itself once running (_title).
+        sys.executable,
+        "-I",
+        "-S",
+        "-c",
+        _LAUNCH,
+        str(Path(__file__).resolve().parent.parent.parent),
+        run_dir,
+        str(fd),
+        *extra,
+    ]
+
+
+def _spawn(run_dir: str, log_fd: int) -> str:
+    """Start a daemon for ``run_dir`` writing to ``log_fd`` (closed here); its first word."""
+    r, w = os.pipe2(os.O_CLOEXEC)
+    try:
+        with os.fdopen(log_fd, "ab") as log:
+            first = subprocess.Popen(
+                _launch_argv(run_dir, w),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                pass_fds=(w,),
+                start_new_session=True,
+                cwd="/",
+                env=_daemon_environment(),
+            )
+        os.close(w)
+        w = -1
+        # The word first, then the session leader (it exits right after the second fork, long
+        # before the daemon answers): Popen.wait with a timeout polls at growing intervals.
+        message = _read_line(r, _START_TIMEOUT)
+        first.wait(timeout=_START_TIMEOUT)
+    finally:
+        os.close(r)
+        if w >= 0:
+            os.close(w)
+    return message
+
+
+class _Standby:
+    """A daemon's interpreter started ahead of need (:meth:`Supervisor.prepare`).
+
+    It runs ``main(RUN_DIR FD standby)``: imports, then waits on a socket for the go, which
+    carries the log file's descriptor; its ready word comes back on the same socket.
+    """
+
+    def __init__(self, run_dir: str) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            ours.set_inheritable(False)
+            self.channel = ours
+            self.process = subprocess.Popen(
+                _launch_argv(run_dir, theirs.fileno(), "standby"),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                pass_fds=(theirs.fileno(),),
+                start_new_session=True,
+                cwd="/",
+                env=_daemon_environment(),
+            )
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+
+    def go(self, log_fd: int) -> bool:
+        """Hand it the log and let it start; False if it is gone (then it is reaped here)."""
+        try:
+            socket.send_fds(self.channel, [b"go\n"], [log_fd])
+        except OSError:
+            self.discard()
+            return False
+        return True
+
+    def ready(self) -> str:
+        """Its first word after the go (``ok``, or why it could not start)."""
+        try:
+            message = _read_line(self.channel.fileno(), _START_TIMEOUT)
+            self.process.wait(timeout=_START_TIMEOUT)  # the session leader, after its fork
+        finally:
+            self.channel.close()
+        return message
+
+    def discard(self) -> None:
+        """End it: it has touched nothing yet, so a SIGKILL leaves nothing behind."""
+        self.channel.close()
+        if self.process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.process.kill()
+        self.process.wait()
 
 
 def default_log_path(run_dir: Path) -> Path:

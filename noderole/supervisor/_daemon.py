@@ -85,6 +85,8 @@ class Daemon:
         self.next_flush = 0.0
         self.flush_timer: Timer | None = None
         self.flushed_waiters: list[Callable[[], None]] = []
+        self.encoded: dict[ServiceStatus, str] = {}
+        """Each recorded status's JSON, kept between state writes (_state.encode_state)."""
         self.started = time.monotonic()
         self.ever_supervised = False
         self.self_ticks = (_proc.proc_stat(os.getpid()) or _proc.ProcStat(0, "R", 0, 0, 0, 0))[5]
@@ -207,12 +209,16 @@ class Daemon:
         of changes (an apply or a stop of hundreds) the writes are coalesced, the next one due
         twice the last one's duration later, so writing takes at most a third of the daemon's
         time. A start is answered only once a write covers it (:meth:`after_flush`): a client
-        told "started" can count on the watchdog knowing the process.
+        told "started" can count on the watchdog knowing the process. So when clients wait for
+        a write and the loop has nothing else to do, the write is made at once: waiting out the
+        gap would only leave the daemon idle while every start in flight waits (there is nothing
+        left to coalesce).
         """
         if not self.dirty:
             return
         now = time.monotonic()
-        if not force and now < self.next_flush:
+        waited_for = bool(self.flushed_waiters) and not self.loop.busy()
+        if not force and now < self.next_flush and not waited_for:
             if self.flush_timer is None:
                 self.flush_timer = self.loop.call_later(self.next_flush - now, self._flush_due)
             return
@@ -223,7 +229,7 @@ class Daemon:
             supervisor_ticks=self.self_ticks,
         )
         try:
-            _state.write_state(self.state_path, state)
+            _state.write_state(self.state_path, state, self.encoded)
         except OSError as e:
             log(f"cannot write {self.state_path}: {e}")
         done = time.monotonic()
@@ -581,9 +587,38 @@ def _lock(run_dir: str, timeout: float) -> int | None:
             time.sleep(0.01)
 
 
+def _await_go(fd: int) -> bool:
+    """A standby daemon (``RUN_DIR FD standby``): its interpreter and imports are done ahead of
+    need; wait on the socket ``fd`` for the client's go, which carries the log to write to.
+
+    False when the client closed the socket instead (nothing needed a daemon after all): nothing
+    has been touched yet, so the standby simply exits.
+    """
+    with socket.socket(fileno=os.dup(fd)) as channel:
+        try:
+            message, fds, _, _ = socket.recv_fds(channel, 16, 1)
+        except OSError:
+            return False
+    if not message.startswith(b"go") or len(fds) != 1:
+        for extra in fds:
+            os.close(extra)
+        return False
+    # From here on, as a daemon spawned directly: stdout and stderr are the supervisor's log.
+    os.dup2(fds[0], 1)
+    os.dup2(fds[0], 2)
+    os.close(fds[0])
+    return True
+
+
 def main(argv: list[str]) -> int:
-    """``RUN_DIR READY_FD``: detach, lock, recover, listen, report ready, serve."""
+    """``RUN_DIR READY_FD [standby]``: detach, lock, recover, listen, report ready, serve.
+
+    With ``standby``, ``READY_FD`` is a socket on which the client's go (and the log) arrives
+    first (:func:`_await_go`); the ready message goes back on the same socket.
+    """
     run_dir, ready_fd = argv[0], int(argv[1])
+    if argv[2:3] == ["standby"] and not _await_go(ready_fd):
+        return 0
     # Second fork: the session leader (the client's child) exits at once; the daemon, not a
     # session leader, can never acquire a controlling terminal.
     if os.fork() > 0:

@@ -54,6 +54,14 @@ class Loop:
         with contextlib.suppress(KeyError, ValueError):
             self.selector.unregister(fd)
 
+    def busy(self) -> bool:
+        """Something is ready to run now: a file descriptor has an event or a timer is due."""
+        while self.timers and self.timers[0][2].cancelled:
+            heapq.heappop(self.timers)
+        if self.timers and self.timers[0][0] <= time.monotonic():
+            return True
+        return bool(self.selector.select(0))
+
     def run_once(self, max_wait: float) -> None:
         """Wait for one batch of events (or the next timer), then run their callbacks."""
         now = time.monotonic()

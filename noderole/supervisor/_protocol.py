@@ -20,7 +20,6 @@ Also the names of the files in ``run_dir``. Standard library only (the daemon im
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import socket
@@ -114,6 +113,17 @@ def socket_address(path: str) -> tuple[str, int | None]:
     return f"/proc/self/fd/{dirfd}/{os.path.basename(path)}", dirfd
 
 
+def _sha256_hex(data: bytes) -> str:
+    """SHA-256 from the interpreter's own module: ``hashlib`` would load OpenSSL's libcrypto
+    (about 3 MB resident in the daemon and its watchdog) for one digest. The same digest."""
+    try:
+        from _sha256 import sha256  # type: ignore[import-not-found, unused-ignore]
+    except ImportError:  # Python 3.12 moved it (to _sha2): there, hashlib
+        from hashlib import sha256
+    digest: str = sha256(data).hexdigest()
+    return digest
+
+
 def abstract_address(run_dir: str) -> str:
     """The abstract-namespace socket name of the daemon serving ``run_dir``.
 
@@ -123,7 +133,7 @@ def abstract_address(run_dir: str) -> str:
     """
     name = _anchor(run_dir)[1]
     dev, ino = anchor_identity(run_dir)
-    digest = hashlib.sha256(f"{dev}:{ino}:{name}".encode()).hexdigest()[:32]
+    digest = _sha256_hex(f"{dev}:{ino}:{name}".encode())[:32]
     return f"\0noderole-supervisor-{digest}"
 
 

@@ -29,7 +29,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import secrets
 import socket
 import stat
 
@@ -249,7 +248,9 @@ def replace_file(path: str, data: bytes, *, mode: int = 0o600, create_dirs: bool
     parent, name = _split(path)
     dfd = open_dir(parent, create=create_dirs)
     try:
-        temp = f".{name}.{secrets.token_hex(6)}.tmp"
+        # os.urandom, as secrets.token_hex: secrets would load hmac and with it OpenSSL (~2 MB
+        # in the daemon and its watchdog).
+        temp = f".{name}.{os.urandom(6).hex()}.tmp"
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
         fd = os.open(temp, flags, 0o600, dir_fd=dfd)
         try:

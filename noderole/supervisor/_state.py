@@ -31,6 +31,7 @@ from noderole.supervisor._status import SchemaError, ServiceStatus
 __all__ = [
     "STATE_VERSION",
     "State",
+    "encode_state",
     "kill_leftovers",
     "leftover_groups",
     "load_state",
@@ -120,17 +121,47 @@ def load_state(path: str, warn: Callable[[str], None]) -> State:
         return State()
 
 
-def write_state(path: str, state: State) -> None:
-    """Replace the state file atomically (a reader sees the old or the new file, never half)."""
-    data = {
-        "version": STATE_VERSION,
-        "boot_id": _proc.boot_id(),
-        "supervisor": None
-        if state.supervisor_pid is None
-        else {"pid": state.supervisor_pid, "start_ticks": state.supervisor_ticks},
-        "services": {name: status.to_wire() for name, status in state.services.items()},
-    }
-    raw = json.dumps(data, separators=(",", ":"), allow_nan=False).encode()
+def _dumps(value: object) -> str:
+    return json.dumps(value, separators=(",", ":"), allow_nan=False)
+
+
+def encode_state(state: State, encoded: dict[ServiceStatus, str] | None = None) -> bytes:
+    """The state file's bytes.
+
+    ``encoded`` keeps each status's JSON between calls (statuses are frozen and hashable):
+    the daemon rewrites the file after every batch of changes, most services unchanged, and at
+    1,000 services encoding them all again was most of a write's cost. Only the statuses of
+    this state are kept in it afterwards.
+    """
+    head = _dumps(
+        {
+            "version": STATE_VERSION,
+            "boot_id": _proc.boot_id(),
+            "supervisor": None
+            if state.supervisor_pid is None
+            else {"pid": state.supervisor_pid, "start_ticks": state.supervisor_ticks},
+        }
+    )
+    known = encoded if encoded is not None else {}
+    fresh: dict[ServiceStatus, str] = {}
+    parts = []
+    for name, status in state.services.items():
+        text = fresh.get(status) or known.get(status) or _dumps(status.to_wire())
+        fresh[status] = text
+        parts.append(f"{_dumps(name)}:{text}")
+    if encoded is not None:
+        encoded.clear()
+        encoded.update(fresh)
+    # The same bytes as one json.dumps of the whole document, "services" last.
+    return f'{head[:-1]},"services":{{{",".join(parts)}}}}}'.encode()
+
+
+def write_state(path: str, state: State, encoded: dict[ServiceStatus, str] | None = None) -> None:
+    """Replace the state file atomically (a reader sees the old or the new file, never half).
+
+    ``encoded``: see :func:`encode_state`.
+    """
+    raw = encode_state(state, encoded)
     # A random O_EXCL temporary, renamed over the file: nothing planted can redirect the write.
     _safeopen.replace_file(path, raw, mode=0o600, create_dirs=False)
 

@@ -1,0 +1,121 @@
+"""The daemon's state writes: when (coalesced, or at once when starts wait), how (kept encodings).
+
+A start is answered only once a state write covers it. The writes are spaced (twice the last
+one's duration) so that a burst of changes is written together; but when every client in flight
+waits for that write and the loop has nothing else to do, waiting out the gap only idles the
+daemon. These tests drive a :class:`Daemon` in-process, with the gap set far into the future.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from noderole.supervisor._daemon import Daemon
+from noderole.supervisor._proc import boot_id
+from noderole.supervisor._state import STATE_VERSION, State, encode_state, parse_state
+from noderole.supervisor._status import ServiceStatus
+
+
+@pytest.fixture
+def daemon(tmp_path: Path) -> Iterator[Daemon]:
+    run_dir = tmp_path / "run/noderole"
+    run_dir.mkdir(parents=True)
+    made = Daemon(str(run_dir))
+    made.next_flush = time.monotonic() + 3600.0  # a write has just been made: a long gap
+    try:
+        yield made
+    finally:
+        made.server.close()
+
+
+class TestFlushWhenIdle:
+    def test_a_write_waited_for_is_made_at_once_when_idle(self, daemon: Daemon) -> None:
+        """A change a client waits for is written at once when nothing else is ready to run."""
+        answered: list[bool] = []
+        daemon.persist()
+        daemon.after_flush(lambda: answered.append(True))
+        daemon.flush()
+        assert answered == [True]
+        assert not daemon.dirty
+        assert os.path.exists(daemon.state_path)
+
+    def test_a_change_nobody_waits_for_keeps_the_gap(self, daemon: Daemon) -> None:
+        """A change no client waits for (a respawn) is written once the gap has passed."""
+        daemon.persist()
+        daemon.flush()
+        assert daemon.dirty
+        assert not os.path.exists(daemon.state_path)
+        assert daemon.flush_timer is not None
+
+    def test_a_busy_loop_keeps_coalescing(self, daemon: Daemon) -> None:
+        """While another event is ready (a request arriving), the write still waits for the gap."""
+        r, w = os.pipe2(os.O_CLOEXEC)
+        try:
+            os.write(w, b"x")
+            daemon.loop.add_reader(r, lambda: None)
+            answered: list[bool] = []
+            daemon.persist()
+            daemon.after_flush(lambda: answered.append(True))
+            daemon.flush()
+            assert answered == []
+            assert daemon.dirty
+        finally:
+            daemon.loop.remove_reader(r)
+            os.close(r)
+            os.close(w)
+
+    def test_a_due_timer_counts_as_busy(self, daemon: Daemon) -> None:
+        """A timer that is due (a respawn, a stop's timeout) also keeps the write coalesced."""
+        fired: list[bool] = []
+        daemon.loop.call_later(0.0, lambda: fired.append(True))
+        answered: list[bool] = []
+        daemon.persist()
+        daemon.after_flush(lambda: answered.append(True))
+        daemon.flush()
+        assert (answered, fired) == ([], [])
+        assert daemon.loop.busy()
+
+
+_statuses = st.builds(
+    ServiceStatus,
+    name=st.sampled_from(["a", "b", "é", 'q"uote']),
+    state=st.sampled_from(["running", "ready", "backoff", "crashed", "stopped"]),
+    pid=st.none() | st.integers(2, 4_000_000),
+    start_ticks=st.none() | st.integers(0, 2**40),
+    started_at=st.none() | st.floats(0, 2e9),
+    restarts=st.integers(0, 1000),
+    reason=st.text(max_size=8),
+)
+
+
+class TestEncodedState:
+    @settings(max_examples=60, suppress_health_check=[HealthCheck.too_slow])
+    @given(first=st.lists(_statuses, max_size=4), second=st.lists(_statuses, max_size=4))
+    def test_kept_encodings_give_the_same_bytes(
+        self, first: list[ServiceStatus], second: list[ServiceStatus]
+    ) -> None:
+        """With the encodings kept from an earlier write, a state encodes to the very bytes of
+        one json.dumps of the whole document, and reads back the same."""
+        encoded: dict[ServiceStatus, str] = {}
+        for statuses in (first, second, first):
+            state = State(
+                services={s.name: s for s in statuses}, supervisor_pid=7, supervisor_ticks=9
+            )
+            whole = {
+                "version": STATE_VERSION,
+                "boot_id": boot_id(),
+                "supervisor": {"pid": 7, "start_ticks": 9},
+                "services": {n: s.to_wire() for n, s in state.services.items()},
+            }
+            raw = encode_state(state, encoded)
+            assert raw == json.dumps(whole, separators=(",", ":"), allow_nan=False).encode()
+            assert parse_state(raw).services == state.services
+            assert set(encoded) == set(state.services.values())
