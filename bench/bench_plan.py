@@ -10,11 +10,12 @@ wall time also counts the time spent waiting for a core, which swamps the growth
 
 Every size is measured the same way, so the growth factors compare like with like: the same
 dependency shape (5 dependencies per service, the same mix of words and virtual names), the same
-number of samples, one build per sample, the collector emptied before each, and the built plan
+number of samples (7), one build per sample, the collector emptied before each, and the built plan
 freed after the clock stops (the peer's result is a flat tuple; freeing a plan of 100,000 records
-is not part of building it). The sizes are measured in interleaved rounds, and a growth factor is
-the median of each round's ratio: a change in the machine's load during the run falls on every
-size alike instead of on whichever size was running.
+is not part of building it). The sizes are measured in interleaved rounds, so a change in the
+machine's load during the run falls on every size alike instead of on whichever size was running.
+A growth factor is the ratio of the two sizes' medians; its spread is the range of the rounds'
+own ratios (how much the load moved during the run).
 
 Run alone: ``python -m bench.bench_plan [--quick]``.
 """
@@ -26,6 +27,7 @@ import gc
 import graphlib
 import itertools
 import random
+import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -111,7 +113,7 @@ def _timed(action: Callable[[], object]) -> float:
 def run(quick: bool) -> list[Row]:
     """Median plan time per size, then the growth factor between consecutive sizes."""
     sizes = (100, 1_000) if quick else (1_000, 10_000, 100_000)
-    repeat = 3 if quick else 5
+    repeat = 3 if quick else 7
     services = {size: synthetic_services(size) for size in sizes}
     edges: dict[int, dict[str, set[str]]] = {}
     planned: dict[int, int] = {}
@@ -148,27 +150,32 @@ def run(quick: bool) -> list[Row]:
     # The peer's growth is the yardstick: past a few MB, dicts of strings miss the CPU caches and
     # any Python graph code grows somewhat faster than linearly on the same machine.
     for small, large in itertools.pairwise(sizes):
-        growth, growth_spread, _ = summarize(_ratios(ours[large], ours[small]))
-        peer_growth, peer_growth_spread, _ = summarize(_ratios(peer[large], peer[small]))
         rows.append(
             Row(
                 benchmark=f"plan time growth {small:,} -> {large:,} services",
                 unit="x",
-                median=growth,
-                spread=growth_spread,
+                median=_growth(ours[large], ours[small]),
+                spread=_spread(ours[large], ours[small]),
                 samples=repeat,
                 peer="graphlib.TopologicalSorter growth",
-                peer_median=peer_growth,
-                peer_spread=peer_growth_spread,
+                peer_median=_growth(peer[large], peer[small]),
+                peer_spread=_spread(peer[large], peer[small]),
                 target="<= 11x per tenfold step",
             )
         )
     return rows
 
 
-def _ratios(large: list[float], small: list[float]) -> list[float]:
-    """Each round's ratio: the two sizes of a round ran back to back, under the same load."""
-    return [big / little for big, little in zip(large, small, strict=True)]
+def _growth(large: list[float], small: list[float]) -> float:
+    """The ratio of the medians: each median shrugs off a sample or two taken under a spike of
+    load, which a ratio of single samples cannot."""
+    return statistics.median(large) / statistics.median(small)
+
+
+def _spread(large: list[float], small: list[float]) -> float:
+    """The range of the rounds' own ratios (the two sizes of a round ran back to back)."""
+    ratios = [big / little for big, little in zip(large, small, strict=True)]
+    return max(ratios) - min(ratios)
 
 
 def main(argv: list[str]) -> None:
