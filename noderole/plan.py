@@ -269,7 +269,7 @@ def _build_plan(services: Iterable[Service], role: str, plugins: Sequence[str]) 
     # number order and reads compact lists, instead of hashing names into dicts and sets or
     # appending to lists in scattered order: at 100,000 services those miss the CPU caches at
     # every step, and plan time grew faster than the graph (13-17x per tenfold step). Numbers in
-    # name order also make "sorted by name" a sort of small integers, or no sort at all.
+    # name order also make "sorted by name" a sort of integers, or no sort at all.
     graph = _Graph(services, plugins)
     seed = graph.seed(role)
     member, pulled_in_by = graph.closure(seed, role)
@@ -417,6 +417,7 @@ class _Graph:
                 f"No service of the installed plugins ({self._plugin_list()}) declares role "
                 f"{role!r}: pass one of the known roles, or install the plugin that defines it."
             )
+        self.in_seed = bytearray(len(self.records))
         for number in seed:
             self.in_seed[number] = 1
         return seed
