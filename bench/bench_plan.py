@@ -8,6 +8,15 @@ the gap is what resolving names, virtual providers and waves costs on top of a b
 sort. Times are this process's CPU time (``time.process_time``) for both: on a shared machine,
 wall time also counts the time spent waiting for a core, which swamps the growth being measured.
 
+Every size is measured the same way, so the growth factors compare like with like: the same
+dependency shape (5 dependencies per service, the same mix of words and virtual names), the same
+number of samples (7), one build per sample, the collector emptied before each, and the built plan
+freed after the clock stops (the peer's result is a flat tuple; freeing a plan of 100,000 records
+is not part of building it). The sizes are measured in interleaved rounds, so a change in the
+machine's load during the run falls on every size alike instead of on whichever size was running.
+A growth factor is the ratio of the two sizes' medians; its spread is the range of the rounds'
+own ratios (how much the load moved during the run).
+
 Run alone: ``python -m bench.bench_plan [--quick]``.
 """
 
@@ -18,6 +27,7 @@ import gc
 import graphlib
 import itertools
 import random
+import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -90,36 +100,43 @@ def _sort_only(edges: dict[str, set[str]]) -> tuple[str, ...]:
     return tuple(graphlib.TopologicalSorter(edges).static_order())
 
 
-def _timed(action: Callable[[], object], repeat: int) -> list[float]:
-    samples = []
-    for _ in range(repeat):
-        gc.collect()
-        start = time.process_time()
-        action()
-        samples.append(time.process_time() - start)
-    return samples
+def _timed(action: Callable[[], object]) -> float:
+    """CPU seconds of one ``action()``; what it returns is freed after the clock stops."""
+    gc.collect()
+    start = time.process_time()
+    result = action()
+    elapsed = time.process_time() - start
+    del result
+    return elapsed
 
 
 def run(quick: bool) -> list[Row]:
     """Median plan time per size, then the growth factor between consecutive sizes."""
     sizes = (100, 1_000) if quick else (1_000, 10_000, 100_000)
-    rows: list[Row] = []
-    medians: list[float] = []
-    peer_medians: list[float] = []
+    repeat = 3 if quick else 7
+    services = {size: synthetic_services(size) for size in sizes}
+    edges: dict[int, dict[str, set[str]]] = {}
+    planned: dict[int, int] = {}
     for size in sizes:
-        services = synthetic_services(size)
-        plan = build_plan(services, ROLE)
-        edges = {p.name: set(p.after) for p in plan.services}
-        repeat = 3 if quick else (7 if size <= 10_000 else 3)
-        ours = _timed(functools.partial(build_plan, services, ROLE), repeat)
-        peer = _timed(functools.partial(_sort_only, edges), repeat)
-        median, spread, _ = summarize(ours)
-        peer_median, peer_spread, _ = summarize(peer)
-        medians.append(median)
-        peer_medians.append(peer_median)
+        plan = build_plan(services[size], ROLE)
+        edges[size] = {p.name: set(p.after) for p in plan.services}
+        planned[size] = len(plan)
+        del plan  # not kept alive while the others are timed
+    ours: dict[int, list[float]] = {size: [] for size in sizes}
+    peer: dict[int, list[float]] = {size: [] for size in sizes}
+    for _ in range(repeat):
+        for size in sizes:
+            ours[size].append(_timed(functools.partial(build_plan, services[size], ROLE)))
+            peer[size].append(_timed(functools.partial(_sort_only, edges[size])))
+    rows: list[Row] = []
+    for size in sizes:
+        median, spread, _ = summarize(ours[size])
+        peer_median, peer_spread, _ = summarize(peer[size])
         rows.append(
             Row(
-                benchmark=f"plan {size:,} services ({len(plan)} planned, {EDGES_PER_SERVICE} deps)",
+                benchmark=(
+                    f"plan {size:,} services ({planned[size]} planned, {EDGES_PER_SERVICE} deps)"
+                ),
                 unit="s CPU",
                 median=median,
                 spread=spread,
@@ -132,26 +149,33 @@ def run(quick: bool) -> list[Row]:
         )
     # The peer's growth is the yardstick: past a few MB, dicts of strings miss the CPU caches and
     # any Python graph code grows somewhat faster than linearly on the same machine.
-    for (small, large), (ours_small, ours_large), (peer_small, peer_large) in zip(
-        itertools.pairwise(sizes),
-        itertools.pairwise(medians),
-        itertools.pairwise(peer_medians),
-        strict=True,
-    ):
+    for small, large in itertools.pairwise(sizes):
         rows.append(
             Row(
                 benchmark=f"plan time growth {small:,} -> {large:,} services",
                 unit="x",
-                median=ours_large / ours_small,
-                spread=0.0,
-                samples=1,
+                median=_growth(ours[large], ours[small]),
+                spread=_spread(ours[large], ours[small]),
+                samples=repeat,
                 peer="graphlib.TopologicalSorter growth",
-                peer_median=peer_large / peer_small,
-                peer_spread=0.0,
+                peer_median=_growth(peer[large], peer[small]),
+                peer_spread=_spread(peer[large], peer[small]),
                 target="<= 11x per tenfold step",
             )
         )
     return rows
+
+
+def _growth(large: list[float], small: list[float]) -> float:
+    """The ratio of the medians: each median shrugs off a sample or two taken under a spike of
+    load, which a ratio of single samples cannot."""
+    return statistics.median(large) / statistics.median(small)
+
+
+def _spread(large: list[float], small: list[float]) -> float:
+    """The range of the rounds' own ratios (the two sizes of a round ran back to back)."""
+    ratios = [big / little for big, little in zip(large, small, strict=True)]
+    return max(ratios) - min(ratios)
 
 
 def main(argv: list[str]) -> None:

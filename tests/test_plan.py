@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import json
 import re
 import shutil
@@ -108,6 +109,25 @@ class TestDuplicates:
         """One plugin returning a name twice is named once, as the culprit."""
         services = [svc("x", origin="a", roles=["r"]), svc("x", origin="a")]
         assert plan_error(services).startswith("service 'x' is defined twice by plugin 'a'")
+
+    def test_first_duplicate_in_the_plugins_order_is_named(self) -> None:
+        """With two names taken twice, the one whose repeat the plugins returned first is named,
+        not the one that sorts first."""
+        services = [
+            svc("x", origin="a", roles=["r"]),
+            svc("y", origin="c"),
+            svc("y", origin="d"),
+            svc("x", origin="b"),
+        ]
+        assert plan_error(services).startswith(
+            "service 'y' is defined by both plugin 'c' and plugin 'd'"
+        )
+
+    def test_the_same_record_twice_is_planned_once(self) -> None:
+        """A record returned twice is one service, not a duplicate."""
+        record = svc("x", roles=["r"])
+        plan = build_plan([record, svc("y", roles=["r"], after=["x"]), record], "r")
+        assert plan.names() == ("x", "y")
 
 
 class TestNeed:
@@ -428,6 +448,50 @@ class TestWaves:
         services += [svc(f"s{i}", roles=["r"], need=[f"s{i - 1}"]) for i in range(1, 5000)]
         plan = build_plan(services, "r")
         assert len(plan.waves) == 5000
+
+
+class TestNameLookups:
+    def test_each_declared_name_is_looked_up_once(self) -> None:
+        """Planning hashes a service's name once, and each declaration of it once, however many
+        phases the plan goes through: names hashed into dicts and sets at every phase made plan
+        time grow faster than the graph."""
+        hashed: collections.Counter[str] = collections.Counter()
+
+        class Name(str):
+            # A name that counts how often it is hashed (a dict or set lookup hashes it).
+            def __hash__(self) -> int:
+                hashed[str(self)] += 1
+                return str.__hash__(self)
+
+        names = [Name(f"s{i:03d}") for i in range(200)]
+        virtual = Name("v")
+        services = [
+            svc(
+                names[i],
+                roles=["r"] if i % 3 else [],
+                provide=[virtual] if i == 7 else [],
+                need=names[max(i - 3, 0) : i],
+                want=[virtual] if i > 7 else [],
+                use=names[max(i - 5, 0) : max(i - 4, 0)],
+                after=[names[i // 2]] if i else [],
+                before=names[i + 1 : i + 3],
+            )
+            for i in range(200)
+        ]
+        declared = collections.Counter(
+            str(name)
+            for s in services
+            for name in (*s.provide, *s.need, *s.want, *s.use, *s.after, *s.before)
+        )
+        hashed.clear()
+        plan = build_plan(services, "r")
+        counts = dict(hashed)  # read before the checks below hash the names again
+        assert len(plan) == 200
+        for name in map(str, names):
+            assert counts.get(name, 0) <= 1 + declared[name], (name, counts.get(name))
+        # A virtual name: looked up once per declaration, recorded once in its declarer's
+        # provided_by, and a few times while the providers are indexed.
+        assert counts["v"] <= 2 * declared["v"] + 5
 
 
 class TestPlanMethods:

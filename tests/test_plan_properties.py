@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from noderole.errors import PlanError
-from noderole.plan import build_plan
-from noderole.records import Service
+from noderole.plan import KINDS, build_plan
+from noderole.records import Service, unknown_names
 from tests.strategies import ROLE, acyclic_services, cyclic_services
 
 _CYCLE = re.compile(r"dependency cycle in role '[^']*': (\S+(?: → \S+)+) \(")
@@ -125,6 +125,120 @@ class TestAcyclicGraphs:
         shuffled = list(services)
         rng.shuffle(shuffled)
         assert build_plan(shuffled, ROLE).to_dict() == build_plan(services, ROLE).to_dict()
+
+
+class TestPlanContents:
+    """What each planned service records, against models built from the declarations alone."""
+
+    @settings(max_examples=80, deadline=None)
+    @given(acyclic_services())
+    def test_start_order_is_by_wave_then_by_name(self, services: list[Service]) -> None:
+        """Services start wave by wave, by name within a wave; ``waves`` lists the same names."""
+        plan = build_plan(services, ROLE)
+        keys = [(planned.wave, planned.name) for planned in plan.services]
+        assert keys == sorted(keys)
+        assert plan.waves == tuple(
+            tuple(name for wave, name in keys if wave == number)
+            for number in range(len(plan.waves))
+        )
+        assert all(plan.waves)
+
+    @settings(max_examples=80, deadline=None)
+    @given(acyclic_services())
+    def test_after_is_every_predecessor_once_by_name(self, services: list[Service]) -> None:
+        """Each service's ``after`` is exactly the services ordered before it, sorted by name."""
+        plan = build_plan(services, ROLE)
+        before: dict[str, set[str]] = {name: set() for name in plan.names()}
+        for first, then in _orderings(services, set(plan.names())):
+            before[then].add(first)
+        for planned in plan.services:
+            assert planned.after == tuple(sorted(before[planned.name])), planned.name
+
+    @settings(max_examples=50, deadline=None)
+    @given(acyclic_services())
+    def test_dependents_are_the_services_after_it_in_start_order(
+        self, services: list[Service]
+    ) -> None:
+        """dependents(x) lists, in start order, every service whose ``after`` holds x."""
+        plan = build_plan(services, ROLE)
+        for planned in plan.services:
+            expected = tuple(p.name for p in plan.services if planned.name in p.after)
+            assert plan.dependents(planned.name) == expected
+
+    @settings(max_examples=80, deadline=None)
+    @given(acyclic_services())
+    def test_each_declared_name_resolves_by_the_rules(self, services: list[Service]) -> None:
+        """A declared name resolves to its planned service, or to a virtual name's planned
+        providers by name (recorded in ``provided_by``), or lands in ``unresolved``; ``resolved``
+        keeps declared order without repeats."""
+        plan = build_plan(services, ROLE)
+        members = set(plan.names())
+        real = {s.name for s in services}
+        providers = _providers(services)
+        for planned in plan.services:
+            resolved: dict[str, tuple[str, ...]] = {}
+            unresolved: dict[str, tuple[str, ...]] = {}
+            provided_by: dict[str, tuple[str, ...]] = {}
+            for kind in KINDS:
+                found: list[str] = []
+                missing: list[str] = []
+                for target in getattr(planned.service, kind):
+                    if target in real:
+                        hits = [target] if target in members else []
+                    else:
+                        hits = sorted(providers.get(target, set()) & members)
+                        if hits:
+                            provided_by[target] = tuple(hits)
+                    found.extend(hits)
+                    if not hits:
+                        missing.append(target)
+                if found:
+                    resolved[kind] = tuple(dict.fromkeys(found))
+                if missing:
+                    unresolved[kind] = tuple(missing)
+            assert list(planned.resolved.items()) == list(resolved.items())
+            assert list(planned.unresolved.items()) == list(unresolved.items())
+            assert list(planned.provided_by.items()) == list(provided_by.items())
+            assert planned.needs == resolved.get("need", ())
+            assert planned.wants == resolved.get("want", ())
+            assert planned.uses == resolved.get("use", ())
+
+    @settings(max_examples=80, deadline=None)
+    @given(acyclic_services())
+    def test_pulled_in_by_is_the_first_to_pull_breadth_first(self, services: list[Service]) -> None:
+        """From the role's services by name, need before want, in declared order: the first
+        service to pull another in is recorded as its ``pulled_in_by``."""
+        plan = build_plan(services, ROLE)
+        by_name = {s.name: s for s in services}
+        providers = _providers(services)
+        seed = {s.name for s in services if ROLE in s.roles}
+        members = set(seed)
+        pulled_in_by: dict[str, str] = {}
+        queue = deque(sorted(seed))
+        while queue:
+            name = queue.popleft()
+            for target in (*by_name[name].need, *by_name[name].want):
+                if target in by_name:
+                    pulled = [target]
+                else:
+                    known = providers.get(target, set())
+                    pulled = sorted(known & seed) or sorted(known)
+                for other in pulled:
+                    if other not in members:
+                        members.add(other)
+                        pulled_in_by[other] = name
+                        queue.append(other)
+        for planned in plan.services:
+            assert planned.in_role == (planned.name in seed)
+            assert planned.pulled_in_by == pulled_in_by.get(planned.name)
+
+    @settings(max_examples=80, deadline=None)
+    @given(acyclic_services())
+    def test_warnings_name_every_unknown_declaration(self, services: list[Service]) -> None:
+        """Every planned service's after/before/use/want name that nobody has is warned about,
+        in start order."""
+        plan = build_plan(services, ROLE)
+        assert list(plan.warnings) == unknown_names([p.service for p in plan.services], services)
 
 
 class TestCyclicGraphs:
