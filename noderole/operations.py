@@ -369,6 +369,24 @@ class Operations:
         """The backend for ``requested`` (``auto``: the configured one, then the init system)."""
         from noderole.backends.detect import backend_named
 
+        return backend_named(
+            self._backend_choice(requested),
+            self.root,
+            noderole_path=str(self.setting("noderole_path")),
+            clock=self.clock,
+            readiness=self._readiness_of,
+        )
+
+    def backend_name(self, requested: str = "auto") -> str:
+        """The name of the backend :meth:`backend` would return, with the same warnings and
+        errors, without building it (``plan`` only shows the name: building the native backend
+        imports the supervisor's client)."""
+        from noderole.backends.detect import chosen_name
+
+        return chosen_name(self._backend_choice(requested), self.root)
+
+    def _backend_choice(self, requested: str) -> str:
+        """``requested``, or the configured backend for ``auto``, checked against the machine."""
         if requested == "auto":
             requested = str(self.setting("backend"))
         if requested in ("openrc", "systemd") and not self.root.is_real:
@@ -384,13 +402,7 @@ class Operations:
                 "backend systemd needs a running systemd, and /run/systemd/system does not exist: "
                 "is systemd the init system of this machine? Use --backend native otherwise"
             )
-        return backend_named(
-            requested,
-            self.root,
-            noderole_path=str(self.setting("noderole_path")),
-            clock=self.clock,
-            readiness=self._readiness_of,
-        )
+        return requested
 
     def _readiness_of(self, name: str) -> Wait | None:
         """The readiness check the plugins declare for ``name`` (an init system reports only
