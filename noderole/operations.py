@@ -379,10 +379,14 @@ class Operations:
 
     def backend_name(self, requested: str = "auto") -> str:
         """The name of the backend :meth:`backend` would return, with the same warnings and
-        errors, without building it (``plan`` only shows the name: building the native backend
-        imports the supervisor's client)."""
+        errors (``plan`` only shows the name). The native backend is not built: that would
+        import the supervisor's client, and building it checks nothing. An init system's
+        backend is, since building it checks that its tool is installed."""
         from noderole.backends.detect import chosen_name
 
+        choice = requested if requested != "auto" else str(self.setting("backend"))
+        if chosen_name(choice, self.root) != "native":
+            return self.backend(requested).name
         return chosen_name(self._backend_choice(requested), self.root)
 
     def _backend_choice(self, requested: str) -> str:

@@ -8,8 +8,10 @@ regression.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 PROBE = """
 import json, sys
@@ -78,3 +80,52 @@ class TestRootEnvName:
         import noderole.root
 
         assert noderole.cli.ROOT_ENV == noderole.root.ROOT_ENV
+
+
+PLAN_PROBE = """
+import json, sys
+from noderole.cli import main
+try:
+    main(["--root", sys.argv[1], "plan", sys.argv[2]])
+except SystemExit as exc:
+    if exc.code not in (None, 0, 12):
+        raise
+print(json.dumps(sorted(sys.modules)), file=sys.stderr)
+"""
+
+PLAN_FORBIDDEN = (
+    "noderole.engine",
+    "noderole.steps",
+    "noderole.state",
+    "noderole.manifest",
+    "noderole.backends.native",
+    "noderole.supervisor",
+    "cryptography",
+)
+"""What ``plan`` must not import: it starts nothing, so it needs no engine, no applied state and
+no supervisor client (it shows only the backend's name)."""
+
+
+def _modules_after_plan(root: Path, role: str) -> list[str]:
+    env = {k: v for k, v in os.environ.items() if k != "NODEROLE_ROOT"}
+    done = subprocess.run(
+        [sys.executable, "-c", PLAN_PROBE, str(root), role],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr
+    modules: list[str] = json.loads(done.stderr.strip().splitlines()[-1])
+    return modules
+
+
+class TestPlanImports:
+    def test_plan_server_imports_no_engine_state_or_supervisor(self, tmp_path: Path) -> None:
+        """`noderole plan server` (the shipped plugins) imports no engine, state or supervisor."""
+        config = tmp_path / "etc/rancher/k3s/config.yaml"
+        config.parent.mkdir(parents=True)
+        config.write_text("write-kubeconfig-mode: '0600'\ntls-san:\n- node.example\n")
+        loaded = _modules_after_plan(tmp_path, "server")
+        assert "noderole_k3s" in loaded  # the probe really planned from the plugins
+        offenders = [m for m in loaded if m.startswith(PLAN_FORBIDDEN)]
+        assert offenders == []
