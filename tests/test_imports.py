@@ -101,9 +101,11 @@ PLAN_FORBIDDEN = (
     "noderole.backends.native",
     "noderole.supervisor",
     "cryptography",
+    "yaml",
 )
 """What ``plan`` must not import: it starts nothing, so it needs no engine, no applied state and
-no supervisor client (it shows only the backend's name)."""
+no supervisor client (it shows only the backend's name); and the k3s plugin reads a flat
+config.yaml and writes its drop-ins and manifests without PyYAML."""
 
 
 def _modules_after_plan(root: Path, role: str) -> list[str]:
@@ -121,7 +123,8 @@ def _modules_after_plan(root: Path, role: str) -> list[str]:
 
 class TestPlanImports:
     def test_plan_server_imports_no_engine_state_or_supervisor(self, tmp_path: Path) -> None:
-        """`noderole plan server` (the shipped plugins) imports no engine, state or supervisor."""
+        """`noderole plan server` (the shipped plugins) imports no engine, state, supervisor or
+        PyYAML."""
         config = tmp_path / "etc/rancher/k3s/config.yaml"
         config.parent.mkdir(parents=True)
         config.write_text("write-kubeconfig-mode: '0600'\ntls-san:\n- node.example\n")
