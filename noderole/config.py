@@ -18,7 +18,7 @@ from typing import Any
 import attrs
 
 from noderole.errors import ConfigError, DefinitionError
-from noderole.records import Setting, SettingsTable, did_you_mean
+from noderole.records import RecordBase, Setting, SettingsTable, did_you_mean
 from noderole.root import NodeRoot
 
 __all__ = [
@@ -34,8 +34,8 @@ CONFIG_PATH = "/etc/noderole/config.toml"
 """Node path of the configuration file (read under ``--root``)."""
 
 
-@attrs.frozen(kw_only=True)
-class ConfigValue:
+@attrs.frozen(kw_only=True, repr=False, eq=False)
+class ConfigValue(RecordBase):
     """One effective setting and where its value came from."""
 
     table: str
@@ -52,8 +52,8 @@ class ConfigValue:
         return "***" if self.setting.secret else self.value
 
 
-@attrs.frozen
-class Config:
+@attrs.frozen(repr=False, eq=False)
+class Config(RecordBase):
     """Effective configuration of every declared table."""
 
     values: Mapping[str, Mapping[str, ConfigValue]]

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from noderole.records import Secret
+from noderole.records import RecordBase, Secret
 from noderole.root import NodeRoot
 
 if TYPE_CHECKING:
@@ -44,8 +44,8 @@ _SCALARS = (
 )
 
 
-@attrs.frozen(kw_only=True)
-class RecordedPlan:
+@attrs.frozen(kw_only=True, repr=False, eq=False)
+class RecordedPlan(RecordBase):
     """What :func:`read_plan` found: the plan and how it was applied."""
 
     plan: Plan
