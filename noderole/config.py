@@ -10,7 +10,6 @@ Internal module: the public names are ``noderole.CONFIG_PATH`` and ``noderole.Co
 
 from __future__ import annotations
 
-import tomllib
 import types
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -145,6 +144,8 @@ def check_config(
         return _build(tables, {}, found=False)
     except OSError as exc:
         return None, [f"{CONFIG_PATH}: cannot read it: {exc.strerror}"]
+    import tomllib  # here: most nodes have no config file, and every command reads this module
+
     try:
         document = tomllib.loads(raw.decode("utf-8"))
     except UnicodeDecodeError as exc:

@@ -539,12 +539,13 @@ class Operations:
         read the settings, yet the operator should hear that the next apply will refuse."""
         if "config" in self.__dict__:
             return ""  # loaded already: config_warning says it
-        import tomllib
-
         from noderole.config import CONFIG_PATH
 
         try:
-            tomllib.loads(self.root.resolve(CONFIG_PATH).read_text(encoding="utf-8"))
+            text = self.root.resolve(CONFIG_PATH).read_text(encoding="utf-8")
+            import tomllib  # only when there is a file: most nodes have none
+
+            tomllib.loads(text)
         except FileNotFoundError:
             return ""
         except (OSError, ValueError) as exc:
@@ -559,12 +560,13 @@ class Operations:
         ``stop`` and ``status`` work from the recorded plan and must not import a plugin."""
         if "config" in self.__dict__:
             return str(self.setting("textfile_dir"))
-        import tomllib
-
         from noderole.config import CONFIG_PATH
 
         try:
-            document = tomllib.loads(self.root.resolve(CONFIG_PATH).read_text(encoding="utf-8"))
+            text = self.root.resolve(CONFIG_PATH).read_text(encoding="utf-8")
+            import tomllib  # only when there is a file: most nodes have none
+
+            document = tomllib.loads(text)
         except (OSError, ValueError):
             return ""  # no file, or one `noderole config check` will explain: metrics stay off
         table = document.get("noderole")

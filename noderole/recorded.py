@@ -147,12 +147,29 @@ def _service(data: Mapping[str, Any]) -> Service:
     )
 
 
+_LAST_READ: list[tuple[str, str | None, RecordedPlan | None]] = []
+"""The last text read and what it gave: ``status`` asks for the plan and then its backend."""
+
+
 def read_plan(root: NodeRoot, role: str | None = None) -> RecordedPlan | None:
     """The recorded plan (of ``role``, when given), or None when there is none that fits."""
+    try:
+        text = root.resolve(PLAN_FILE).read_text()
+    except (OSError, ValueError):
+        return None
+    for last_text, last_role, last in _LAST_READ:
+        if last_text == text and last_role == role:
+            return last  # the same text gives the same plan: not parsed and planned again
+    recorded = _parse_plan(text, role)
+    _LAST_READ[:] = [(text, role, recorded)]
+    return recorded
+
+
+def _parse_plan(text: str, role: str | None) -> RecordedPlan | None:
     from noderole.plan import build_plan
 
     try:
-        data = json.loads(root.resolve(PLAN_FILE).read_text())
+        data = json.loads(text)
         if data.get("version") != _VERSION or (role is not None and data["role"] != role):
             return None
         services: Iterable[Service] = [_service(item) for item in data["services"]]

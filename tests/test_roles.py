@@ -227,6 +227,31 @@ class TestRecordedPlan:
         assert isinstance(token, noderole.Secret)
         assert token.reveal() == ""
 
+    def test_the_same_record_is_read_once(self, tmp_path: Path) -> None:
+        """Reading an unchanged plan.json again gives the plan already built; a changed file,
+        another role or a removed file are read afresh."""
+        from noderole.plan import build_plan
+        from noderole.recorded import PLAN_FILE, plan_data, read_plan, write_plan
+
+        root = NodeRoot(tmp_path)
+
+        def record(*names: str) -> None:
+            services = [noderole.Service(name=n, roles=["demo"], command=["/x"]) for n in names]
+            plan = build_plan(services, "demo")
+            write_plan(root, plan_data(plan, backend="native", noderole_path="/usr/bin/noderole"))
+
+        record("a")
+        first = read_plan(root, "demo")
+        assert first is not None
+        assert read_plan(root, "demo") is first
+        assert read_plan(root, "other") is None
+        record("a", "b")
+        second = read_plan(root, "demo")
+        assert second is not None
+        assert list(second.plan.names()) == ["a", "b"]
+        (tmp_path / PLAN_FILE.lstrip("/")).unlink()
+        assert read_plan(root, "demo") is None
+
     def test_an_unusable_record_falls_back_to_the_plugins(self, node: Node) -> None:
         """A plan.json of the wrong shape is ignored: status plans from the plugins instead."""
         node.services += [sleeper("a")]

@@ -17,11 +17,13 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from noderole.supervisor import _protocol, _safeopen, _state, _title
-from noderole.supervisor._spec import ProcessSpec
 from noderole.supervisor._status import SchemaError, ServiceStatus
+
+if TYPE_CHECKING:  # `status` and `stop` send no spec: they need not import it (nor its probes)
+    from noderole.supervisor._spec import ProcessSpec
 
 __all__ = ["NotAnswering", "Supervisor", "SupervisorError"]
 

@@ -29,7 +29,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import secrets
 import socket
 import stat
 
@@ -246,6 +245,8 @@ def replace_file(path: str, data: bytes, *, mode: int = 0o600, create_dirs: bool
     The temporary is created ``O_EXCL|O_NOFOLLOW`` under a random name; a link planted at
     ``path`` is replaced by the rename, never followed. On error the temporary is removed.
     """
+    import secrets  # here: readers (`status`) need not import it, nor hmac and hashlib with it
+
     parent, name = _split(path)
     dfd = open_dir(parent, create=create_dirs)
     try:
