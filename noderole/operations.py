@@ -520,12 +520,14 @@ class Operations:
         outcome :meth:`apply` recorded, a stop or a restart)."""
         import sys
 
-        from noderole import manifest, metrics
+        from noderole import manifest
 
         written = []
         try:
             directory = self._textfile_dir()
             if directory:
+                from noderole import metrics  # only when metrics are written
+
                 metrics.write_textfile(self.root.resolve(directory), self.metrics(plan, backend))
                 written.append(f"{directory.rstrip('/')}/{metrics.TEXTFILE}")
         except OSError as exc:

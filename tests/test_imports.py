@@ -132,3 +132,12 @@ class TestPlanImports:
         assert "noderole_k3s" in loaded  # the probe really planned from the plugins
         offenders = [m for m in loaded if m.startswith(PLAN_FORBIDDEN)]
         assert offenders == []
+
+
+class TestRepeatedConstants:
+    def test_waits_repeats_the_probes_attempt_timeout(self) -> None:
+        """waits' copy of ATTEMPT_TIMEOUT (kept so an apply need not import the probes) matches."""
+        from noderole import waits
+        from noderole.supervisor import probes
+
+        assert waits.ATTEMPT_TIMEOUT == probes.ATTEMPT_TIMEOUT

@@ -54,6 +54,18 @@ print(json.dumps(sorted(sys.modules)), file=sys.stderr)
 """
 
 
+REAPPLY_FORBIDDEN = (
+    "ctypes",
+    "noderole.supervisor.probes",
+    "noderole.metrics",
+    "secrets",
+    "shutil",
+    "yaml",
+)
+"""What this re-apply must not import: its service has no wait (inotify's ctypes, the probes),
+the node no metrics directory, the output is no terminal (shutil sizes one), and temporary
+file names come from os.urandom (no secrets, hmac, random)."""
+
 STATUS_PROBE = """
 import json, sys
 from noderole.cli import main
@@ -130,6 +142,8 @@ def test_unchanged_reapply_imports_no_x509_and_no_metadata(node: object, tmp_pat
     assert tls["status"] == "running"
     assert "cryptography.x509" not in modules
     assert "importlib.metadata" not in modules
+    # Nothing waited for, no metrics directory, no terminal: none of what those need.
+    assert [m for m in modules if m.startswith(REAPPLY_FORBIDDEN)] == []
 
     (tmp_path / "etc/noderole/config.toml").unlink()  # status reads no settings then
     status, modules = _apply(tmp_path, site, STATUS_PROBE)
