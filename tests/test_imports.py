@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 PROBE = """
 import json, sys
 from noderole.cli import main
@@ -34,6 +36,7 @@ FORBIDDEN_PREFIXES = (
     "pluggy",
     "attr",
     "importlib.metadata",
+    "shutil",
 )
 
 
@@ -45,7 +48,8 @@ def _modules_after_help() -> list[str]:
 
 class TestHelpImports:
     def test_help_imports_no_plugin_and_no_x509(self) -> None:
-        """`noderole --help` imports no cryptography, no plugin and no plugin machinery."""
+        """`noderole --help` imports no cryptography, no plugin and no plugin machinery, nor
+        shutil (and its compression modules) to size the terminal."""
         loaded = _modules_after_help()
         offenders = [m for m in loaded if m.startswith(FORBIDDEN_PREFIXES)]
         assert offenders == []
@@ -141,3 +145,31 @@ class TestRepeatedConstants:
         from noderole.supervisor import probes
 
         assert waits.ATTEMPT_TIMEOUT == probes.ATTEMPT_TIMEOUT
+
+
+class TestTerminalColumns:
+    @pytest.mark.parametrize("columns", ["", "0", "-3", "abc", "120", "37"])
+    def test_same_columns_as_shutil(self, monkeypatch: pytest.MonkeyPatch, columns: str) -> None:
+        """The help's terminal width is shutil.get_terminal_size()'s, COLUMNS set or not."""
+        import shutil
+
+        from noderole.cli import terminal_columns
+
+        if columns:
+            monkeypatch.setenv("COLUMNS", columns)
+        else:
+            monkeypatch.delenv("COLUMNS", raising=False)
+        assert terminal_columns() == shutil.get_terminal_size().columns
+
+    def test_help_wraps_at_the_terminal_width(self) -> None:
+        """`noderole --help` wraps to COLUMNS, as click's own formatter does (at most 100)."""
+        env = {**os.environ, "COLUMNS": "60"}
+        narrow = subprocess.run(
+            [sys.executable, "-m", "noderole", "--help"], capture_output=True, text=True, env=env
+        )
+        env["COLUMNS"] = "300"
+        wide = subprocess.run(
+            [sys.executable, "-m", "noderole", "--help"], capture_output=True, text=True, env=env
+        )
+        assert max(len(line) for line in narrow.stdout.splitlines()) <= 58
+        assert 80 < max(len(line) for line in wide.stdout.splitlines()) <= 100
