@@ -31,13 +31,17 @@ if TYPE_CHECKING:
     from noderole.engine import ApplyReport, Progress, ServiceReport
     from noderole.plan import Plan
     from noderole.plugins import PluginSet
-    from noderole.recorded import RecordedPlan
+    from noderole.recorded import RecordedPlan, RecordedService, RecordedView
     from noderole.records import Service, StandIn, Wait
     from noderole.render import Rendered
     from noderole.renewal import CertificateCheck
     from noderole.reset import ResetReport
 
 __all__ = ["Operations", "RenderResult", "status_verdict"]
+
+CONFIG_PATH = "/etc/noderole/config.toml"
+"""noderole.config.CONFIG_PATH, repeated: ``status`` checks the file's syntax without importing
+the configuration module (and attrs and the records with it)."""
 
 _UP = {"running", "ready"}
 _ACTIVE = {"starting", "running", "ready", "backoff"}
@@ -302,6 +306,32 @@ class Operations:
             readiness=readiness,
         )
 
+    def recorded_status(
+        self, name: str | None, requested: str = "auto"
+    ) -> tuple[RecordedView, Backend, str | None] | None:
+        """What ``status [NAME]`` shows, read from the recorded plan without records, attrs or
+        planning when it can be: the applied role's view, its native backend, and the service
+        asked for (None for the whole role). None when the full path is needed: no usable
+        record, another role, or a backend that needs the readiness checks as records."""
+        from noderole.recorded import read_view
+        from noderole.state import read_role
+
+        recorded_role = read_role(self.root)
+        if recorded_role is None:
+            return None
+        view = read_view(self.root, recorded_role)
+        if view is None or (view.backend if requested == "auto" else requested) != "native":
+            return None
+        if not name or name == view.role:
+            only = None
+        elif name in view:
+            only = name
+        else:
+            return None  # another role: planned from the plugins
+        from noderole.backends.detect import backend_named
+
+        return view, backend_named("native", self.root, noderole_path=view.noderole_path), only
+
     def _recorded(self, role: str | None) -> RecordedPlan | None:
         from noderole.recorded import read_plan
         from noderole.state import read_role
@@ -541,8 +571,6 @@ class Operations:
         read the settings, yet the operator should hear that the next apply will refuse."""
         if "config" in self.__dict__:
             return ""  # loaded already: config_warning says it
-        from noderole.config import CONFIG_PATH
-
         try:
             text = self.root.resolve(CONFIG_PATH).read_text(encoding="utf-8")
             import tomllib  # only when there is a file: most nodes have none
@@ -562,8 +590,6 @@ class Operations:
         ``stop`` and ``status`` work from the recorded plan and must not import a plugin."""
         if "config" in self.__dict__:
             return str(self.setting("textfile_dir"))
-        from noderole.config import CONFIG_PATH
-
         try:
             text = self.root.resolve(CONFIG_PATH).read_text(encoding="utf-8")
             import tomllib  # only when there is a file: most nodes have none
@@ -666,7 +692,7 @@ class Operations:
     # ---------------------------------------------------------------- status
 
     def status_rows(
-        self, plan: Plan, backend: Backend, *, log_lines: int = 5
+        self, plan: Plan | RecordedView, backend: Backend, *, log_lines: int = 5
     ) -> list[dict[str, Any]]:
         """One row per process of ``plan``: state, pid, uptime, restarts, last exit, the log
         (only when the file exists), the last apply's outcome, and, for a failed or
@@ -715,7 +741,9 @@ class Operations:
             )
         return rows
 
-    def _secrets(self, plan: Plan, service: Service) -> list[str] | None:
+    def _secrets(
+        self, plan: Plan | RecordedView, service: Service | RecordedService
+    ) -> list[str] | None:
         """The secret values of ``service``'s environment, to hide in what ``status`` shows; None
         when they cannot be known. A recorded plan keeps only their names: the values come from
         the plugins, loaded for this alone."""
@@ -735,7 +763,7 @@ class Operations:
 
     def status(
         self,
-        plan: Plan,
+        plan: Plan | RecordedView,
         backend: Backend,
         *,
         wait: bool = False,

@@ -78,6 +78,10 @@ print(json.dumps(sorted(sys.modules)), file=sys.stderr)
 """
 
 STATUS_FORBIDDEN = (
+    "attr",
+    "noderole.records",
+    "noderole.plan",
+    "noderole.config",
     "pluggy",
     "reapply_probe_plugin",
     "importlib.metadata",
@@ -89,9 +93,10 @@ STATUS_FORBIDDEN = (
     "secrets",
     "tomllib",
 )
-"""What ``status`` of the applied role must not import: no plugin or plugin machinery, no
-engine, no process spec or readiness probes (it sends none), nothing to name temporary files
-(it writes none), no TOML parser when there is no config file."""
+"""What ``status`` of the applied role must not import: no attrs, records or planning (it shows
+the recorded plan as it is), no plugin or plugin machinery, no engine, no process spec or
+readiness probes (it sends none), nothing to name temporary files (it writes none), no TOML
+parser when there is no config file."""
 
 
 def _install(site: Path) -> None:
