@@ -91,12 +91,13 @@ STATUS_FORBIDDEN = (
     "noderole.supervisor._spec",
     "noderole.supervisor.probes",
     "secrets",
+    "subprocess",
     "tomllib",
 )
 """What ``status`` of the applied role must not import: no attrs, records or planning (it shows
 the recorded plan as it is), no plugin or plugin machinery, no engine, no process spec or
-readiness probes (it sends none), nothing to name temporary files (it writes none), no TOML
-parser when there is no config file."""
+readiness probes (it sends none), nothing to name temporary files (it writes none) or to
+spawn a supervisor (one runs), no TOML parser when there is no config file."""
 
 
 def _install(site: Path) -> None:

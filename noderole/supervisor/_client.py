@@ -12,7 +12,6 @@ import fcntl
 import os
 import select
 import socket
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -117,6 +116,8 @@ class Supervisor:
             os.close(lock)
 
     def _spawn_daemon(self) -> None:
+        import subprocess  # here: `status` and `stop` of a running supervisor spawn nothing
+
         try:
             _safeopen.private_dir(str(self.log_path.parent))
             log_fd = _safeopen.open_append(str(self.log_path), mode=0o600)
