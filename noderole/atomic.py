@@ -24,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import secrets
 import stat
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -63,7 +62,8 @@ class FileSpec:
 
 
 def _temp_name(name: str) -> str:
-    return f".{name}.{secrets.token_hex(6)}{_TEMP_SUFFIX}"
+    # os.urandom, as secrets.token_hex does, without importing secrets (and hmac, random).
+    return f".{name}.{os.urandom(6).hex()}{_TEMP_SUFFIX}"
 
 
 def _is_temp_of(candidate: str, name: str) -> bool:

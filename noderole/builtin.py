@@ -7,18 +7,17 @@ They look at the real machine (``/sys``, ``/proc``), never under ``--root``.
 
 from __future__ import annotations
 
-import fcntl
-import socket
-import struct
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from noderole.context import NodeContext
 from noderole.hookspecs import hookimpl
 from noderole.records import Call, Service, Setting, SettingsTable
 from noderole.schedule import renew_service
-from noderole.steps import StepContext
+
+if TYPE_CHECKING:
+    from noderole.steps import StepContext
 
 __all__ = ["cgroups_mounted", "network_up"]
 
@@ -204,6 +203,11 @@ def network_up(
 
 
 def _has_ipv4(interface: str) -> bool:
+    # Imported here: plugins are loaded by every `plan`; only a start checks the network.
+    import fcntl
+    import socket
+    import struct
+
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
         try:
             fcntl.ioctl(sock.fileno(), _SIOCGIFADDR, struct.pack("256s", interface.encode()[:15]))

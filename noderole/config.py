@@ -10,7 +10,6 @@ Internal module: the public names are ``noderole.CONFIG_PATH`` and ``noderole.Co
 
 from __future__ import annotations
 
-import tomllib
 import types
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -18,7 +17,7 @@ from typing import Any
 import attrs
 
 from noderole.errors import ConfigError, DefinitionError
-from noderole.records import Setting, SettingsTable, did_you_mean
+from noderole.records import RecordBase, Setting, SettingsTable, did_you_mean
 from noderole.root import NodeRoot
 
 __all__ = [
@@ -34,8 +33,8 @@ CONFIG_PATH = "/etc/noderole/config.toml"
 """Node path of the configuration file (read under ``--root``)."""
 
 
-@attrs.frozen(kw_only=True)
-class ConfigValue:
+@attrs.frozen(kw_only=True, repr=False, eq=False)
+class ConfigValue(RecordBase):
     """One effective setting and where its value came from."""
 
     table: str
@@ -52,8 +51,8 @@ class ConfigValue:
         return "***" if self.setting.secret else self.value
 
 
-@attrs.frozen
-class Config:
+@attrs.frozen(repr=False, eq=False)
+class Config(RecordBase):
     """Effective configuration of every declared table."""
 
     values: Mapping[str, Mapping[str, ConfigValue]]
@@ -145,6 +144,8 @@ def check_config(
         return _build(tables, {}, found=False)
     except OSError as exc:
         return None, [f"{CONFIG_PATH}: cannot read it: {exc.strerror}"]
+    import tomllib  # here: most nodes have no config file, and every command reads this module
+
     try:
         document = tomllib.loads(raw.decode("utf-8"))
     except UnicodeDecodeError as exc:

@@ -12,7 +12,6 @@ stdout is not a terminal the same lines are printed without colour.
 
 from __future__ import annotations
 
-import shutil
 import sys
 import threading
 from typing import TextIO
@@ -30,7 +29,11 @@ class ConsoleProgress:
     def __init__(self, stream: TextIO | None = None, *, color: bool | None = None) -> None:
         self.stream = stream or sys.stdout
         self.color = self.stream.isatty() if color is None else color
-        self.width = min(shutil.get_terminal_size((80, 24)).columns, 100) if self.color else 80
+        self.width = 80
+        if self.color:
+            import shutil  # only on a terminal: it imports the compression modules with it
+
+            self.width = min(shutil.get_terminal_size((80, 24)).columns, 100)
         self._lock = threading.Lock()
 
     def _paint(self, code: str, text: str) -> str:

@@ -9,16 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from noderole.engine import (
-    DEFINITION_PARTS,
-    SHOWN_KEY,
-    definition_diff,
-    definition_digests,
-    definition_shown,
-)
 from noderole.errors import NoderoleError
 from noderole.records import Fail, MakeDirectories, MintCertificate, WaitForPaths, WriteFile
-from noderole.state import read_applied
 
 if TYPE_CHECKING:
     from noderole.backends import Backend
@@ -141,6 +133,16 @@ def dry_run_report(
     plan: Plan, backend: Backend, *, root: NodeRoot, clock: Clock
 ) -> list[dict[str, Any]]:
     """One row per planned service: ``name``, ``action``, ``why``, ``certificates``."""
+    # Imported here: `plan` uses this module's known_failures, and must not pay for the engine.
+    from noderole.engine import (
+        DEFINITION_PARTS,
+        SHOWN_KEY,
+        definition_diff,
+        definition_digests,
+        definition_shown,
+    )
+    from noderole.state import read_applied
+
     current = backend.status([e.name for e in plan.services if e.service.command is not None])
     previous = read_applied(root)
     rows = []

@@ -32,13 +32,17 @@ if TYPE_CHECKING:
     from noderole.engine import ApplyReport, Progress, ServiceReport
     from noderole.plan import Plan
     from noderole.plugins import PluginSet
-    from noderole.recorded import RecordedPlan
+    from noderole.recorded import RecordedPlan, RecordedService, RecordedView
     from noderole.records import Service, StandIn, Wait
     from noderole.render import Rendered
     from noderole.renewal import CertificateCheck
     from noderole.reset import ResetReport
 
 __all__ = ["Operations", "RenderResult", "status_verdict"]
+
+CONFIG_PATH = "/etc/noderole/config.toml"
+"""noderole.config.CONFIG_PATH, repeated: ``status`` checks the file's syntax without importing
+the configuration module (and attrs and the records with it)."""
 
 _UP = {"running", "ready"}
 _ACTIVE = {"starting", "running", "ready", "backoff"}
@@ -310,6 +314,32 @@ class Operations:
             readiness=readiness,
         )
 
+    def recorded_status(
+        self, name: str | None, requested: str = "auto"
+    ) -> tuple[RecordedView, Backend, str | None] | None:
+        """What ``status [NAME]`` shows, read from the recorded plan without records, attrs or
+        planning when it can be: the applied role's view, its native backend, and the service
+        asked for (None for the whole role). None when the full path is needed: no usable
+        record, another role, or a backend that needs the readiness checks as records."""
+        from noderole.recorded import read_view
+        from noderole.state import read_role
+
+        recorded_role = read_role(self.root)
+        if recorded_role is None:
+            return None
+        view = read_view(self.root, recorded_role)
+        if view is None or (view.backend if requested == "auto" else requested) != "native":
+            return None
+        if not name or name == view.role:
+            only = None
+        elif name in view:
+            only = name
+        else:
+            return None  # another role: planned from the plugins
+        from noderole.backends.detect import backend_named
+
+        return view, backend_named("native", self.root, noderole_path=view.noderole_path), only
+
     def _recorded(self, role: str | None) -> RecordedPlan | None:
         from noderole.recorded import read_plan
         from noderole.state import read_role
@@ -400,14 +430,35 @@ class Operations:
 
     def backend(self, requested: str = "auto") -> Backend:
         """The backend for ``requested`` (``auto``: the configured one, then the init system)."""
-        from noderole.backends.detect import backend_named, detect_init
+        from noderole.backends.detect import backend_named, chosen_name
 
+        choice = self._backend_choice(requested)
+        if self._prepared is not None and chosen_name(choice, self.root) == "native":
+            return self._prepared  # the standby daemon started ahead of planning
+        return backend_named(
+            choice,
+            self.root,
+            noderole_path=str(self.setting("noderole_path")),
+            clock=self.clock,
+            readiness=self._readiness_of,
+        )
+
+    def backend_name(self, requested: str = "auto") -> str:
+        """The name of the backend :meth:`backend` would return, with the same warnings and
+        errors (``plan`` only shows the name). The native backend is not built: that would
+        import the supervisor's client, and building it checks nothing. An init system's
+        backend is, since building it checks that its tool is installed."""
+        from noderole.backends.detect import chosen_name
+
+        choice = requested if requested != "auto" else str(self.setting("backend"))
+        if chosen_name(choice, self.root) != "native":
+            return self.backend(requested).name
+        return chosen_name(self._backend_choice(requested), self.root)
+
+    def _backend_choice(self, requested: str) -> str:
+        """``requested``, or the configured backend for ``auto``, checked against the machine."""
         if requested == "auto":
             requested = str(self.setting("backend"))
-        if self._prepared is not None and (
-            requested == "native" or (requested == "auto" and detect_init(self.root) == "native")
-        ):
-            return self._prepared
         if requested in ("openrc", "systemd") and not self.root.is_real:
             self.warnings.append(
                 f"--backend {requested} under --root {self.root.path}: files are written under the "
@@ -421,13 +472,7 @@ class Operations:
                 "backend systemd needs a running systemd, and /run/systemd/system does not exist: "
                 "is systemd the init system of this machine? Use --backend native otherwise"
             )
-        return backend_named(
-            requested,
-            self.root,
-            noderole_path=str(self.setting("noderole_path")),
-            clock=self.clock,
-            readiness=self._readiness_of,
-        )
+        return requested
 
     def _readiness_of(self, name: str) -> Wait | None:
         """The readiness check the plugins declare for ``name`` (an init system reports only
@@ -546,12 +591,14 @@ class Operations:
         """
         import sys
 
-        from noderole import manifest, metrics
+        from noderole import manifest
 
         written = []
         try:
             directory = self._textfile_dir()
             if directory:
+                from noderole import metrics  # only when metrics are written
+
                 local = self.root.resolve(directory)
                 if not self._daemon_publishes(plan, backend, local):
                     metrics.write_textfile(local, self.metrics(plan, backend))
@@ -593,12 +640,11 @@ class Operations:
         read the settings, yet the operator should hear that the next apply will refuse."""
         if "config" in self.__dict__:
             return ""  # loaded already: config_warning says it
-        import tomllib
-
-        from noderole.config import CONFIG_PATH
-
         try:
-            tomllib.loads(self.root.resolve(CONFIG_PATH).read_text(encoding="utf-8"))
+            text = self.root.resolve(CONFIG_PATH).read_text(encoding="utf-8")
+            import tomllib  # only when there is a file: most nodes have none
+
+            tomllib.loads(text)
         except FileNotFoundError:
             return ""
         except (OSError, ValueError) as exc:
@@ -613,12 +659,11 @@ class Operations:
         ``stop`` and ``status`` work from the recorded plan and must not import a plugin."""
         if "config" in self.__dict__:
             return str(self.setting("textfile_dir"))
-        import tomllib
-
-        from noderole.config import CONFIG_PATH
-
         try:
-            document = tomllib.loads(self.root.resolve(CONFIG_PATH).read_text(encoding="utf-8"))
+            text = self.root.resolve(CONFIG_PATH).read_text(encoding="utf-8")
+            import tomllib  # only when there is a file: most nodes have none
+
+            document = tomllib.loads(text)
         except (OSError, ValueError):
             return ""  # no file, or one `noderole config check` will explain: metrics stay off
         table = document.get("noderole")
@@ -716,7 +761,7 @@ class Operations:
     # ---------------------------------------------------------------- status
 
     def status_rows(
-        self, plan: Plan, backend: Backend, *, log_lines: int = 5
+        self, plan: Plan | RecordedView, backend: Backend, *, log_lines: int = 5
     ) -> list[dict[str, Any]]:
         """One row per process of ``plan``: state, pid, uptime, restarts, last exit, the log
         (only when the file exists), the last apply's outcome, and, for a failed or
@@ -765,7 +810,9 @@ class Operations:
             )
         return rows
 
-    def _secrets(self, plan: Plan, service: Service) -> list[str] | None:
+    def _secrets(
+        self, plan: Plan | RecordedView, service: Service | RecordedService
+    ) -> list[str] | None:
         """The secret values of ``service``'s environment, to hide in what ``status`` shows; None
         when they cannot be known. A recorded plan keeps only their names: the values come from
         the plugins, loaded for this alone."""
@@ -785,7 +832,7 @@ class Operations:
 
     def status(
         self,
-        plan: Plan,
+        plan: Plan | RecordedView,
         backend: Backend,
         *,
         wait: bool = False,

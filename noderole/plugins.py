@@ -27,7 +27,7 @@ import pluggy
 from noderole import hookspecs
 from noderole.entrypoints import FoundEntryPoint, discover
 from noderole.errors import DefinitionError, NoderoleError, PluginError, UsageError
-from noderole.records import REHEARSAL_INPUTS, Service, SettingsTable
+from noderole.records import REHEARSAL_INPUTS, RecordBase, Service, SettingsTable
 
 __all__ = [
     "AUTOLOAD_ENV",
@@ -54,8 +54,8 @@ R = TypeVar("R")
 _SETS: weakref.WeakKeyDictionary[pluggy.PluginManager, PluginSet] = weakref.WeakKeyDictionary()
 
 
-@attrs.frozen(kw_only=True)
-class PluginInfo:
+@attrs.frozen(kw_only=True, repr=False, eq=False)
+class PluginInfo(RecordBase):
     """Where a loaded plugin came from."""
 
     name: str

@@ -12,19 +12,27 @@ version or of the wrong shape reads as absent: the caller then loads the plugins
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-import attrs
-
-from noderole.records import Secret
 from noderole.root import NodeRoot
 
 if TYPE_CHECKING:
     from noderole.plan import Plan
-    from noderole.records import Service
+    from noderole.records import Secret, Service
 
-__all__ = ["PLAN_FILE", "RecordedPlan", "keeping", "plan_data", "read_plan", "write_plan"]
+__all__ = [
+    "PLAN_FILE",
+    "RecordedEntry",
+    "RecordedPlan",
+    "RecordedService",
+    "RecordedView",
+    "keeping",
+    "plan_data",
+    "read_plan",
+    "read_view",
+    "write_plan",
+]
 
 PLAN_FILE = "/var/lib/noderole/plan.json"
 """Node path of the recorded plan."""
@@ -44,19 +52,88 @@ _SCALARS = (
 )
 
 
-@attrs.frozen(kw_only=True)
 class RecordedPlan:
-    """What :func:`read_plan` found: the plan and how it was applied."""
+    """What :func:`read_plan` found: the plan and how it was applied.
 
-    plan: Plan
-    """The plan, rebuilt from the recorded definitions (no pre-start steps, no environment)."""
-    backend: str
-    """Name of the backend that applied it (``native``, ``openrc``, ``systemd``)."""
-    noderole_path: str
-    """The ``noderole`` executable rendered files call (the openrc and systemd backends')."""
+    A plain class (not attrs): ``status`` imports this module, and it must not pay for attrs.
+    """
+
+    __slots__ = ("backend", "noderole_path", "plan")
+
+    def __init__(self, *, plan: Plan, backend: str, noderole_path: str) -> None:
+        self.plan = plan
+        """The plan, rebuilt from the recorded definitions (no pre-start steps, no environment)."""
+        self.backend = backend
+        """Name of the backend that applied it (``native``, ``openrc``, ``systemd``)."""
+        self.noderole_path = noderole_path
+        """The ``noderole`` executable rendered files call (the openrc and systemd backends')."""
+
+
+class RecordedService:
+    """A recorded service as ``status`` shows it: the fields it reads, no record built."""
+
+    __slots__ = ("command", "error_log", "name", "output_log", "readiness", "secret_keys")
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        command: Sequence[str] | None,
+        output_log: str | None,
+        error_log: str | None,
+        readiness: Mapping[str, Any] | None,
+        secret_keys: Sequence[str],
+    ) -> None:
+        self.name = name
+        self.command = command
+        self.output_log = output_log
+        self.error_log = error_log
+        self.readiness = readiness
+        """The recorded readiness check (its kind and fields), or None."""
+        self.secret_keys = tuple(secret_keys)
+
+    @property
+    def environment(self) -> Mapping[str, Secret]:
+        """The secrets of its environment, by name, values unknown (as :func:`read_plan`'s)."""
+        from noderole.records import Secret
+
+        return {key: Secret("") for key in self.secret_keys}
+
+
+class RecordedEntry:
+    """One service of a :class:`RecordedView`, in start order."""
+
+    __slots__ = ("name", "service")
+
+    def __init__(self, service: RecordedService) -> None:
+        self.name = service.name
+        self.service = service
+
+
+class RecordedView:
+    """The recorded plan as ``status`` reads it: the role, its services in start order and how
+    it was applied, without records, attrs or planning (:func:`read_view`)."""
+
+    __slots__ = ("_names", "backend", "noderole_path", "role", "services")
+
+    def __init__(
+        self, *, role: str, services: Sequence[RecordedService], backend: str, noderole_path: str
+    ) -> None:
+        self.role = role
+        self.services = tuple(RecordedEntry(service) for service in services)
+        self.backend = backend
+        self.noderole_path = noderole_path
+        self._names = frozenset(service.name for service in services)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._names
 
 
 def _service_data(service: Service) -> dict[str, Any]:
+    import attrs
+
+    from noderole.records import Secret
+
     data: dict[str, Any] = {key: getattr(service, key) for key in _SCALARS}
     data.update({key: list(getattr(service, key)) for key in _LISTS})
     data["command"] = None if service.command is None else list(service.command)
@@ -76,13 +153,18 @@ def _service_data(service: Service) -> dict[str, Any]:
 
 
 def plan_data(plan: Plan, *, backend: str, noderole_path: str) -> dict[str, Any]:
-    """The JSON-ready record of ``plan`` (also what :func:`write_plan` writes)."""
+    """The JSON-ready record of ``plan`` (also what :func:`write_plan` writes).
+
+    ``in_order`` says the services are listed in the plan's start order, so :func:`read_view`
+    can show them without planning again (:func:`keeping` appends services out of order).
+    """
     return {
         "version": _VERSION,
         "role": plan.role,
         "backend": backend,
         "noderole_path": noderole_path,
         "services": [_service_data(entry.service) for entry in plan.services],
+        "in_order": True,
     }
 
 
@@ -110,7 +192,10 @@ def keeping(
         ]
     except Exception:  # nothing usable recorded: nothing to keep
         return dict(data)
-    return {**data, "services": [*data["services"], *kept]}
+    if not kept:
+        return dict(data)
+    # Appended after the planned ones: not in start order any more (read_plan plans them again).
+    return {**data, "services": [*data["services"], *kept], "in_order": False}
 
 
 def write_plan(root: NodeRoot, data: Mapping[str, Any]) -> bool:
@@ -129,7 +214,7 @@ def write_plan(root: NodeRoot, data: Mapping[str, Any]) -> bool:
 
 
 def _service(data: Mapping[str, Any]) -> Service:
-    from noderole.records import WAIT_TYPES, Service, Supervision
+    from noderole.records import WAIT_TYPES, Secret, Service, Supervision
 
     readiness = data["readiness"]
     wait = None
@@ -147,12 +232,29 @@ def _service(data: Mapping[str, Any]) -> Service:
     )
 
 
+_LAST_READ: list[tuple[str, str | None, RecordedPlan | None]] = []
+"""The last text read and what it gave: ``status`` asks for the plan and then its backend."""
+
+
 def read_plan(root: NodeRoot, role: str | None = None) -> RecordedPlan | None:
     """The recorded plan (of ``role``, when given), or None when there is none that fits."""
+    try:
+        text = root.resolve(PLAN_FILE).read_text()
+    except (OSError, ValueError):
+        return None
+    for last_text, last_role, last in _LAST_READ:
+        if last_text == text and last_role == role:
+            return last  # the same text gives the same plan: not parsed and planned again
+    recorded = _parse_plan(text, role)
+    _LAST_READ[:] = [(text, role, recorded)]
+    return recorded
+
+
+def _parse_plan(text: str, role: str | None) -> RecordedPlan | None:
     from noderole.plan import build_plan
 
     try:
-        data = json.loads(root.resolve(PLAN_FILE).read_text())
+        data = json.loads(text)
         if data.get("version") != _VERSION or (role is not None and data["role"] != role):
             return None
         services: Iterable[Service] = [_service(item) for item in data["services"]]
@@ -164,3 +266,62 @@ def read_plan(root: NodeRoot, role: str | None = None) -> RecordedPlan | None:
         # Anything unusable (a hand edit, another version, a record that no longer validates)
         # means "not recorded": the caller plans from the plugins instead.
         return None
+
+
+def read_view(root: NodeRoot, role: str) -> RecordedView | None:
+    """The recorded plan of ``role`` as ``status`` reads it, without building a record or
+    planning: None unless plan.json is of this version and role, lists its services in start
+    order (see :func:`plan_data`) and has the shape :func:`plan_data` writes. The caller then
+    reads it with :func:`read_plan`, which says whether it is usable at all."""
+    try:
+        data = json.loads(root.resolve(PLAN_FILE).read_text())
+        if (
+            not isinstance(data, dict)
+            or data.get("version") != _VERSION
+            or data.get("role") != role
+            or data.get("in_order") is not True
+            or not isinstance(data.get("backend"), str)
+            or not isinstance(data.get("noderole_path"), str)
+            or not isinstance(data.get("services"), list)
+        ):
+            return None
+        services = [_view_service(item) for item in data["services"]]
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
+    if None in services or len({s.name for s in services if s}) != len(services):
+        return None
+    return RecordedView(
+        role=role,
+        services=[s for s in services if s is not None],
+        backend=data["backend"],
+        noderole_path=data["noderole_path"],
+    )
+
+
+def _view_service(item: Any) -> RecordedService | None:
+    """A recorded service of the shape :func:`_service_data` writes, else None."""
+    if not isinstance(item, dict):
+        return None
+    name, command, readiness = item["name"], item["command"], item["readiness"]
+    logs = (item["output_log"], item["error_log"])
+    secret_keys = item.get("secret_keys", [])
+    if (
+        not isinstance(name, str)
+        or not (command is None or (_strings(command) and command))
+        or not all(log is None or isinstance(log, str) for log in logs)
+        or not (readiness is None or isinstance(readiness, dict))
+        or not _strings(secret_keys)
+    ):
+        return None
+    return RecordedService(
+        name=name,
+        command=None if command is None else tuple(command),
+        output_log=logs[0],
+        error_log=logs[1],
+        readiness=readiness,
+        secret_keys=secret_keys,
+    )
+
+
+def _strings(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(item, str) for item in value)

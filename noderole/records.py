@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import functools
 import math
+import operator
 import re
 import signal
+import threading
 import types
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias, TypeVar
@@ -58,6 +60,7 @@ __all__ = [
     # helpers the configuration and the plan use
     "LEAF_LIFETIME_DAYS",
     "MAX_SECONDS",
+    "RecordBase",
     "did_you_mean",
     "unknown_names",
 ]
@@ -264,11 +267,89 @@ def _label(inst: Any) -> str:
     return f"{kind} {name!r}" if isinstance(name, str) else kind
 
 
+# --------------------------------------------------------------------------- record methods
+
+
+class _Shape:
+    """What :class:`RecordBase`'s methods read of one record class, from its attrs fields."""
+
+    __slots__ = ("compared", "hashed", "name", "shown")
+
+    def __init__(self, cls: type) -> None:
+        fields = attrs.fields(cls)
+        self.name = cls.__qualname__.rsplit(">.", 1)[-1]
+        self.shown = [(f.name, f.repr) for f in fields if f.repr]
+        self.compared = _getter([f.name for f in fields if f.eq])
+        self.hashed = _getter([f.name for f in fields if (f.eq if f.hash is None else f.hash)])
+
+
+def _getter(names: list[str]) -> Callable[[Any], tuple[Any, ...]]:
+    get = operator.attrgetter(*names) if names else None
+    if get is None:
+        return lambda _: ()
+    if len(names) == 1:
+        return lambda obj: (get(obj),)
+    return get
+
+
+_SHAPES: dict[type, _Shape] = {}
+_REPRING = threading.local()
+
+
+def _shape(cls: type) -> _Shape:
+    shape = _SHAPES.get(cls)
+    if shape is None:
+        shape = _SHAPES[cls] = _Shape(cls)
+    return shape
+
+
+class RecordBase:
+    """``repr()``, ``==`` and ``hash()`` of the record classes, written once for all of them.
+
+    attrs would write these three methods as source for each record class and compile them when
+    this module is imported: about a third of the import, paid by every command that loads a
+    plugin. These read the same fields (``attrs.fields``: ``repr``, ``eq`` and ``hash`` of each)
+    and give what the generated ones give: ``Name(field=value, ...)`` with ``...`` for a record
+    already being shown, equality of records of the same class field by field, and a hash of the
+    hashed fields.
+    """
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        shape = _shape(type(self))
+        active: set[int] | None = getattr(_REPRING, "active", None)
+        if active is None:
+            active = _REPRING.active = set()
+        if id(self) in active:
+            return "..."
+        active.add(id(self))
+        try:
+            parts = (
+                f"{name}={shown(value) if callable(shown) else repr(value)}"
+                for name, shown in shape.shown
+                for value in (getattr(self, name),)
+            )
+            return f"{shape.name}({', '.join(parts)})"
+        finally:
+            active.discard(id(self))
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        compared = _shape(type(self)).compared
+        return compared(self) == compared(other)
+
+    def __hash__(self) -> int:
+        shape = _shape(type(self))
+        return hash((shape.name, *shape.hashed(self)))
+
+
 # --------------------------------------------------------------------------- secrets
 
 
-@attrs.frozen
-class Secret:
+@attrs.frozen(repr=False, eq=False)
+class Secret(RecordBase):
     """A string that must never be printed: ``str()`` and ``repr()`` show ``***``.
 
     Use it for tokens in a service's environment. Call :meth:`reveal` where the real value is needed
@@ -312,8 +393,8 @@ def _check_environment(
 
 
 @_checked
-@attrs.frozen(kw_only=True)
-class WaitForPaths:
+@attrs.frozen(kw_only=True, repr=False, eq=False)
+class WaitForPaths(RecordBase):
     """Wait until the paths exist (and are readable, by default): all of them, or any one."""
 
     paths: tuple[str, ...] = attrs.field(
@@ -338,8 +419,8 @@ class WaitForPaths:
 
 
 @_checked
-@attrs.frozen(kw_only=True)
-class WaitForSocket:
+@attrs.frozen(kw_only=True, repr=False, eq=False)
+class WaitForSocket(RecordBase):
     """Wait until a unix stream socket accepts a connection."""
 
     path: str = attrs.field(validator=_check_absolute)
@@ -354,8 +435,8 @@ class WaitForSocket:
 
 
 @_checked
-@attrs.frozen(kw_only=True)
-class WaitForTcp:
+@attrs.frozen(kw_only=True, repr=False, eq=False)
+class WaitForTcp(RecordBase):
     """Wait until a TCP port accepts a connection."""
 
     host: str
@@ -379,8 +460,8 @@ def _check_url(inst: Any, attribute: attrs.Attribute[Any], value: str) -> None:
 
 
 @_checked
-@attrs.frozen(kw_only=True)
-class WaitForHttp:
+@attrs.frozen(kw_only=True, repr=False, eq=False)
+class WaitForHttp(RecordBase):
     """Wait until an HTTP(S) URL answers with a 2xx status."""
 
     url: str = attrs.field(validator=_check_url)
@@ -395,8 +476,8 @@ class WaitForHttp:
 
 
 @_checked
-@attrs.frozen(kw_only=True)
-class WaitForCommand:
+@attrs.frozen(kw_only=True, repr=False, eq=False)
+class WaitForCommand(RecordBase):
     """Wait until a command exits 0 (run again and again, each run bounded by the timeout)."""
 
     argv: tuple[str, ...] = attrs.field(converter=_tuple_of_str, metadata=_LIST)
@@ -435,8 +516,8 @@ def _mode(inst: Any, attribute: attrs.Attribute[Any], value: int) -> None:
 
 
 @_checked
-@attrs.frozen(kw_only=True)
-class MakeDirectories:
+@attrs.frozen(kw_only=True, repr=False, eq=False)
+class MakeDirectories(RecordBase):
     """Create directories and their parents, like ``mkdir -p``; existing ones are left alone."""
 
     paths: tuple[str, ...] = attrs.field(
@@ -451,8 +532,8 @@ class MakeDirectories:
 
 
 @_checked
-@attrs.frozen(kw_only=True)
-class WriteFile:
+@attrs.frozen(kw_only=True, repr=False, eq=False)
+class WriteFile(RecordBase):
     """Write a file atomically (temp file, fsync, rename) unless it already has this content."""
 
     path: str = attrs.field(validator=_check_absolute)
@@ -467,8 +548,8 @@ class WriteFile:
 
 
 @_checked
-@attrs.frozen(kw_only=True)
-class MintCertificate:
+@attrs.frozen(kw_only=True, repr=False, eq=False)
+class MintCertificate(RecordBase):
     """Mint, or reuse when still good, a serving pair ``DIR/tls.crt`` + ``DIR/tls.key`` from a CA.
 
     Replaces ``eks-konnectivity-cert -dir D -ca-cert C -ca-key K -cn CN -sans LIST``.
@@ -532,8 +613,8 @@ class MintCertificate:
 
 
 @_checked
-@attrs.frozen(kw_only=True)
-class Fail:
+@attrs.frozen(kw_only=True, repr=False, eq=False)
+class Fail(RecordBase):
     """A step that fails with a message: how a hook reports a problem it found in its inputs.
 
     Put it where the check belongs in the step order (the seed checks ``EKS_KONNECTIVITY_SANS``
@@ -549,8 +630,8 @@ class Fail:
 
 
 @_checked
-@attrs.frozen(kw_only=True)
-class Warn:
+@attrs.frozen(kw_only=True, repr=False, eq=False)
+class Warn(RecordBase):
     """A step that reports a problem without failing: shown by ``plan``, printed by ``apply``
     (`` * NAME: warning: ...``) and kept in its report. For inputs that degrade the node but must
     not stop the service (no konnectivity agent host: the server runs, no agent will connect).
@@ -564,8 +645,8 @@ class Warn:
 
 
 @_checked
-@attrs.frozen(kw_only=True)
-class Call:
+@attrs.frozen(kw_only=True, repr=False, eq=False)
+class Call(RecordBase):
     """Run a plugin's own function as a step: ``function(ctx)``; raise ``StepError`` to fail.
 
     For work that is not data (merging configuration, staging manifests). Prefer a data step
@@ -615,8 +696,8 @@ def _check_signal(inst: Any, attribute: attrs.Attribute[Any], value: str) -> Non
 
 
 @_checked
-@attrs.frozen(kw_only=True)
-class Supervision:
+@attrs.frozen(kw_only=True, repr=False, eq=False)
+class Supervision(RecordBase):
     """How a service's process is kept alive and stopped (OpenRC supervise-daemon semantics)."""
 
     respawn_delay: float = attrs.field(default=5, validator=_check_non_negative)
@@ -637,8 +718,8 @@ class Supervision:
 
 
 @_checked
-@attrs.frozen(kw_only=True)
-class Service:
+@attrs.frozen(kw_only=True, repr=False, eq=False)
+class Service(RecordBase):
     """One supervised service (or, without ``command``, a milestone that only runs its steps).
 
     Example::
@@ -800,8 +881,8 @@ def _optional_tuple_any(value: Iterable[Any] | None) -> tuple[Any, ...] | None:
 
 
 @_checked
-@attrs.frozen(kw_only=True)
-class Setting:
+@attrs.frozen(kw_only=True, repr=False, eq=False)
+class Setting(RecordBase):
     """One configurable value in a plugin's table of ``/etc/noderole/config.toml``.
 
     Declare what a valid value is, and ``noderole config check`` (and every command that reads the
@@ -891,8 +972,8 @@ def _matches_type(value: object, kind: SettingType) -> bool:
 
 
 @_checked
-@attrs.frozen(kw_only=True)
-class SettingsTable:
+@attrs.frozen(kw_only=True, repr=False, eq=False)
+class SettingsTable(RecordBase):
     """The settings a plugin declares: one ``[table]`` of the configuration file."""
 
     table: str = attrs.field(validator=attrs.validators.matches_re(r"^[a-z][a-z0-9_-]*$"))
@@ -909,8 +990,8 @@ class SettingsTable:
 
 
 @_checked
-@attrs.frozen(kw_only=True)
-class StandIn:
+@attrs.frozen(kw_only=True, repr=False, eq=False)
+class StandIn(RecordBase):
     """An executable that stands in for a real one when a role is rehearsed in a scratch root."""
 
     path: str = attrs.field(validator=_check_absolute)
@@ -960,8 +1041,8 @@ def _tuple_if_list(value: Any) -> Any:
     return tuple(value) if isinstance(value, list) else value
 
 
-@attrs.frozen(kw_only=True)
-class RehearsalFile:
+@attrs.frozen(kw_only=True, repr=False, eq=False)
+class RehearsalFile(RecordBase):
     """An input file a rehearsal writes into its scratch root (a first-boot environment file).
 
     Example::
@@ -991,8 +1072,8 @@ class RehearsalFile:
             )
 
 
-@attrs.frozen(kw_only=True)
-class RehearsalSetting:
+@attrs.frozen(kw_only=True, repr=False, eq=False)
+class RehearsalSetting(RecordBase):
     """One key of the rehearsal's ``config.toml``: ``[table] key = value``.
 
     Example::
@@ -1010,8 +1091,8 @@ class RehearsalSetting:
     """The plugin that returned this record; stamped by the plugin manager."""
 
 
-@attrs.frozen(kw_only=True)
-class FreePort:
+@attrs.frozen(kw_only=True, repr=False, eq=False)
+class FreePort(RecordBase):
     """Ask the rehearsal for a free TCP port on 127.0.0.1, set as ``[table] key``.
 
     The port is chosen once per rehearsal, when the scratch root is staged.

@@ -21,7 +21,6 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections.abc import Iterable
-from encodings import idna as _idna
 from typing import Literal
 
 import attrs
@@ -161,6 +160,8 @@ def _label(entry: str, label: str) -> str:
     if any(ch.isspace() for ch in label):
         raise _reject(entry, "whitespace is not allowed inside a name")
     if not label.isascii():
+        from encodings import idna as _idna  # here: almost every name is ASCII already
+
         try:
             label = _idna.ToASCII(label).decode("ascii")
         except UnicodeError as error:

@@ -19,8 +19,6 @@ Internal module (the built-in plugin, ``render`` and ``enable`` use it); what re
 
 from __future__ import annotations
 
-import hashlib
-import socket
 from typing import TYPE_CHECKING, Any
 
 from noderole.records import Service
@@ -55,6 +53,9 @@ def jitter_offset(root: NodeRoot, jitter: float) -> int:
     nodes (from ``/etc/machine-id``, else the host name)."""
     if jitter < 1:
         return 0
+    import hashlib  # here, not at the top: `plan` loads this module and never needs a digest
+    import socket
+
     try:
         seed = root.resolve("/etc/machine-id").read_text().strip()
     except OSError:

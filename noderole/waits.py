@@ -25,13 +25,13 @@ slow ``close``); waits share no other state, so any number may run in threads at
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import errno
 import functools
 import os
 import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING, TypeAlias
 
 from noderole.clock import Clock
 from noderole.errors import StepError, WaitTimeout
@@ -44,7 +44,11 @@ from noderole.records import (
     WaitForTcp,
 )
 from noderole.root import NodeRoot
-from noderole.supervisor import probes
+
+if TYPE_CHECKING:
+    import ctypes
+
+    from noderole.supervisor import probes
 
 __all__ = [
     "CANCEL_CHECK",
@@ -70,8 +74,10 @@ SAFETY_RECHECK = 1.0
 """Seconds between re-checks of an inotify-driven wait when no event arrives."""
 CANCEL_CHECK = 0.05
 """Longest pause of a cancellable wait between looks at its :class:`Cancel` token."""
-ATTEMPT_TIMEOUT = probes.ATTEMPT_TIMEOUT
-"""Longest single TCP connect or HTTP request, so a server that hangs cannot eat the whole wait."""
+ATTEMPT_TIMEOUT = 2.0
+"""Longest single TCP connect or HTTP request, so a server that hangs cannot eat the whole wait
+(the probes' own ``ATTEMPT_TIMEOUT``, repeated so that importing this module, as every apply's
+engine does for :class:`Cancel`, imports neither the probes nor ctypes)."""
 
 # inotify(7) constants (linux/inotify.h); IN_NONBLOCK and IN_CLOEXEC equal the O_ flags.
 _IN_ATTRIB = 0x00000004
@@ -211,6 +217,8 @@ def probe_for(wait: Wait, root: NodeRoot) -> probes.Probe:
     Paths are resolved under the root and named by their node paths in messages; a command's
     argv[0] is the root's own if the root holds it, else the machine's (``/bin/sh``).
     """
+    from noderole.supervisor import probes
+
     if isinstance(wait, WaitForPaths):
         return probes.PathProbe(
             paths=tuple(os.fspath(root.resolve(p)) for p in wait.paths),
@@ -237,10 +245,12 @@ def _prober(wait: Wait, root: NodeRoot) -> _Probe:
 
 
 def _look(probe: probes.Probe, env: dict[str, str] | None, left: float) -> probes.Outcome:
+    from noderole.supervisor import probes
+
     return probes.attempt(probe, left=left, environment=env)
 
 
-_Probe = Callable[[float], probes.Outcome]
+_Probe: TypeAlias = "Callable[[float], probes.Outcome]"
 """One look at the condition; the argument is the time left (bounds a network try or a command)."""
 
 
@@ -270,6 +280,8 @@ def _timeout_message(wait: Wait, waited: float, lacking: Iterable[str]) -> str:
 
 @functools.cache
 def _libc() -> ctypes.CDLL | None:
+    import ctypes  # here: only a path wait that finds its path missing watches with inotify
+
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.inotify_init1.argtypes = [ctypes.c_int]
@@ -305,6 +317,8 @@ class _Inotify:
             self._watch_deepest(Path(os.path.realpath(path)).parent)
 
     def _watch_deepest(self, directory: Path) -> None:
+        import ctypes
+
         libc = _libc()
         assert libc is not None
         watched: Path | None = None

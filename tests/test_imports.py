@@ -8,8 +8,12 @@ regression.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
 
 PROBE = """
 import json, sys
@@ -32,6 +36,7 @@ FORBIDDEN_PREFIXES = (
     "pluggy",
     "attr",
     "importlib.metadata",
+    "shutil",
 )
 
 
@@ -43,7 +48,8 @@ def _modules_after_help() -> list[str]:
 
 class TestHelpImports:
     def test_help_imports_no_plugin_and_no_x509(self) -> None:
-        """`noderole --help` imports no cryptography, no plugin and no plugin machinery."""
+        """`noderole --help` imports no cryptography, no plugin and no plugin machinery, nor
+        shutil (and its compression modules) to size the terminal."""
         loaded = _modules_after_help()
         offenders = [m for m in loaded if m.startswith(FORBIDDEN_PREFIXES)]
         assert offenders == []
@@ -78,3 +84,98 @@ class TestRootEnvName:
         import noderole.root
 
         assert noderole.cli.ROOT_ENV == noderole.root.ROOT_ENV
+
+
+PLAN_PROBE = """
+import json, sys
+from noderole.cli import main
+try:
+    main(["--root", sys.argv[1], "plan", sys.argv[2]])
+except SystemExit as exc:
+    if exc.code not in (None, 0, 12):
+        raise
+print(json.dumps(sorted(sys.modules)), file=sys.stderr)
+"""
+
+PLAN_FORBIDDEN = (
+    "noderole.engine",
+    "noderole.steps",
+    "noderole.state",
+    "noderole.manifest",
+    "noderole.backends.native",
+    "noderole.supervisor",
+    "cryptography",
+    "yaml",
+)
+"""What ``plan`` must not import: it starts nothing, so it needs no engine, no applied state and
+no supervisor client (it shows only the backend's name); and the k3s plugin reads a flat
+config.yaml and writes its drop-ins and manifests without PyYAML."""
+
+
+def _modules_after_plan(root: Path, role: str) -> list[str]:
+    env = {k: v for k, v in os.environ.items() if k != "NODEROLE_ROOT"}
+    done = subprocess.run(
+        [sys.executable, "-c", PLAN_PROBE, str(root), role],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr
+    modules: list[str] = json.loads(done.stderr.strip().splitlines()[-1])
+    return modules
+
+
+class TestPlanImports:
+    def test_plan_server_imports_no_engine_state_or_supervisor(self, tmp_path: Path) -> None:
+        """`noderole plan server` (the shipped plugins) imports no engine, state, supervisor or
+        PyYAML."""
+        config = tmp_path / "etc/rancher/k3s/config.yaml"
+        config.parent.mkdir(parents=True)
+        config.write_text("write-kubeconfig-mode: '0600'\ntls-san:\n- node.example\n")
+        loaded = _modules_after_plan(tmp_path, "server")
+        assert "noderole_k3s" in loaded  # the probe really planned from the plugins
+        offenders = [m for m in loaded if m.startswith(PLAN_FORBIDDEN)]
+        assert offenders == []
+
+
+class TestRepeatedConstants:
+    def test_waits_repeats_the_probes_attempt_timeout(self) -> None:
+        """waits' copy of ATTEMPT_TIMEOUT (kept so an apply need not import the probes) matches."""
+        from noderole import waits
+        from noderole.supervisor import probes
+
+        assert waits.ATTEMPT_TIMEOUT == probes.ATTEMPT_TIMEOUT
+
+    def test_operations_repeats_the_config_path(self) -> None:
+        """operations' copy of CONFIG_PATH (kept so status need not import config) matches."""
+        from noderole import config, operations
+
+        assert operations.CONFIG_PATH == config.CONFIG_PATH
+
+
+class TestTerminalColumns:
+    @pytest.mark.parametrize("columns", ["", "0", "-3", "abc", "120", "37"])
+    def test_same_columns_as_shutil(self, monkeypatch: pytest.MonkeyPatch, columns: str) -> None:
+        """The help's terminal width is shutil.get_terminal_size()'s, COLUMNS set or not."""
+        import shutil
+
+        from noderole.cli import terminal_columns
+
+        if columns:
+            monkeypatch.setenv("COLUMNS", columns)
+        else:
+            monkeypatch.delenv("COLUMNS", raising=False)
+        assert terminal_columns() == shutil.get_terminal_size().columns
+
+    def test_help_wraps_at_the_terminal_width(self) -> None:
+        """`noderole --help` wraps to COLUMNS, as click's own formatter does (at most 100)."""
+        env = {**os.environ, "COLUMNS": "60"}
+        narrow = subprocess.run(
+            [sys.executable, "-m", "noderole", "--help"], capture_output=True, text=True, env=env
+        )
+        env["COLUMNS"] = "300"
+        wide = subprocess.run(
+            [sys.executable, "-m", "noderole", "--help"], capture_output=True, text=True, env=env
+        )
+        assert max(len(line) for line in narrow.stdout.splitlines()) <= 58
+        assert 80 < max(len(line) for line in wide.stdout.splitlines()) <= 100

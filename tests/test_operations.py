@@ -215,6 +215,25 @@ class TestInitSystemBackends:
         with pytest.raises(BackendError, match=r"'upstart'.*native, openrc, systemd"):
             backend_named("upstart", NodeRoot(tmp_path), noderole_path="/x")
 
+    def test_backend_name_is_the_name_backend_builds(self, tmp_path: Path) -> None:
+        """backend_name (what plan shows) names the backend backend() builds, without it."""
+        ops = _ops(tmp_path)
+        assert ops.backend_name("auto") == ops.backend("auto").name == "native"
+        assert ops.backend_name("native") == "native"
+        with pytest.raises(BackendError, match=r"'upstart'.*native, openrc, systemd"):
+            ops.backend_name("upstart")
+
+    def test_backend_name_of_an_init_system_checks_it_as_backend_does(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Under a root, naming openrc warns as backend() does; a missing tool is refused."""
+        monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+        ops = _ops(tmp_path)
+        with pytest.raises(BackendError, match="needs rc-service, which is not on PATH"):
+            ops.backend_name("openrc")
+        assert [w for w in ops.warnings if "--backend openrc under --root" in w] != []
+        assert len(ops.warnings) == 1
+
     @pytest.mark.parametrize(
         ("cls", "tool"), [(OpenRCBackend, "rc-service"), (SystemdBackend, "systemctl")]
     )

@@ -54,6 +54,52 @@ print(json.dumps(sorted(sys.modules)), file=sys.stderr)
 """
 
 
+REAPPLY_FORBIDDEN = (
+    "ctypes",
+    "noderole.supervisor.probes",
+    "noderole.metrics",
+    "secrets",
+    "shutil",
+    "yaml",
+)
+"""What this re-apply must not import: its service has no wait (inotify's ctypes, the probes),
+the node no metrics directory, the output is no terminal (shutil sizes one), and temporary
+file names come from os.urandom (no secrets, hmac, random)."""
+
+STATUS_PROBE = """
+import json, sys
+from noderole.cli import main
+try:
+    main(["--root", sys.argv[1], "status", "--json"])
+except SystemExit as exc:
+    if exc.code:
+        raise
+print(json.dumps(sorted(sys.modules)), file=sys.stderr)
+"""
+
+STATUS_FORBIDDEN = (
+    "attr",
+    "noderole.records",
+    "noderole.plan",
+    "noderole.config",
+    "pluggy",
+    "reapply_probe_plugin",
+    "importlib.metadata",
+    "cryptography",
+    "noderole.engine",
+    "noderole.steps",
+    "noderole.supervisor._spec",
+    "noderole.supervisor.probes",
+    "secrets",
+    "subprocess",
+    "tomllib",
+)
+"""What ``status`` of the applied role must not import: no attrs, records or planning (it shows
+the recorded plan as it is), no plugin or plugin machinery, no engine, no process spec or
+readiness probes (it sends none), nothing to name temporary files (it writes none) or to
+spawn a supervisor (one runs), no TOML parser when there is no config file."""
+
+
 def _install(site: Path) -> None:
     info = site / "reapply_probe-1.0.dist-info"
     info.mkdir(parents=True)
@@ -64,11 +110,11 @@ def _install(site: Path) -> None:
     )
 
 
-def _apply(root: Path, site: Path) -> tuple[dict[str, Any], list[str]]:
+def _apply(root: Path, site: Path, probe: str = PROBE) -> tuple[dict[str, Any], list[str]]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), *sys.path])}
     env.pop("NODEROLE_ROOT", None)
     done = subprocess.run(
-        [sys.executable, "-c", PROBE, str(root)], capture_output=True, text=True, env=env
+        [sys.executable, "-c", probe, str(root)], capture_output=True, text=True, env=env
     )
     assert done.returncode == 0, done.stderr
     modules: list[str] = json.loads(done.stderr.strip().splitlines()[-1])
@@ -77,7 +123,8 @@ def _apply(root: Path, site: Path) -> tuple[dict[str, Any], list[str]]:
 
 def test_unchanged_reapply_imports_no_x509_and_no_metadata(node: object, tmp_path: Path) -> None:
     """First apply mints (x509 imported); the re-apply reuses from the stamp without x509 and
-    finds its plugin through the entry-point cache without importlib.metadata."""
+    finds its plugin through the entry-point cache without importlib.metadata; status then
+    imports no plugin, no engine and no process spec."""
     cert_node = Node(tmp_path)
     cert, key = make_ca(now=cert_node.clock.time())
     cert_node.install_ca(cert, key)
@@ -101,3 +148,10 @@ def test_unchanged_reapply_imports_no_x509_and_no_metadata(node: object, tmp_pat
     assert tls["status"] == "running"
     assert "cryptography.x509" not in modules
     assert "importlib.metadata" not in modules
+    # Nothing waited for, no metrics directory, no terminal: none of what those need.
+    assert [m for m in modules if m.startswith(REAPPLY_FORBIDDEN)] == []
+
+    (tmp_path / "etc/noderole/config.toml").unlink()  # status reads no settings then
+    status, modules = _apply(tmp_path, site, STATUS_PROBE)
+    assert [s["state"] for s in status["services"] if s["name"] == "tls"] == ["running"]
+    assert [m for m in modules if m.startswith(STATUS_FORBIDDEN)] == []

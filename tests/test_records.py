@@ -17,6 +17,7 @@ from noderole.records import (
     Fail,
     MakeDirectories,
     MintCertificate,
+    RecordBase,
     Secret,
     Service,
     Setting,
@@ -380,3 +381,97 @@ class TestTrailingNewline:
         """`k3s\n` as a service name or `KEY\n` as a variable is a definition error."""
         with pytest.raises(noderole.DefinitionError):
             noderole.Service(**fields)  # type: ignore[arg-type]
+
+
+def _samples() -> list[object]:
+    """One record of each class, with repr-hidden, eq-excluded and unhashable fields set."""
+    setting = Setting(name="x", type=int, default=1, description="d")
+    return [
+        Secret("token"),
+        WaitForPaths(paths=["/a"], timeout=3),
+        WaitForSocket(path="/s", timeout=1),
+        WaitForTcp(host="h", port=1, timeout=1),
+        WaitForHttp(url="http://x/", timeout=1),
+        WaitForCommand(argv=["/bin/true"], timeout=1),
+        MakeDirectories(paths=["/d"]),
+        noderole.WriteFile(path="/f", content="abc"),
+        MintCertificate(
+            directory="/c", ca_cert="/ca.crt", ca_key="/ca.key", common_name="x", sans=["a.b"]
+        ),
+        Fail(message="m"),
+        noderole.Warn(message="w"),
+        Call(function=print, description="d", key="k"),
+        Supervision(),
+        Service(
+            name="s",
+            roles=["r"],
+            command=["/x"],
+            pre_start=[Fail(message="f")],
+            environment={"A": "1", "B": Secret("t")},
+            origin="plugin",
+        ),
+        setting,
+        SettingsTable(table="t", description="d", settings=[setting]),
+        noderole.StandIn(path="/usr/bin/x", content="#!/bin/sh\n"),
+        noderole.RehearsalFile(path="/etc/x", content="y"),
+        noderole.RehearsalSetting(table="t", key="k", value=1),
+        noderole.FreePort(table="t", key="k"),
+    ]
+
+
+_TWINS: dict[type, type] = {}
+
+
+def _twin(record: object) -> object:
+    """The same values in a class whose repr, == and hash attrs generates itself."""
+    cls = type(record)
+    fields = attrs.fields(cls)  # type: ignore[arg-type]
+    if cls not in _TWINS:
+        _TWINS[cls] = attrs.make_class(
+            cls.__name__,
+            {f.name: attrs.field(repr=f.repr, eq=f.eq, hash=f.hash, alias=f.alias) for f in fields},
+            frozen=True,
+            kw_only=True,
+            repr=cls.__repr__ is RecordBase.__repr__,
+        )
+    return _TWINS[cls](**{f.alias: getattr(record, f.name) for f in fields})
+
+
+class TestRecordMethods:
+    @pytest.mark.parametrize("record", _samples(), ids=lambda r: type(r).__name__)
+    def test_repr_eq_and_hash_are_those_attrs_generates(self, record: object) -> None:
+        """RecordBase's shared repr, == and hash give what attrs' generated methods give."""
+        twin = _twin(record)
+        if type(record).__repr__ is RecordBase.__repr__:
+            assert repr(record) == repr(twin)
+        changed = (
+            attrs.evolve(record, origin="other")  # type: ignore[misc]
+            if hasattr(record, "origin")
+            else record
+        )
+        assert record == changed
+        assert twin == _twin(changed)
+        assert record != twin
+        assert record != 1
+        try:
+            hash(twin)
+        except TypeError:
+            with pytest.raises(TypeError):
+                hash(record)
+        else:
+            assert hash(record) == hash(changed)
+
+    def test_a_field_that_differs_makes_records_unequal(self) -> None:
+        """Records differing in one compared field are unequal, and usually hash apart."""
+        assert Fail(message="a") != Fail(message="b")
+        assert hash(Fail(message="a")) != hash(Fail(message="b"))
+        # The function is not compared: the key stands for it.
+        assert Call(function=print, description="d", key="k") == Call(
+            function=lambda ctx: None, description="d", key="k"
+        )
+
+    def test_repr_of_a_record_inside_itself_is_cut(self) -> None:
+        """A record shown inside itself is shown as ``...``, as attrs' repr does."""
+        fail = Fail(message="x")
+        object.__setattr__(fail, "message", fail)
+        assert repr(fail) == "Fail(message=...)"

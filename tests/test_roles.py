@@ -227,6 +227,95 @@ class TestRecordedPlan:
         assert isinstance(token, noderole.Secret)
         assert token.reveal() == ""
 
+    def test_the_same_record_is_read_once(self, tmp_path: Path) -> None:
+        """Reading an unchanged plan.json again gives the plan already built; a changed file,
+        another role or a removed file are read afresh."""
+        from noderole.plan import build_plan
+        from noderole.recorded import PLAN_FILE, plan_data, read_plan, write_plan
+
+        root = NodeRoot(tmp_path)
+
+        def record(*names: str) -> None:
+            services = [noderole.Service(name=n, roles=["demo"], command=["/x"]) for n in names]
+            plan = build_plan(services, "demo")
+            write_plan(root, plan_data(plan, backend="native", noderole_path="/usr/bin/noderole"))
+
+        record("a")
+        first = read_plan(root, "demo")
+        assert first is not None
+        assert read_plan(root, "demo") is first
+        assert read_plan(root, "other") is None
+        record("a", "b")
+        second = read_plan(root, "demo")
+        assert second is not None
+        assert list(second.plan.names()) == ["a", "b"]
+        (tmp_path / PLAN_FILE.lstrip("/")).unlink()
+        assert read_plan(root, "demo") is None
+
+    def test_status_reads_the_record_as_the_records_would(self, node: Node) -> None:
+        """status of the applied role reads plan.json as it is (no records, no planning) and
+        shows what the plan rebuilt from records shows, in the same order."""
+        ready = noderole.WaitForPaths(paths=["/run/ready-flag"], timeout=30)
+        node.services += [
+            sleeper("z", need=["a"]),
+            sleeper("a", readiness=ready, environment={"TOKEN": noderole.Secret("s3cret")}),
+            sleeper("m"),
+        ]
+        (node.root / "run").mkdir(exist_ok=True)
+        (node.root / "run/ready-flag").write_text("")  # a ready
+        assert run(node, "apply", "demo").exit_code == 0
+        app = App(root=NodeRoot(node.root), autoload=False)
+        assert app.recorded_status(None) is not None
+
+        def shown(*args: str) -> list[dict[str, Any]]:
+            result = run(node, "status", "--json", *args)
+            rows: list[dict[str, Any]] = json.loads(result.stdout)["services"]
+            return [{k: v for k, v in row.items() if k != "uptime"} for row in rows]
+
+        light, light_one = shown(), shown("z")
+        plan_file = node.root / STATE[2]
+        data = json.loads(plan_file.read_text())
+        plan_file.write_text(json.dumps({**data, "in_order": False}))
+        assert App(root=NodeRoot(node.root), autoload=False).recorded_status(None) is None
+        assert shown() == light
+        assert shown("z") == light_one
+        assert [row["name"] for row in light] == ["a", "m", "z"]
+        assert [row["name"] for row in light_one] == ["z"]
+
+    def test_the_view_refuses_what_it_cannot_show_as_recorded(self, tmp_path: Path) -> None:
+        """read_view gives the recorded services in order, or None for another role, a record
+        out of start order (a kept service appended) or of the wrong shape."""
+        from noderole.plan import build_plan
+        from noderole.recorded import PLAN_FILE, keeping, plan_data, read_view, write_plan
+
+        root = NodeRoot(tmp_path)
+        services = [
+            noderole.Service(name="b", roles=["demo"], command=["/b"], need=["a"], origin="p"),
+            noderole.Service(name="a", roles=["demo"], command=["/a"], origin="p"),
+        ]
+        data = plan_data(build_plan(services, "demo"), backend="native", noderole_path="/n")
+        write_plan(root, data)
+        view = read_view(root, "demo")
+        assert view is not None
+        assert [entry.name for entry in view.services] == ["a", "b"]
+        assert "b" in view
+        assert "c" not in view
+        assert read_view(root, "other") is None
+        plan_file = tmp_path / PLAN_FILE.lstrip("/")
+        kept = keeping(root, {**data, "services": data["services"][:1]}, origins=["p"], names=[])
+        assert kept["in_order"] is False
+        assert keeping(root, data, origins=["p"], names=[])["in_order"] is True
+        for broken in (
+            {**data, "in_order": False},
+            {k: v for k, v in data.items() if k != "in_order"},
+            {**data, "services": [{"name": "a"}]},
+            {**data, "services": [data["services"][0], data["services"][0]]},
+            {**data, "services": [{**data["services"][0], "command": "/a"}]},
+            {**data, "backend": None},
+        ):
+            plan_file.write_text(json.dumps(broken))
+            assert read_view(root, "demo") is None
+
     def test_an_unusable_record_falls_back_to_the_plugins(self, node: Node) -> None:
         """A plan.json of the wrong shape is ignored: status plans from the plugins instead."""
         node.services += [sleeper("a")]

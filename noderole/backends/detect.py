@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from noderole.records import Wait
     from noderole.root import NodeRoot
 
-__all__ = ["BACKENDS", "backend_named", "detect_init"]
+__all__ = ["BACKENDS", "backend_named", "chosen_name", "detect_init"]
 
 BACKENDS = ("native", "openrc", "systemd")
 """Every backend name ``--backend`` and the ``backend`` setting accept (besides ``auto``)."""
@@ -44,8 +44,7 @@ def backend_named(
     readiness: Callable[[str], Wait | None] | None = None,
 ) -> Backend:
     """The backend called ``name`` for ``root`` (``auto``: :func:`detect_init`'s choice)."""
-    if name == "auto":
-        name = detect_init(root)
+    name = chosen_name(name, root)
     if name == "native":
         from noderole.backends.native import NativeBackend
 
@@ -58,4 +57,13 @@ def backend_named(
         from noderole.backends.systemd import SystemdBackend
 
         return SystemdBackend(root, noderole_path=noderole_path, clock=clock, readiness=readiness)
-    raise BackendError(f"unknown backend {name!r}: use {', '.join(BACKENDS)} or auto")
+    raise AssertionError(name)  # pragma: no cover - chosen_name accepts only BACKENDS
+
+
+def chosen_name(name: str, root: NodeRoot) -> str:
+    """The backend :func:`backend_named` builds for ``name``, without importing it."""
+    if name == "auto":
+        return detect_init(root)
+    if name not in BACKENDS:
+        raise BackendError(f"unknown backend {name!r}: use {', '.join(BACKENDS)} or auto")
+    return name

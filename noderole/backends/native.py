@@ -18,18 +18,11 @@ from typing import TYPE_CHECKING
 from noderole.errors import BackendError
 from noderole.root import NodeRoot
 from noderole.state import RUN_DIR
-from noderole.supervisor import (
-    NotAnswering,
-    ProcessSpec,
-    ReadinessSpec,
-    ServiceStatus,
-    SupervisionSpec,
-    Supervisor,
-    SupervisorError,
-)
+from noderole.supervisor import NotAnswering, ServiceStatus, Supervisor, SupervisorError
 
 if TYPE_CHECKING:
     from noderole.records import Service
+    from noderole.supervisor import ProcessSpec
 
 __all__ = ["BASE_ENVIRONMENT", "IN_FLIGHT", "LOG_PATH", "NativeBackend", "process_spec"]
 
@@ -57,6 +50,7 @@ def process_spec(service: Service, *, root: NodeRoot, fingerprint: str) -> Proce
     # Imported here: `status` and `stop` use this backend without records, attrs or probes.
     import attrs
 
+    from noderole.supervisor import ProcessSpec, ReadinessSpec, SupervisionSpec
     from noderole.waits import probe_for
 
     if service.command is None:

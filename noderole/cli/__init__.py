@@ -23,7 +23,7 @@ from noderole.errors import ExitCode, NoderoleError
 # Imported where used, not here: `noderole --help` must stay as cheap as `import click`.
 ROOT_ENV = "NODEROLE_ROOT"  # noderole.root.ROOT_ENV, repeated so --help need not import it
 
-__all__ = ["COMMANDS", "LazyGroup", "cli", "main", "run"]
+__all__ = ["COMMANDS", "HelpContext", "LazyGroup", "cli", "main", "run", "terminal_columns"]
 
 COMMANDS: dict[str, tuple[str, str]] = {
     # name: ("module:attribute", short help shown by --help without importing the module)
@@ -62,8 +62,40 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+def terminal_columns() -> int:
+    """``shutil.get_terminal_size().columns``, without importing shutil (which imports bz2,
+    lzma and zlib with it): ``COLUMNS`` when set, else standard output's terminal, else 80."""
+    try:
+        columns = int(os.environ["COLUMNS"])
+    except (KeyError, ValueError):
+        columns = 0
+    if columns > 0:
+        return columns
+    try:
+        return os.get_terminal_size(sys.__stdout__.fileno()).columns or 80  # type: ignore[union-attr]
+    except (AttributeError, ValueError, OSError):
+        return 80
+
+
+class HelpContext(click.Context):
+    """A context whose help formatter is as wide as click's, sized without shutil."""
+
+    def make_formatter(self) -> click.HelpFormatter:
+        width = self.terminal_width
+        if width is None:
+            from click import formatting
+
+            width = formatting.FORCED_WIDTH  # set by click's test runner
+        if width is None:
+            max_width = 80 if self.max_content_width is None else self.max_content_width
+            width = max(min(terminal_columns(), max_width) - 2, 50)
+        return self.formatter_class(width=width, max_width=self.max_content_width)
+
+
 class LazyGroup(click.Group):
     """A group whose subcommands are imported on first use, listed from :data:`COMMANDS`."""
+
+    context_class = HelpContext
 
     def __init__(self, *args: Any, lazy: dict[str, tuple[str, str]], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

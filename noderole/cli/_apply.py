@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+from typing import TYPE_CHECKING
 
 import click
 
@@ -16,6 +17,11 @@ from noderole.cli._output import echo_status
 from noderole.cli._params import Seconds
 from noderole.errors import ExitCode, NoderoleError
 from noderole.operations import status_verdict
+
+if TYPE_CHECKING:
+    from noderole.backends import Backend
+    from noderole.plan import Plan
+    from noderole.recorded import RecordedView
 
 __all__ = ["apply_command", "restart_command", "status_command", "stop_command"]
 
@@ -136,22 +142,15 @@ def status_command(
     recorded when config.toml is broken (with a warning).
     """
     app.recorded_config_fallback = True
-    only = None
-    plan = None
-    if role:
-        # SERVICE of the applied role? Asked of the recorded plan: no plugin is imported.
-        with contextlib.suppress(NoderoleError):
-            recorded = app.recorded_plan()
-            if role != recorded.role and role in recorded:
-                plan, only = recorded, role
-    if plan is None:
-        # From the plan the last apply recorded: status imports no plugin (a broken one cannot
-        # hide what runs). Another role is planned from the plugins.
-        plan = app.recorded_plan(role)
-    chosen = app.recorded_backend(backend)
     if output_format == "prometheus":
-        click.echo(app.metrics(plan, chosen), nl=False)
+        full, chosen, _ = _full_status_plan(app, role, backend)
+        click.echo(app.metrics(full, chosen), nl=False)
         return
+    # The usual case, the applied role under the native supervisor, is read from the recorded
+    # plan as it is: no record, no attrs, no planning (a fresh process at the console).
+    plan: Plan | RecordedView
+    light = app.recorded_status(role, backend)
+    plan, chosen, only = light if light is not None else _full_status_plan(app, role, backend)
     if lines is None:
         lines = 20 if only else 5
     _warn_config(app)
@@ -169,6 +168,24 @@ def status_command(
     )
     if verdict != ExitCode.OK:
         raise SystemExit(int(verdict))
+
+
+def _full_status_plan(app: App, role: str | None, backend: str) -> tuple[Plan, Backend, str | None]:
+    """The plan ``status [ROLE | SERVICE]`` shows, its backend and the service asked for: from
+    the recorded plan's records, or planned from the plugins for another role."""
+    only = None
+    plan = None
+    if role:
+        # SERVICE of the applied role? Asked of the recorded plan: no plugin is imported.
+        with contextlib.suppress(NoderoleError):
+            recorded = app.recorded_plan()
+            if role != recorded.role and role in recorded:
+                plan, only = recorded, role
+    if plan is None:
+        # From the plan the last apply recorded: status imports no plugin (a broken one cannot
+        # hide what runs). Another role is planned from the plugins.
+        plan = app.recorded_plan(role)
+    return plan, app.recorded_backend(backend), only
 
 
 def _warn_config(app: App) -> None:

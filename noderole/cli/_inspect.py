@@ -62,7 +62,7 @@ def plan_command(app: App, role: str, as_json: bool) -> None:
     from noderole.errors import ExitCode
 
     plan = app.plan(role)
-    backend = app.backend("auto").name
+    backend = app.backend_name("auto")
     failures = known_failures(plan, app.root)
     if as_json:
         document = plan.to_dict()

@@ -12,17 +12,18 @@ import fcntl
 import os
 import select
 import socket
-import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from noderole.supervisor import _protocol, _safeopen, _state, _title
-from noderole.supervisor._spec import ProcessSpec
 from noderole.supervisor._status import SchemaError, ServiceStatus
+
+if TYPE_CHECKING:  # `status` and `stop` send no spec: they need not import it (nor its probes)
+    from noderole.supervisor._spec import ProcessSpec
 
 __all__ = ["NotAnswering", "Supervisor", "SupervisorError"]
 
@@ -138,6 +139,8 @@ class Supervisor:
         the daemon's start-up off its critical path. :meth:`discard` ends an unused standby.
         Never raises: whatever goes wrong here, :meth:`ensure_running` starts a daemon as usual.
         """
+        import subprocess  # here: `status` and `stop` of a running supervisor spawn nothing
+
         if self._standby is not None or self._holds_name():
             return
         with contextlib.suppress(OSError, subprocess.SubprocessError):
@@ -491,6 +494,8 @@ def _launch_argv(run_dir: str, fd: int, *extra: str) -> list[str]:
 
 def _spawn(run_dir: str, log_fd: int) -> str:
     """Start a daemon for ``run_dir`` writing to ``log_fd`` (closed here); its first word."""
+    import subprocess
+
     r, w = os.pipe2(os.O_CLOEXEC)
     try:
         with os.fdopen(log_fd, "ab") as log:
@@ -525,6 +530,8 @@ class _Standby:
     """
 
     def __init__(self, run_dir: str) -> None:
+        import subprocess
+
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             ours.set_inheritable(False)

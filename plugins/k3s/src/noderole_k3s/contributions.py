@@ -13,9 +13,9 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import attrs
-import yaml
 
 from noderole import NoderoleError
+from noderole_k3s import _yaml
 from noderole_k3s.records import ConfigFile, ConfigKeys, Manifest
 
 if TYPE_CHECKING:
@@ -149,10 +149,9 @@ def with_base_lists(merged: Mapping[str, Any], base: Mapping[str, Any]) -> dict[
 def parse_config_text(text: str, *, source: str) -> Mapping[str, Any]:
     """Parse a k3s ``config.yaml``; raises ValueError naming ``source`` unless it is a mapping."""
     try:
-        document = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        where = getattr(exc, "problem_mark", None)
-        at = f" (line {where.line + 1})" if where is not None else ""
+        document = _yaml.load(text)
+    except _yaml.YAMLError as exc:
+        at = f" (line {exc.line})" if exc.line is not None else ""
         raise ValueError(f"{source} is not valid YAML{at}: fix or remove it") from exc
     if document is None:
         return {}
@@ -166,11 +165,7 @@ def parse_config_text(text: str, *, source: str) -> Mapping[str, Any]:
 
 def render_yaml(documents: Sequence[Mapping[str, Any]], *, header: str = "") -> str:
     """YAML text of ``documents`` (``---`` between them), keys in the order given."""
-    plain = [_plain(document) for document in documents]
-    body = yaml.safe_dump_all(
-        plain, sort_keys=False, default_flow_style=False, explicit_start=False
-    )
-    return header + body
+    return header + _yaml.dump_all([_plain(document) for document in documents])
 
 
 def _plain(value: Any) -> Any:

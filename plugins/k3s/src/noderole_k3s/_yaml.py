@@ -1,0 +1,205 @@
+"""YAML for the k3s plugin, without importing PyYAML for the plain shapes k3s files take.
+
+Every ``plan`` and ``apply`` of a server reads ``config.yaml`` and renders the drop-ins, and
+``import yaml`` costs more than the rest of the plugin. Most of these files are flat: keys, plain
+words, numbers and lists of words. :func:`dump_all` and :func:`load` handle exactly those shapes,
+with the text PyYAML itself would produce or the values it would read; anything outside them (a
+quoted or multi-line string, a float, a flow collection, an anchor, a comment after a value...)
+is handed to PyYAML, imported then. The tests compare both paths on generated documents.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = ["YAMLError", "dump_all", "load"]
+
+_WIDTH = 80
+"""PyYAML's default line width: a plain scalar with spaces may be folded past it."""
+_SIMPLE_KEY = 100
+"""PyYAML writes a key of 128 characters or more as a complex key (``? key``)."""
+
+_WORD = r"[A-Za-z0-9_./=+,@%$()-]+(?::[A-Za-z0-9_./=+,@%$()-]+)*"
+_PLAIN = re.compile(
+    rf"(?:[A-Za-z_/]|--?[A-Za-z])(?:{_WORD})?(?: {_WORD})*\Z|[0-9]+(?:\.[0-9]+){{2,}}\Z"
+)
+"""Words PyYAML writes and reads as plain strings: a letter, ``_``, ``/`` or one or two dashes
+and a letter first (no indicator, no number, no timestamp), a ``:`` only inside a word, single
+spaces only between words; or dotted numbers with three parts or more (an address, a version)."""
+_SPECIAL = frozenset(["yes", "no", "true", "false", "on", "off", "null", "y", "n", "~"])
+"""Words (in any case) a YAML 1.1 reader may take for a boolean or a null."""
+_BOOLEANS = {
+    **dict.fromkeys(["yes", "Yes", "YES", "true", "True", "TRUE", "on", "On", "ON"], True),
+    **dict.fromkeys(["no", "No", "NO", "false", "False", "FALSE", "off", "Off", "OFF"], False),
+}
+_NULLS = frozenset(["~", "null", "Null", "NULL"])
+_INT = re.compile(r"(?:0|-?[1-9][0-9]*)\Z")
+_QUOTED_NUMBER = re.compile(r"(?:0|[1-9][0-9]*|0[0-7]+)\Z")
+"""Digits that PyYAML reads as an integer (decimal or octal), so writes quoted as a string."""
+_KEY_LINE = re.compile(r"([A-Za-z_][A-Za-z0-9_.-]*):(?: +(.*))?\Z")
+_ITEM_LINE = re.compile(r"( *)- +(.*)\Z")
+
+
+class _NotPlain(Exception):
+    """The value or text is outside the shapes handled here: PyYAML decides."""
+
+
+class YAMLError(ValueError):
+    """Text that is not valid YAML (PyYAML's error, with the line it found it on)."""
+
+    def __init__(self, message: str, line: int | None) -> None:
+        super().__init__(message)
+        self.line = line
+        """The 1-based line of the problem, when PyYAML gave one."""
+
+
+# --------------------------------------------------------------------------- writing
+
+
+def dump_all(documents: Sequence[Any]) -> str:
+    """``yaml.safe_dump_all(documents, sort_keys=False, default_flow_style=False)``'s text."""
+    try:
+        return "".join(_document(document, first=i == 0) for i, document in enumerate(documents))
+    except _NotPlain:
+        import yaml
+
+        return yaml.safe_dump_all(
+            documents, sort_keys=False, default_flow_style=False, explicit_start=False
+        )
+
+
+def _document(value: Any, *, first: bool) -> str:
+    if not isinstance(value, dict | list):
+        raise _NotPlain
+    if not value:
+        empty = "{}" if isinstance(value, dict) else "[]"
+        return f"{empty}\n" if first else f"--- {empty}\n"
+    lines = _block(value, 0)
+    return ("" if first else "---\n") + "\n".join(lines) + "\n"
+
+
+def _block(value: dict[Any, Any] | list[Any], indent: int) -> list[str]:
+    """The lines of a non-empty mapping or sequence written at ``indent``."""
+    pad = " " * indent
+    lines: list[str] = []
+    if isinstance(value, dict):
+        for key, item in value.items():
+            text = _scalar(key) if isinstance(key, str) else None
+            if text is None or len(text) > _SIMPLE_KEY:
+                raise _NotPlain
+            if isinstance(item, dict) and item:
+                lines.append(f"{pad}{text}:")
+                lines += _block(item, indent + 2)
+            elif isinstance(item, list) and item:
+                lines.append(f"{pad}{text}:")
+                lines += _block(item, indent)  # PyYAML does not indent a mapping's sequence
+            else:
+                lines.append(_line(f"{pad}{text}: ", item))
+        return lines
+    for item in value:
+        if isinstance(item, dict | list) and item:
+            inner = _block(item, indent + 2)
+            lines.append(f"{pad}- {inner[0][indent + 2 :]}")
+            lines += inner[1:]
+        else:
+            lines.append(_line(f"{pad}- ", item))
+    return lines
+
+
+def _line(prefix: str, value: Any) -> str:
+    if isinstance(value, dict | list):  # empty: PyYAML writes it in flow style
+        return prefix + ("{}" if isinstance(value, dict) else "[]")
+    text = _scalar(value)
+    if text is None or (" " in text and len(prefix) + len(text) > _WIDTH):
+        raise _NotPlain  # PyYAML would quote it, or fold it across lines
+    return prefix + text
+
+
+def _scalar(value: Any) -> str | None:
+    """How PyYAML writes ``value`` when it is a plain scalar; None when it is not one."""
+    if value is None:
+        return "null"
+    if value is True or value is False:
+        return "true" if value else "false"
+    if type(value) is int:
+        return str(value)
+    if type(value) is str:
+        if _PLAIN.match(value) and value.lower() not in _SPECIAL:
+            return value
+        if value in _BOOLEANS or value in _NULLS or _QUOTED_NUMBER.match(value):
+            return f"'{value}'"  # a string a reader would take for a boolean, null or number
+    return None
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def load(text: str) -> Any:
+    """``yaml.safe_load(text)``; a :class:`YAMLError` on a syntax error."""
+    try:
+        return _flat(text)
+    except _NotPlain:
+        pass
+    import yaml
+
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        where = getattr(exc, "problem_mark", None)
+        raise YAMLError(str(exc), where.line + 1 if where is not None else None) from exc
+
+
+def _flat(text: str) -> dict[str, Any] | None:
+    """A flat document (``key: value``, ``key:`` then ``- item`` lines, comments), read as
+    PyYAML reads it; :class:`_NotPlain` for anything else."""
+    if not text.isascii() or any(ch < " " and ch != "\n" for ch in text):
+        raise _NotPlain  # tabs, carriage returns, other control characters, non-ASCII
+    document: dict[str, Any] = {}
+    key: str | None = None  # the key whose list the next items extend
+    items: list[Any] | None = None
+    indent: int | None = None
+    for raw in text.split("\n"):
+        line = raw.rstrip(" ")
+        stripped = line.lstrip(" ")
+        if not stripped or stripped.startswith("#"):
+            continue
+        item = _ITEM_LINE.match(line)
+        if item is not None:
+            if key is None or (indent is not None and len(item.group(1)) != indent):
+                raise _NotPlain
+            indent = len(item.group(1))
+            if items is None:
+                items = document[key] = []
+            items.append(_value(item.group(2)))
+            continue
+        match = _KEY_LINE.match(line)
+        if match is None or match.group(1).lower() in _SPECIAL:
+            raise _NotPlain
+        name, value = match.group(1), match.group(2)
+        if value is None:
+            key, items, indent = name, None, None
+            document[name] = None
+        else:
+            key, items, indent = None, None, None
+            document[name] = _value(value)
+    return document or None
+
+
+def _value(text: str) -> Any:
+    """A scalar as PyYAML reads it, for the plain forms; :class:`_NotPlain` otherwise."""
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
+        inner = text[1:-1]
+        if "'" in inner or '"' in inner or "\\" in inner or "#" in inner:
+            raise _NotPlain
+        return inner
+    if text in _BOOLEANS:
+        return _BOOLEANS[text]
+    if text in _NULLS:
+        return None
+    if _INT.match(text):
+        return int(text)
+    if _PLAIN.match(text) and text.lower() not in _SPECIAL:
+        return text
+    raise _NotPlain
