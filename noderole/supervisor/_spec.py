@@ -14,9 +14,12 @@ import signal
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
 
 from noderole.supervisor.probes import Probe, probe_from_wire, probe_to_wire
+
+TYPE_CHECKING = False  # typing is not imported at run time: the daemon stays small
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["DEFAULT_READINESS_TIMEOUT", "ProcessSpec", "ReadinessSpec", "SupervisionSpec"]
 

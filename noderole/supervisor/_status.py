@@ -11,11 +11,19 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Any, Literal, TypeAlias
 
 __all__ = ["ACTIVE", "STATES", "SchemaError", "ServiceState", "ServiceStatus"]
 
-ServiceState: TypeAlias = Literal["starting", "running", "ready", "backoff", "crashed", "stopped"]
+TYPE_CHECKING = False  # typing is not imported at run time: the daemon stays small
+if TYPE_CHECKING:
+    from typing import Any, Literal, TypeAlias
+
+    ServiceState: TypeAlias = Literal[
+        "starting", "running", "ready", "backoff", "crashed", "stopped"
+    ]
+else:
+    ServiceState = str
+    """One of :data:`STATES` (a ``Literal`` of them for the type checker)."""
 STATES: tuple[ServiceState, ...] = ("starting", "running", "ready", "backoff", "crashed", "stopped")
 ACTIVE: frozenset[str] = frozenset(("starting", "running", "ready", "backoff"))
 """States in which the service has (or is about to have) a process."""

@@ -19,7 +19,6 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable
-from typing import Protocol
 
 from noderole.supervisor import _child, _pidfile, _proc
 from noderole.supervisor._log import log, log_limited
@@ -29,6 +28,12 @@ from noderole.supervisor._readiness import INTERVAL, ReadinessCheck
 from noderole.supervisor._sinks import Sinks
 from noderole.supervisor._spec import ProcessSpec
 from noderole.supervisor._status import ACTIVE, ServiceState, ServiceStatus
+
+TYPE_CHECKING = False  # typing is not imported at run time: the daemon stays small
+if TYPE_CHECKING:
+    from typing import Protocol
+else:
+    Protocol = object  # Host is a structural type for the checker; a plain class at run time
 
 __all__ = ["GROUP_POLL", "KILL_GRACE", "Host", "Unit"]
 

@@ -34,7 +34,10 @@ import socket
 import subprocess
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Literal, TypeAlias
+
+TYPE_CHECKING = False  # typing is not imported at run time: the daemon stays small
+if TYPE_CHECKING:
+    from typing import Literal, TypeAlias
 
 __all__ = [
     "ATTEMPT_TIMEOUT",
