@@ -60,6 +60,14 @@ class TestImports:
         loaded = set(answer["modules"])
         assert loaded.isdisjoint({"typing", "importlib.metadata", "noderole.__about__"})
 
+    def test_daemon_imports_neither_dataclasses_nor_inspect(self, harness: Harness) -> None:
+        """Records are built without dataclasses, whose inspect (ast, dis, tokenize) cost ~12 ms."""
+        harness.supervisor.start(harness.spec("a", SLEEP))
+        answer = harness.supervisor._request({"op": "modules"}, start=False)
+        assert answer is not None
+        loaded = set(answer["modules"])
+        assert loaded.isdisjoint({"dataclasses", "inspect", "ast", "dis", "tokenize"})
+
     def test_daemon_and_watchdog_map_no_site_packages(self, harness: Harness) -> None:
         """No shared object of the daemon or the watchdog comes from site-packages."""
         harness.supervisor.start(harness.spec("a", SLEEP))

@@ -10,7 +10,8 @@ only (the daemon imports it).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+
+from noderole.supervisor._record import record, replace
 
 __all__ = ["ACTIVE", "STATES", "SchemaError", "ServiceState", "ServiceStatus"]
 
@@ -38,7 +39,7 @@ class SchemaError(ValueError):
     """A status or state file of the wrong shape; ``str()`` names the field."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record()
 class ServiceStatus:
     """One service as the supervisor sees it."""
 
