@@ -450,7 +450,7 @@ class Daemon:
         self.past.pop(unit.name, None)
         self.ever_supervised = True
         _pidfile.note_stale(unit.name, spec.pidfile)
-        unit.spawn(first=True)
+        unit.spawn(first=True, check_after_write=not wait_ready)
         if why and unit.active:
             unit.reason = why
 
