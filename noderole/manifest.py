@@ -206,13 +206,18 @@ def record(root: NodeRoot, kind: Kind, paths: Iterable[str]) -> None:
     Paths that hold nothing are skipped. Never raises for a manifest it cannot write: recording
     must not fail the write it follows (``reset`` then keeps what it does not know).
     """
-    wanted = [p for p in dict.fromkeys(paths) if p.startswith("/")]
+    remember(root, _found(root, kind, paths))
+
+
+def _found(root: NodeRoot, kind: Kind, paths: Iterable[str]) -> list[Entry]:
+    """The entries :func:`record` would append for ``paths`` (those that hold something)."""
     found = []
-    for path in wanted:
-        digest = digest_at(root.resolve(path), kind)
-        if digest is not None:
-            found.append(Entry(path=path, kind=kind, digest=digest))
-    remember(root, found)
+    for path in dict.fromkeys(paths):
+        if path.startswith("/"):
+            digest = digest_at(root.resolve(path), kind)
+            if digest is not None:
+                found.append(Entry(path=path, kind=kind, digest=digest))
+    return found
 
 
 def remember(root: NodeRoot, found: Iterable[Entry]) -> None:
@@ -278,12 +283,18 @@ def record_processes(root: NodeRoot, plan: Plan, backend: str) -> None:
     from noderole.state import LOCK_FILE, RUN_DIR
 
     services = [entry.service for entry in plan.services if entry.service.command is not None]
-    record(root, "runtime", [s.pidfile for s in services if s.pidfile])
-    record(root, "log", [p for s in services for p in (s.output_log, s.error_log) if p])
     runtime = [LOCK_FILE]
     if backend == "native":
         runtime += [f"{RUN_DIR}/{name}" for name in _SUPERVISOR_FILES]
-    record(root, "runtime", runtime)
+    # One locked read and at most one append for all of them (this runs on every apply).
+    remember(
+        root,
+        [
+            *_found(root, "runtime", [s.pidfile for s in services if s.pidfile]),
+            *_found(root, "log", [p for s in services for p in (s.output_log, s.error_log) if p]),
+            *_found(root, "runtime", runtime),
+        ],
+    )
 
 
 def entries(root: NodeRoot) -> dict[str, Entry]:

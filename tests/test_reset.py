@@ -21,7 +21,7 @@ from noderole.backends import Backend
 from noderole.cli import cli
 from noderole.cli._app import App
 from noderole.clock import FakeClock
-from noderole.manifest import MANIFEST, entries, record
+from noderole.manifest import MANIFEST, entries, record, record_processes
 from noderole.root import NodeRoot
 from noderole.steps import StepContext
 from noderole.testing import (
@@ -316,3 +316,20 @@ class TestManifest:
         root = NodeRoot(tmp_path)
         record(root, "file", ["/etc/none"])
         assert entries(root) == {}
+
+    def test_processes_recorded_by_kind_once(self, app: _App, node_root: ScratchRoot) -> None:
+        """After an apply: pidfile and lock as runtime, the log as log; a second look adds none."""
+        node_root.write("/run/proxy.pid", "1\n")
+        node_root.write("/var/log/proxy.log", "started\n")
+        node_root.write("/run/noderole/state.json", "{}")
+        plan = app.plan("r")
+        record_processes(app.root, plan, "native")
+        found = entries(app.root)
+        assert found["/run/proxy.pid"].kind == "runtime"
+        assert found["/var/log/proxy.log"].kind == "log"
+        assert found["/run/noderole/apply.lock"].kind == "runtime"
+        assert found["/run/noderole/state.json"].kind == "runtime"
+        assert "/run/noderole/supervisor.pid" not in found  # holds nothing: not recorded
+        lines = node_root.read(MANIFEST).splitlines()
+        record_processes(app.root, plan, "native")
+        assert node_root.read(MANIFEST).splitlines() == lines

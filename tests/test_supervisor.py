@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import http.server
 import json
 import os
@@ -20,6 +19,7 @@ from noderole.records import Supervision
 from noderole.supervisor import ProcessSpec, ReadinessSpec, Supervisor, SupervisorError, _protocol
 from noderole.supervisor._proc import describe_status, group_members, is_alive, proc_stat
 from noderole.supervisor._protocol import encode, socket_address
+from noderole.supervisor._record import replace
 from noderole.supervisor.probes import CommandProbe, HttpProbe, PathProbe, TcpProbe
 from tests.supervisor_fixtures import Harness, harness, wait_for
 
@@ -100,7 +100,7 @@ class TestStart:
             pytest.skip("changing user needs root")
         out = harness.root / "id"  # written by the supervisor: nobody cannot write in tmp_path
         spec = harness.spec("a", f"id -u; id -g; {SLEEP}", stdout_log=str(out))
-        spec = dataclasses.replace(spec, user="nobody", group="nogroup")
+        spec = replace(spec, user="nobody", group="nogroup")
         harness.supervisor.start(spec)
         wait_for(lambda: len(_lines(out)) == 2, "id output")
         assert _lines(out) == ["65534", "65534"]
@@ -114,7 +114,7 @@ class TestStart:
 
     def test_unknown_user_is_crashed_with_the_reason(self, harness: Harness) -> None:
         """An unknown user fails the start with a reason naming the user."""
-        spec = dataclasses.replace(harness.spec("a", SLEEP), user="no-such-user-x")
+        spec = replace(harness.spec("a", SLEEP), user="no-such-user-x")
         status = harness.supervisor.start(spec)
         assert status.state == "crashed"
         assert "no-such-user-x" in status.reason
@@ -391,7 +391,7 @@ class TestRecovery:
         """A child running as another user also dies when the daemon is SIGKILLed."""
         if os.geteuid() != 0:
             pytest.skip("changing user needs root")
-        spec = dataclasses.replace(harness.spec("a", SLEEP), user="nobody")
+        spec = replace(harness.spec("a", SLEEP), user="nobody")
         status = harness.supervisor.start(spec)
         child = status.pid
         daemon = harness.supervisor.daemon_pid()

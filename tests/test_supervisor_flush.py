@@ -10,18 +10,22 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from noderole.supervisor._daemon import Daemon
-from noderole.supervisor._proc import boot_id
+from noderole.supervisor._proc import boot_id, kill_group
+from noderole.supervisor._spec import ProcessSpec, ReadinessSpec
 from noderole.supervisor._state import STATE_VERSION, State, encode_state, parse_state
 from noderole.supervisor._status import ServiceStatus
+from noderole.supervisor.probes import TcpProbe
 
 
 @pytest.fixture
@@ -94,6 +98,64 @@ _statuses = st.builds(
     restarts=st.integers(0, 1000),
     reason=st.text(max_size=8),
 )
+
+
+class TestReadinessAfterTheAnswer:
+    """A start's first readiness attempt waits for the write that answers the start: an
+    attempt may import on first use (http.client: ~20 ms holding the GIL), which held up the
+    write and the answer apply waits for."""
+
+    @staticmethod
+    def _start(daemon: Daemon, tmp_path: Path, *, wait_ready: bool) -> list[dict[str, Any]]:
+        answers: list[dict[str, Any]] = []
+        spec = ProcessSpec(
+            name="a",
+            argv=("/bin/sleep", "1000"),
+            readiness=ReadinessSpec(probe=TcpProbe(host="127.0.0.1", port=1), timeout=30.0),
+        )
+        daemon.start_new(spec, wait_ready, "", answers.append)
+        return answers
+
+    @staticmethod
+    def _attempting(daemon: Daemon) -> bool:
+        check = daemon.units["a"].check
+        assert check is not None
+        return check.thread is not None
+
+    @staticmethod
+    def _end(daemon: Daemon) -> None:
+        for unit in daemon.units.values():
+            if unit.check is not None:
+                unit.check.close()
+            if unit.popen is not None:
+                kill_group(unit.popen.pid, signal.SIGKILL)
+                unit.popen.wait()
+            if unit.pidfd is not None:
+                os.close(unit.pidfd)
+
+    def test_first_attempt_after_the_answer(self, daemon: Daemon, tmp_path: Path) -> None:
+        """No attempt runs before the state write answers; the loop's next turn starts one."""
+        try:
+            answers = self._start(daemon, tmp_path, wait_ready=False)
+            assert not self._attempting(daemon)
+            daemon.flush()  # idle, and a client waits: written at once, answered
+            assert [a["statuses"][0]["state"] for a in answers] == ["running"]
+            assert not self._attempting(daemon)
+            daemon.loop.run_once(0.0)
+            assert self._attempting(daemon)
+        finally:
+            self._end(daemon)
+
+    def test_a_start_answered_once_ready_looks_at_once(
+        self, daemon: Daemon, tmp_path: Path
+    ) -> None:
+        """With wait_ready the answer is the readiness itself: the first attempt starts now."""
+        try:
+            answers = self._start(daemon, tmp_path, wait_ready=True)
+            assert answers == []
+            assert self._attempting(daemon)
+        finally:
+            self._end(daemon)
 
 
 class TestEncodedState:

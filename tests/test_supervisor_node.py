@@ -5,7 +5,6 @@ Real daemons, real processes, real signals; every process is ended by the harnes
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import shutil
 import signal
@@ -19,6 +18,7 @@ from noderole.records import Service
 from noderole.root import NodeRoot
 from noderole.supervisor import NotAnswering, ProcessSpec, SupervisionSpec, Supervisor
 from noderole.supervisor._proc import is_alive
+from noderole.supervisor._record import replace
 from tests.supervisor_fixtures import MARK, Harness, close_harness, harness, wait_for
 
 __all__ = ["harness"]  # the fixture, imported for pytest
@@ -306,7 +306,7 @@ class TestNodeRootRemoved:
         )
         try:
             spec = _sleep_spec(h, "a", root / "run" / "a.pid")
-            spec = dataclasses.replace(spec, stdout_log=str(root / "var" / "log" / "a.log"))
+            spec = replace(spec, stdout_log=str(root / "var" / "log" / "a.log"))
             started = h.supervisor.start(spec)
             assert started.pid is not None
             # Moved away first (one rename: the daemon never sees a half-removed root), then

@@ -52,6 +52,22 @@ class TestImports:
         for heavy in ("attrs", "attr", "pluggy", "click", "noderole.records", "noderole.errors"):
             assert heavy not in modules
 
+    def test_daemon_imports_neither_typing_nor_the_public_api(self, harness: Harness) -> None:
+        """typing (~4 ms, ~0.4 MB) and noderole/__init__.py are left out of the daemon's start."""
+        harness.supervisor.start(harness.spec("a", SLEEP))
+        answer = harness.supervisor._request({"op": "modules"}, start=False)
+        assert answer is not None
+        loaded = set(answer["modules"])
+        assert loaded.isdisjoint({"typing", "importlib.metadata", "noderole.__about__"})
+
+    def test_daemon_imports_neither_dataclasses_nor_inspect(self, harness: Harness) -> None:
+        """Records are built without dataclasses, whose inspect (ast, dis, tokenize) cost ~12 ms."""
+        harness.supervisor.start(harness.spec("a", SLEEP))
+        answer = harness.supervisor._request({"op": "modules"}, start=False)
+        assert answer is not None
+        loaded = set(answer["modules"])
+        assert loaded.isdisjoint({"dataclasses", "inspect", "ast", "dis", "tokenize"})
+
     def test_daemon_and_watchdog_map_no_site_packages(self, harness: Harness) -> None:
         """No shared object of the daemon or the watchdog comes from site-packages."""
         harness.supervisor.start(harness.spec("a", SLEEP))

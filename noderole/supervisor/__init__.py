@@ -9,10 +9,12 @@ does not load the client.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+import sys
 
+TYPE_CHECKING = False  # typing is not imported at run time: the daemon stays small
 if TYPE_CHECKING:
+    from typing import Any
+
     from noderole.supervisor._client import NotAnswering, Supervisor, SupervisorError
     from noderole.supervisor._spec import ProcessSpec, ReadinessSpec, SupervisionSpec
     from noderole.supervisor._status import SchemaError, ServiceState, ServiceStatus
@@ -46,7 +48,9 @@ def __getattr__(name: str) -> Any:
     module = _WHERE.get(name)
     if module is None:
         raise AttributeError(f"module 'noderole.supervisor' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"noderole.supervisor.{module}"), name)
+    qualified = f"noderole.supervisor.{module}"
+    __import__(qualified)
+    value = getattr(sys.modules[qualified], name)
     globals()[name] = value
     return value
 

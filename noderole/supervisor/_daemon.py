@@ -21,7 +21,6 @@ import socket
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
 
 from noderole.supervisor import (
     _pidfile,
@@ -40,6 +39,10 @@ from noderole.supervisor._sinks import Sinks
 from noderole.supervisor._spec import ProcessSpec
 from noderole.supervisor._status import ServiceStatus
 from noderole.supervisor._unit import KILL_GRACE, Unit
+
+TYPE_CHECKING = False  # typing is not imported at run time: the daemon stays small
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["NAME", "main"]
 
@@ -447,7 +450,7 @@ class Daemon:
         self.past.pop(unit.name, None)
         self.ever_supervised = True
         _pidfile.note_stale(unit.name, spec.pidfile)
-        unit.spawn(first=True)
+        unit.spawn(first=True, check_after_write=not wait_ready)
         if why and unit.active:
             unit.reason = why
 

@@ -14,7 +14,7 @@ import contextlib
 import os
 import signal
 import time
-from typing import NamedTuple
+from collections import namedtuple
 
 __all__ = [
     "ProcStat",
@@ -29,17 +29,32 @@ __all__ = [
 ]
 
 
-class ProcStat(NamedTuple):
-    """The fields of ``/proc/PID/stat`` the supervisor needs."""
+TYPE_CHECKING = False  # typing is not imported at run time: the daemon stays small
+if TYPE_CHECKING:
+    from typing import NamedTuple
 
-    pid: int
-    state: str
-    """One letter: R, S, D, T, Z (zombie), X (dead)..."""
-    ppid: int
-    pgrp: int
-    session: int
-    start_ticks: int
-    """Start time in clock ticks after boot: with the pid, identifies a process for its lifetime."""
+    class _ProcStatFields(NamedTuple):
+        pid: int
+        state: str
+        ppid: int
+        pgrp: int
+        session: int
+        start_ticks: int
+
+else:
+    _ProcStatFields = namedtuple(
+        "_ProcStatFields", ["pid", "state", "ppid", "pgrp", "session", "start_ticks"]
+    )
+
+
+class ProcStat(_ProcStatFields):
+    """The fields of ``/proc/PID/stat`` the supervisor needs.
+
+    ``state`` is one letter: R, S, D, T, Z (zombie), X (dead)...; ``start_ticks`` is the start
+    time in clock ticks after boot: with the pid, it identifies a process for its lifetime.
+    """
+
+    __slots__ = ()
 
     @property
     def running(self) -> bool:

@@ -24,7 +24,10 @@ import json
 import os
 import socket
 import struct
-from typing import Any
+
+TYPE_CHECKING = False  # typing is not imported at run time: the daemon stays small
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = [
     "ACCEPTED",
@@ -52,14 +55,16 @@ def launch_source(module: str) -> str:
 
     The daemon runs with ``-I -S``: no site-packages, no ``.pth`` files, no environment
     variables, so nothing but the standard library is importable by accident. ``sys.argv[1]`` is
-    the directory that holds the ``noderole`` package, put first on ``sys.path``; importing
-    ``noderole.supervisor.X`` then runs ``noderole/__init__.py``, which imports nothing but its
-    version until a name is asked for (~0.4 MB), and ``noderole/supervisor/__init__.py``, which
-    imports nothing at all until asked.
+    the directory that holds the ``noderole`` package. The ``noderole`` package is registered as
+    a bare module whose path is that package's directory, so ``noderole/__init__.py`` (the
+    public API's lazy table, and ``typing`` with it) never runs in the daemon: only
+    ``noderole/supervisor/__init__.py``, which imports nothing but ``sys`` until asked.
     """
     return (
         "import sys\n"
-        "sys.path.insert(0, sys.argv[1])\n"
+        "package = type(sys)('noderole')\n"
+        "package.__path__ = [sys.argv[1] + '/noderole']\n"
+        "sys.modules['noderole'] = package\n"
         f"from noderole.supervisor.{module} import main\n"
         "sys.exit(main(sys.argv[2:]))\n"
     )

@@ -12,16 +12,19 @@ import contextlib
 import os
 import socket
 from collections.abc import Callable, Mapping
-from typing import Any
 
 from noderole.supervisor import _protocol
 from noderole.supervisor._log import log, log_error
 from noderole.supervisor._loop import Loop
 
+TYPE_CHECKING = False  # typing is not imported at run time: the daemon stays small
+if TYPE_CHECKING:
+    from typing import Any
+
 __all__ = ["BACKLOG", "Handler", "Reply", "Server"]
 
-Reply = Callable[[dict[str, Any]], None]
-Handler = Callable[[dict[str, Any], Reply], None]
+Reply = Callable[[dict[str, "Any"]], None]  # quoted: Any is the checker's alone
+Handler = Callable[[dict[str, "Any"], Reply], None]
 
 BACKLOG = 1024
 """Listen backlog of each control socket."""

@@ -4,7 +4,8 @@ The engine's side (``noderole/backends/native.py``) builds a spec from a
 :class:`~noderole.records.Service`; the spec crosses the control socket as JSON
 (:meth:`ProcessSpec.to_wire`) and the daemon decodes it with :meth:`ProcessSpec.from_wire`, which
 checks every field and names the first bad one. From then on the daemon reads attributes, never
-``dict.get``. Standard library only (the daemon imports it): frozen, slotted dataclasses.
+``dict.get``. Standard library only (the daemon imports it): frozen, slotted records
+(:mod:`noderole.supervisor._record`).
 """
 
 from __future__ import annotations
@@ -12,11 +13,14 @@ from __future__ import annotations
 import math
 import signal
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
 
+from noderole.supervisor._record import field, fields, record
 from noderole.supervisor.probes import Probe, probe_from_wire, probe_to_wire
+
+TYPE_CHECKING = False  # typing is not imported at run time: the daemon stays small
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["DEFAULT_READINESS_TIMEOUT", "ProcessSpec", "ReadinessSpec", "SupervisionSpec"]
 
@@ -34,7 +38,7 @@ def _number(where: str, value: object, *, positive: bool = False, optional: bool
     return value
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record()
 class SupervisionSpec:
     """Respawn and stop settings (the wire form of :class:`~noderole.records.Supervision`)."""
 
@@ -65,7 +69,7 @@ class SupervisionSpec:
         return int(getattr(signal, name if name.startswith("SIG") else f"SIG{name}"))
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record()
 class ReadinessSpec:
     """When the service counts as ready: ``probe`` holds, checked until ``timeout``."""
 
@@ -76,7 +80,7 @@ class ReadinessSpec:
         _number("readiness.timeout", self.timeout, positive=True)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record()
 class ProcessSpec:
     """Everything the supervisor needs to run one service's process.
 
@@ -154,7 +158,7 @@ class ProcessSpec:
             "stdout_log": self.stdout_log,
             "stderr_log": self.stderr_log,
             "log_max_bytes": self.log_max_bytes,
-            "supervision": {name: getattr(sup, name) for name in sup.__dataclass_fields__},
+            "supervision": {name: getattr(sup, name) for name in fields(type(sup))},
             "readiness": None
             if self.readiness is None
             else {"probe": probe_to_wire(self.readiness.probe), "timeout": self.readiness.timeout},
@@ -166,7 +170,7 @@ class ProcessSpec:
         """Decode :meth:`to_wire`'s form; ValueError names the first bad field."""
         if not isinstance(data, dict):
             raise ValueError(f"a spec must be a JSON object, got {type(data).__name__}")
-        unknown = sorted(set(data) - set(cls.__dataclass_fields__))
+        unknown = sorted(set(data) - set(fields(cls)))
         if unknown:
             raise ValueError(f"spec: unknown field {unknown[0]!r}")
         name = data.get("name")

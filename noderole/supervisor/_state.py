@@ -23,9 +23,9 @@ import os
 import signal
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from noderole.supervisor import _proc, _safeopen
+from noderole.supervisor._record import field, record
 from noderole.supervisor._status import SchemaError, ServiceStatus
 
 __all__ = [
@@ -42,7 +42,7 @@ __all__ = [
 STATE_VERSION = 1
 
 
-@dataclass(slots=True)
+@record(frozen=False, kw_only=False)
 class State:
     """The decoded state file."""
 

@@ -10,12 +10,21 @@ only (the daemon imports it).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
-from typing import Any, Literal, TypeAlias
+
+from noderole.supervisor._record import record, replace
 
 __all__ = ["ACTIVE", "STATES", "SchemaError", "ServiceState", "ServiceStatus"]
 
-ServiceState: TypeAlias = Literal["starting", "running", "ready", "backoff", "crashed", "stopped"]
+TYPE_CHECKING = False  # typing is not imported at run time: the daemon stays small
+if TYPE_CHECKING:
+    from typing import Any, Literal, TypeAlias
+
+    ServiceState: TypeAlias = Literal[
+        "starting", "running", "ready", "backoff", "crashed", "stopped"
+    ]
+else:
+    ServiceState = str
+    """One of :data:`STATES` (a ``Literal`` of them for the type checker)."""
 STATES: tuple[ServiceState, ...] = ("starting", "running", "ready", "backoff", "crashed", "stopped")
 ACTIVE: frozenset[str] = frozenset(("starting", "running", "ready", "backoff"))
 """States in which the service has (or is about to have) a process."""
@@ -30,7 +39,7 @@ class SchemaError(ValueError):
     """A status or state file of the wrong shape; ``str()`` names the field."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record()
 class ServiceStatus:
     """One service as the supervisor sees it."""
 

@@ -24,11 +24,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from noderole.supervisor import _safeopen
 from noderole.supervisor._status import ServiceStatus
 from noderole.supervisor.exposition import Exposition, service_families
+
+TYPE_CHECKING = False  # typing is not imported at run time: the daemon stays small
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["HEAD_LIMIT", "WRITE_GAP", "Target", "Textfile", "target_from_wire"]
 

@@ -19,7 +19,6 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable
-from typing import Protocol
 
 from noderole.supervisor import _child, _pidfile, _proc
 from noderole.supervisor._log import log, log_limited
@@ -29,6 +28,12 @@ from noderole.supervisor._readiness import INTERVAL, ReadinessCheck
 from noderole.supervisor._sinks import Sinks
 from noderole.supervisor._spec import ProcessSpec
 from noderole.supervisor._status import ACTIVE, ServiceState, ServiceStatus
+
+TYPE_CHECKING = False  # typing is not imported at run time: the daemon stays small
+if TYPE_CHECKING:
+    from typing import Protocol
+else:
+    Protocol = object  # Host is a structural type for the checker; a plain class at run time
 
 __all__ = ["GROUP_POLL", "KILL_GRACE", "Host", "Unit"]
 
@@ -52,6 +57,9 @@ class Host(Protocol):
 
     def node_root_present(self) -> bool:
         """False once the node root is gone (the host then stops every unit and exits)."""
+
+    def after_flush(self, callback: Callable[[], None]) -> None:
+        """Run ``callback`` once the state file records what is true now (or at once)."""
 
 
 class Unit:
@@ -112,8 +120,12 @@ class Unit:
 
     # ---- starting
 
-    def spawn(self, *, first: bool = False) -> None:
-        """Start the process; on failure, count it as an exit (or fail the first start)."""
+    def spawn(self, *, first: bool = False, check_after_write: bool = False) -> None:
+        """Start the process; on failure, count it as an exit (or fail the first start).
+
+        With ``check_after_write`` (a start whose answer waits for the state write, not for
+        readiness), the first readiness attempt is made on the loop's turn after that write.
+        """
         spec, sinks = self.spec, self.host.sinks
         write_fds: list[int] = []
         try:
@@ -166,11 +178,23 @@ class Unit:
         self.pidfd = os.pidfd_open(popen.pid)
         self.host.loop.add_reader(self.pidfd, self.on_exit)
         _pidfile.write(self.name, spec.pidfile, popen.pid)
-        if spec.readiness is not None:
-            self.check = ReadinessCheck(spec.readiness.probe, spec.environment)
-            self.check_deadline = time.monotonic() + spec.readiness.timeout
-            self._check_tick()
         self.host.persist()
+        if spec.readiness is not None:
+            check = ReadinessCheck(spec.readiness.probe, spec.environment)
+            self.check = check
+            self.check_deadline = time.monotonic() + spec.readiness.timeout
+            if check_after_write:
+                # An attempt may import on first use (an HTTP probe imports http.client, ~20 ms
+                # holding the GIL), which would hold up the state write and so the answer the
+                # client (apply) waits for. A respawn, which no client waits for, and a start
+                # answered once ready look at once, as before.
+                self.host.after_flush(lambda: self._first_check(check))
+            else:
+                self._check_tick()
+
+    def _first_check(self, check: ReadinessCheck) -> None:
+        if self.check is check:
+            self.timer = self.host.loop.call_later(0.0, self._check_tick)
 
     def _spawn_failed(self, reason: str, first: bool) -> None:
         log_limited(self.name, f"{self.name}: {reason}")

@@ -33,8 +33,12 @@ import signal
 import socket
 import subprocess
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Literal, TypeAlias
+
+from noderole.supervisor._record import fields, record
+
+TYPE_CHECKING = False  # typing is not imported at run time: the daemon stays small
+if TYPE_CHECKING:
+    from typing import Literal, TypeAlias
 
 __all__ = [
     "ATTEMPT_TIMEOUT",
@@ -57,7 +61,7 @@ MIN_ATTEMPT = 0.05
 """Shortest attempt: at a deadline one last quick look is still worth it."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record()
 class PathProbe:
     """Every path (``require="all"``) or one (``"any"``) exists, and is readable if asked."""
 
@@ -69,7 +73,7 @@ class PathProbe:
     """How each path is named in messages (node paths); defaults to ``paths``."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record()
 class SocketProbe:
     """A unix stream socket accepts a connection."""
 
@@ -77,7 +81,7 @@ class SocketProbe:
     label: str = ""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record()
 class TcpProbe:
     """A TCP port accepts a connection (the host is resolved on every attempt)."""
 
@@ -85,14 +89,14 @@ class TcpProbe:
     port: int
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record()
 class HttpProbe:
     """``GET url`` answers 2xx (redirects not followed)."""
 
     url: str
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record()
 class CommandProbe:
     """The command exits 0."""
 
@@ -105,7 +109,7 @@ class CommandProbe:
 Probe: TypeAlias = PathProbe | SocketProbe | TcpProbe | HttpProbe | CommandProbe
 
 
-@dataclass(frozen=True, slots=True)
+@record(kw_only=False)
 class Outcome:
     """The result of one look."""
 
@@ -303,11 +307,11 @@ _KINDS: dict[str, type[Probe]] = {
 def probe_to_wire(probe: Probe) -> dict[str, object]:
     """The JSON form of a probe (``{"kind": "tcp", "host": ..., "port": ...}``)."""
     kind = next(k for k, cls in _KINDS.items() if isinstance(probe, cls))
-    fields: dict[str, object] = {"kind": kind}
-    for name in type(probe).__dataclass_fields__:
+    wire: dict[str, object] = {"kind": kind}
+    for name in fields(type(probe)):
         value = getattr(probe, name)
-        fields[name] = list(value) if isinstance(value, tuple) else value
-    return fields
+        wire[name] = list(value) if isinstance(value, tuple) else value
+    return wire
 
 
 def probe_from_wire(data: object) -> Probe:
@@ -318,7 +322,7 @@ def probe_from_wire(data: object) -> Probe:
     cls = _KINDS.get(kind) if isinstance(kind, str) else None
     if cls is None:
         raise ValueError(f"probe kind {kind!r} is unknown (use one of {', '.join(_KINDS)})")
-    known = cls.__dataclass_fields__
+    known = fields(cls)
     unknown = sorted(set(data) - set(known) - {"kind"})
     if unknown:
         raise ValueError(f"{kind} probe: unknown key {unknown[0]!r}")
