@@ -117,10 +117,41 @@ def did_you_mean(word: str, choices: Iterable[str]) -> str:
     Pure and cheap: used by records (a misspelled keyword), configuration (an unknown key) and
     ``plan`` (a dependency on a name no service provides).
     """
+    candidates = _may_match(word, sorted(set(choices)), cutoff=0.6)
+    if not candidates:
+        return ""  # the common case (a name of another role): difflib is not even imported
     import difflib
 
-    close = difflib.get_close_matches(word, sorted(set(choices)), n=1, cutoff=0.6)
+    close = difflib.get_close_matches(word, candidates, n=1, cutoff=0.6)
     return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _may_match(word: str, choices: list[str], cutoff: float) -> list[str]:
+    """The ``choices`` that could score ``cutoff`` or more in ``difflib.get_close_matches``.
+
+    Its score (``SequenceMatcher.ratio``) never exceeds ``2 * shared / total``, where ``shared``
+    counts the letters both strings hold (with repeats) and ``total`` is their summed length:
+    difflib's own ``quick_ratio`` bound, computed the same way. A choice under it cannot match,
+    so leaving it out changes no answer; the order of ``choices`` is kept.
+    """
+    counts: dict[str, int] = {}
+    for letter in word:
+        counts[letter] = counts.get(letter, 0) + 1
+    kept = []
+    for choice in choices:
+        total = len(word) + len(choice)
+        if not total:
+            kept.append(choice)  # two empty strings: difflib scores them 1.0
+            continue
+        left = dict(counts)
+        shared = 0
+        for letter in choice:
+            if left.get(letter, 0) > 0:
+                left[letter] -= 1
+                shared += 1
+        if 2.0 * shared / total >= cutoff:
+            kept.append(choice)
+    return kept
 
 
 def _checked(cls: type[T]) -> type[T]:

@@ -106,10 +106,12 @@ PLAN_FORBIDDEN = (
     "noderole.supervisor",
     "cryptography",
     "yaml",
+    "difflib",
 )
 """What ``plan`` must not import: it starts nothing, so it needs no engine, no applied state and
-no supervisor client (it shows only the backend's name); and the k3s plugin reads a flat
-config.yaml and writes its drop-ins and manifests without PyYAML."""
+no supervisor client (it shows only the backend's name); the k3s plugin reads a flat
+config.yaml and writes its drop-ins and manifests without PyYAML; and its ``after: firewall``
+(a service of no shipped role) is warned about without difflib, since nothing is close to it."""
 
 
 def _modules_after_plan(root: Path, role: str) -> list[str]:

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import difflib
 import math
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import attrs
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import noderole
 from noderole.errors import DefinitionError
@@ -365,6 +370,29 @@ class TestHelpers:
         """The closest name is suggested; nothing when nothing is close."""
         assert did_you_mean("k3ss", ["k3s", "net"]) == " (did you mean 'k3s'?)"
         assert did_you_mean("zzz", ["k3s", "net"]) == ""
+
+    @settings(max_examples=300, deadline=None)
+    @given(
+        word=st.text(alphabet="abk3s-_.", max_size=10),
+        choices=st.lists(st.text(alphabet="abk3s-_.", max_size=10), max_size=6),
+    )
+    def test_did_you_mean_answers_as_difflib_alone(self, word: str, choices: list[str]) -> None:
+        """The cheap prefilter before difflib changes no suggestion (empty strings included)."""
+        close = difflib.get_close_matches(word, sorted(set(choices)), n=1, cutoff=0.6)
+        assert did_you_mean(word, choices) == (f" (did you mean {close[0]!r}?)" if close else "")
+
+    def test_did_you_mean_skips_difflib_when_nothing_is_close(self) -> None:
+        """A name far from every choice (another role's service) does not import difflib."""
+        probe = (
+            "import sys; from noderole.records import did_you_mean; "
+            "assert did_you_mean('firewall', ['k3s', 'konnectivity-server']) == ''; "
+            "print('difflib' in sys.modules); "
+            "did_you_mean('k3ss', ['k3s']); print('difflib' in sys.modules)"
+        )
+        done = subprocess.run(
+            [sys.executable, "-c", probe], capture_output=True, text=True, check=True
+        )
+        assert done.stdout.split() == ["False", "True"]
 
 
 class TestTrailingNewline:
