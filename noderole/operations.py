@@ -549,9 +549,21 @@ class Operations:
                 write_applied(self.root, applied)
             record_processes(self.root, plan, backend.name)
             self._record_outcomes(plan, report, whole=record_plan)
+            self._store_parsed_config()
         if publish:
             self.publish_metrics(plan, backend, report)
         return report
+
+    def _store_parsed_config(self) -> None:
+        """Keep the ``config.toml`` this command parsed, so the next commands need no TOML
+        parser, and record the cache for ``reset`` (an apply writes the node's records anyway;
+        ``plan`` and ``status`` write nothing)."""
+        from noderole.tomlcache import CONFIG_CACHE, store_parsed
+
+        if store_parsed(self.root.resolve(CONFIG_CACHE)):
+            from noderole import manifest
+
+            manifest.record(self.root, "state", [CONFIG_CACHE])
 
     def _record_role(
         self, plan: Plan, backend: Backend, failures: Sequence[ServiceReport] = ()

@@ -3,14 +3,16 @@
 Importing ``tomllib`` and parsing the file cost more than everything else ``status`` does with
 it, and the file changes only when an operator edits it. The cache holds the exact text it was
 parsed from and the document (tables, strings, numbers, booleans, lists); a command whose file
-text is byte for byte that text uses the document, anything else parses the file and stores the
-new pair. No time stamps are involved, so an edit within the file system's time granularity
-cannot be missed.
+text is byte for byte that text uses the document, anything else parses the file. No time stamps
+are involved, so an edit within the file system's time granularity cannot be missed.
 
-The cache is an optimisation: one that cannot be read, is damaged or cannot be written is ignored
-(a read-only ``/var/cache``, an unprivileged user). It is written with mode 0600, as settings can
-be secrets, and never holds a document TOML dates or times are in (JSON has no such type). It
-imports only the standard library: ``status`` uses it without attrs.
+Only ``apply`` stores (:func:`store_parsed`, once it writes the node's records anyway, and it
+records the file for ``reset``): ``plan``, ``status`` and an apply that decides nothing leave the
+root as they found it. The cache is an optimisation: one that cannot be read, is damaged or
+cannot be written is ignored (a read-only ``/var/cache``, an unprivileged user). It is written
+with mode 0600, as settings can be secrets, and never holds a document TOML dates or times are
+in (JSON has no such type). It imports only the standard library: ``status`` uses it without
+attrs.
 """
 
 from __future__ import annotations
@@ -21,19 +23,21 @@ import os
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CONFIG_CACHE", "parse_config_text"]
+__all__ = ["CONFIG_CACHE", "parse_config_text", "store_parsed"]
 
 CONFIG_CACHE = "/var/cache/noderole/config.json"
 """Where the parsed configuration is kept, as a node path (under ``--root``)."""
 _FORMAT = 1
 _PLAIN = (str, int, float, bool)
+_UNSTORED: dict[Path, dict[str, Any]] = {}
+"""What this process parsed and found no cache for, by cache path, for :func:`store_parsed`."""
 
 
 def parse_config_text(text: str, cache: Path | None) -> dict[str, Any]:
     """``tomllib.loads(text)``, from ``cache`` when it was made from this very text.
 
-    Raises what ``tomllib.loads`` raises (``TOMLDecodeError``, a ``ValueError``) for text that is
-    not TOML; such text is never stored.
+    Writes nothing: a parse the cache did not have is kept for :func:`store_parsed`. Raises what
+    ``tomllib.loads`` raises (``TOMLDecodeError``, a ``ValueError``) for text that is not TOML.
     """
     if cache is not None:
         try:
@@ -52,8 +56,14 @@ def parse_config_text(text: str, cache: Path | None) -> dict[str, Any]:
 
     document = tomllib.loads(text)
     if cache is not None and _plain(document):
-        _store(cache, {"format": _FORMAT, "text": text, "document": document})
+        _UNSTORED[cache] = {"format": _FORMAT, "text": text, "document": document}
     return document
+
+
+def store_parsed(cache: Path) -> bool:
+    """Write to ``cache`` what this process parsed and did not find there: True when written."""
+    content = _UNSTORED.pop(cache, None)
+    return content is not None and _store(cache, content)
 
 
 def _plain(value: Any) -> bool:
@@ -65,8 +75,9 @@ def _plain(value: Any) -> bool:
     return isinstance(value, _PLAIN)
 
 
-def _store(cache: Path, content: dict[str, Any]) -> None:
-    """Replace ``cache`` with ``content`` (a unique temporary file, then a rename), or nothing."""
+def _store(cache: Path, content: dict[str, Any]) -> bool:
+    """Replace ``cache`` with ``content`` (a unique temporary file, then a rename): True, or
+    False and nothing changed."""
     temporary = cache.with_name(f".{cache.name}.{os.getpid()}.{os.urandom(4).hex()}")
     try:
         cache.parent.mkdir(parents=True, exist_ok=True)
@@ -77,3 +88,5 @@ def _store(cache: Path, content: dict[str, Any]) -> None:
     except OSError:
         with contextlib.suppress(OSError):
             os.unlink(temporary)
+        return False
+    return True
