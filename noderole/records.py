@@ -18,7 +18,6 @@ import functools
 import math
 import operator
 import re
-import signal
 import threading
 import types
 from collections.abc import Callable, Iterable, Mapping
@@ -731,11 +730,22 @@ def _check_readiness(inst: Any, attribute: attrs.Attribute[Any], value: Any) -> 
 
 # --------------------------------------------------------------------------- supervision
 
-_SIGNALS = {s.name for s in signal.Signals}
+_COMMON_SIGNALS = frozenset(
+    {"SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGKILL", "SIGUSR1", "SIGUSR2"}
+)
+"""Stop signals every POSIX system has: checked without the ``signal`` module, whose import
+builds three enums (``plan`` checks each service's ``stop_signal``, SIGTERM nearly always)."""
+
+
+@functools.cache
+def _signal_names() -> frozenset[str]:
+    import signal
+
+    return frozenset(s.name for s in signal.Signals)
 
 
 def _check_signal(inst: Any, attribute: attrs.Attribute[Any], value: str) -> None:
-    if value not in _SIGNALS:
+    if value not in _COMMON_SIGNALS and value not in _signal_names():
         raise _fail(
             _label(inst), attribute.name, f"must be a signal name such as SIGTERM, got {value!r}"
         )

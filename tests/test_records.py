@@ -180,6 +180,19 @@ class TestSupervision:
         with pytest.raises(DefinitionError, match=f"field {field!r}"):
             Supervision(**kwargs)  # type: ignore[arg-type]
 
+    def test_every_signal_name_of_the_platform_is_a_stop_signal(self) -> None:
+        """The names checked without the signal module are real ones; every other name the
+        platform has (SIGRTMIN, SIGWINCH) is accepted too, and only those."""
+        import signal
+
+        names = {s.name for s in signal.Signals}
+        assert {"SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGKILL"} <= names
+        for name in sorted(names):
+            assert Supervision(stop_signal=name).stop_signal == name
+        for name in ("sigterm", "SIGTERM ", "SIG", "TERM", "15"):
+            with pytest.raises(DefinitionError, match="signal name"):
+                Supervision(stop_signal=name)
+
     def test_seed_defaults(self) -> None:
         """Defaults are the seed's: respawn_delay 5, respawn_max 0 (unlimited)."""
         assert (Supervision().respawn_delay, Supervision().respawn_max) == (5, 0)
