@@ -52,17 +52,13 @@ if TYPE_CHECKING:
     from noderole.plan import PlannedService as PlannedService
     from noderole.records import Call as Call
     from noderole.records import Fail as Fail
-    from noderole.records import FreePort as FreePort
     from noderole.records import MakeDirectories as MakeDirectories
     from noderole.records import MintCertificate as MintCertificate
     from noderole.records import Readiness as Readiness
-    from noderole.records import RehearsalFile as RehearsalFile
-    from noderole.records import RehearsalSetting as RehearsalSetting
     from noderole.records import Secret as Secret
     from noderole.records import Service as Service
     from noderole.records import Setting as Setting
     from noderole.records import SettingsTable as SettingsTable
-    from noderole.records import StandIn as StandIn
     from noderole.records import Step as Step
     from noderole.records import Supervision as Supervision
     from noderole.records import Wait as Wait
@@ -73,6 +69,10 @@ if TYPE_CHECKING:
     from noderole.records import WaitForTcp as WaitForTcp
     from noderole.records import Warn as Warn
     from noderole.records import WriteFile as WriteFile
+    from noderole.rehearsal_records import FreePort as FreePort
+    from noderole.rehearsal_records import RehearsalFile as RehearsalFile
+    from noderole.rehearsal_records import RehearsalSetting as RehearsalSetting
+    from noderole.rehearsal_records import StandIn as StandIn
     from noderole.render import render_openrc as render_openrc
     from noderole.render import render_systemd as render_systemd
     from noderole.render import write_rendered as write_rendered

@@ -144,13 +144,13 @@ def check_config(
         return _build(tables, {}, found=False)
     except OSError as exc:
         return None, [f"{CONFIG_PATH}: cannot read it: {exc.strerror}"]
-    import tomllib  # here: most nodes have no config file, and every command reads this module
+    from noderole.tomlcache import CONFIG_CACHE, parse_config_text
 
     try:
-        document = tomllib.loads(raw.decode("utf-8"))
+        document = parse_config_text(raw.decode("utf-8"), root.resolve(CONFIG_CACHE))
     except UnicodeDecodeError as exc:
         return None, [f"{CONFIG_PATH}: not UTF-8 text ({exc.reason} at byte {exc.start})"]
-    except tomllib.TOMLDecodeError as exc:
+    except ValueError as exc:  # tomllib.TOMLDecodeError
         return None, [f"{CONFIG_PATH}: not valid TOML: {exc}"]
     return _build(tables, document, found=True)
 

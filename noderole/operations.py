@@ -549,9 +549,21 @@ class Operations:
                 write_applied(self.root, applied)
             record_processes(self.root, plan, backend.name)
             self._record_outcomes(plan, report, whole=record_plan)
+            self._store_parsed_config()
         if publish:
             self.publish_metrics(plan, backend, report)
         return report
+
+    def _store_parsed_config(self) -> None:
+        """Keep the ``config.toml`` this command parsed, so the next commands need no TOML
+        parser, and record the cache for ``reset`` (an apply writes the node's records anyway;
+        ``plan`` and ``status`` write nothing)."""
+        from noderole.tomlcache import CONFIG_CACHE, store_parsed
+
+        if store_parsed(self.root.resolve(CONFIG_CACHE)):
+            from noderole import manifest
+
+            manifest.record(self.root, "state", [CONFIG_CACHE])
 
     def _record_role(
         self, plan: Plan, backend: Backend, failures: Sequence[ServiceReport] = ()
@@ -642,9 +654,7 @@ class Operations:
             return ""  # loaded already: config_warning says it
         try:
             text = self.root.resolve(CONFIG_PATH).read_text(encoding="utf-8")
-            import tomllib  # only when there is a file: most nodes have none
-
-            tomllib.loads(text)
+            self._parse_config(text)
         except FileNotFoundError:
             return ""
         except (OSError, ValueError) as exc:
@@ -654,6 +664,18 @@ class Operations:
             )
         return ""
 
+    def _parse_config(self, text: str) -> dict[str, Any]:
+        """``config.toml``'s ``text`` parsed, through the cache (no TOML parser when it holds
+        this text); the same document for both readers of one command."""
+        parsed: tuple[str, dict[str, Any]] | None = self.__dict__.get("_parsed_config")
+        if parsed is not None and parsed[0] == text:
+            return parsed[1]
+        from noderole.tomlcache import CONFIG_CACHE, parse_config_text
+
+        document = parse_config_text(text, self.root.resolve(CONFIG_CACHE))
+        self.__dict__["_parsed_config"] = (text, document)
+        return document
+
     def _textfile_dir(self) -> str:
         """``[noderole] textfile_dir``, read without loading plugins when none are loaded yet:
         ``stop`` and ``status`` work from the recorded plan and must not import a plugin."""
@@ -661,9 +683,7 @@ class Operations:
             return str(self.setting("textfile_dir"))
         try:
             text = self.root.resolve(CONFIG_PATH).read_text(encoding="utf-8")
-            import tomllib  # only when there is a file: most nodes have none
-
-            document = tomllib.loads(text)
+            document = self._parse_config(text)
         except (OSError, ValueError):
             return ""  # no file, or one `noderole config check` will explain: metrics stay off
         table = document.get("noderole")

@@ -35,7 +35,7 @@ from typing import Any, Final, Literal, TypeAlias
 import attrs
 
 from noderole.errors import PlanError
-from noderole.records import Service, unknown_names
+from noderole.records import RecordBase, Service, unknown_names
 
 __all__ = ["KINDS", "Kind", "Plan", "PlannedService", "build_plan"]
 
@@ -68,8 +68,8 @@ def _frozen_waves(value: Iterable[Iterable[str]]) -> tuple[tuple[str, ...], ...]
     return tuple(tuple(wave) for wave in value)
 
 
-@attrs.frozen(kw_only=True)
-class PlannedService:
+@attrs.frozen(kw_only=True, repr=False, eq=False)
+class PlannedService(RecordBase):
     """One service of a plan, with its dependencies resolved to the services actually planned."""
 
     service: Service
@@ -103,8 +103,8 @@ class PlannedService:
         return self.service.name
 
 
-@attrs.frozen(kw_only=True)
-class Plan:
+@attrs.frozen(kw_only=True, repr=False, eq=False)
+class Plan(RecordBase):
     """The services a role starts, in start order, grouped into waves.
 
     Services of one wave may start together; each waits only for services of earlier waves.
@@ -333,16 +333,22 @@ _Parts: TypeAlias = tuple[
 _NO_PARTS: Final[_Parts] = (_NO_NAMES, _NO_NAMES, _NO_NAMES)
 
 
-@attrs.define
 class _Edges:
-    """The planned services' edges, each service by its number."""
+    """The planned services' edges, each service by its number (a plain class: attrs would
+    compile methods nothing calls, on every import)."""
 
-    predecessors: list[list[int]]
-    """Per service, the services it starts after (a pair declared twice is listed twice)."""
-    parts: list[_Parts]
-    """Per service, its resolved declarations."""
-    suspects: set[int]
-    """Planned services that declare an after/before/use/want name no service has or provides."""
+    __slots__ = ("parts", "predecessors", "suspects")
+
+    def __init__(
+        self, *, predecessors: list[list[int]], parts: list[_Parts], suspects: set[int]
+    ) -> None:
+        self.predecessors = predecessors
+        """Per service, the services it starts after (a pair declared twice is listed twice)."""
+        self.parts = parts
+        """Per service, its resolved declarations."""
+        self.suspects = suspects
+        """Planned services that declare an after/before/use/want name no service has or
+        provides."""
 
 
 class _Graph:

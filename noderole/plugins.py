@@ -27,7 +27,7 @@ import pluggy
 from noderole import hookspecs
 from noderole.entrypoints import FoundEntryPoint, discover
 from noderole.errors import DefinitionError, NoderoleError, PluginError, UsageError
-from noderole.records import REHEARSAL_INPUTS, RecordBase, Service, SettingsTable
+from noderole.records import RecordBase, Service, SettingsTable
 
 __all__ = [
     "AUTOLOAD_ENV",
@@ -141,6 +141,8 @@ class PluginSet:
 
     def standins(self, node: Any) -> list[Any]:
         """Every rehearsal record plugins supply: stand-in programs, input files, settings."""
+
+        from noderole.rehearsal_records import REHEARSAL_INPUTS
 
         return self.collect_any("noderole_standins", REHEARSAL_INPUTS, {"node": node})
 

@@ -18,7 +18,6 @@ import functools
 import math
 import operator
 import re
-import signal
 import threading
 import types
 from collections.abc import Callable, Iterable, Mapping
@@ -30,6 +29,21 @@ from noderole.errors import DefinitionError
 from noderole.root import climbs_out
 
 if TYPE_CHECKING:
+    from noderole.rehearsal_records import (
+        REHEARSAL_INPUTS as REHEARSAL_INPUTS,
+    )
+    from noderole.rehearsal_records import (
+        FreePort as FreePort,
+    )
+    from noderole.rehearsal_records import (
+        RehearsalFile as RehearsalFile,
+    )
+    from noderole.rehearsal_records import (
+        RehearsalSetting as RehearsalSetting,
+    )
+    from noderole.rehearsal_records import (
+        StandIn as StandIn,
+    )
     from noderole.steps import StepContext
 
 __all__ = [
@@ -117,10 +131,41 @@ def did_you_mean(word: str, choices: Iterable[str]) -> str:
     Pure and cheap: used by records (a misspelled keyword), configuration (an unknown key) and
     ``plan`` (a dependency on a name no service provides).
     """
+    candidates = _may_match(word, sorted(set(choices)), cutoff=0.6)
+    if not candidates:
+        return ""  # the common case (a name of another role): difflib is not even imported
     import difflib
 
-    close = difflib.get_close_matches(word, sorted(set(choices)), n=1, cutoff=0.6)
+    close = difflib.get_close_matches(word, candidates, n=1, cutoff=0.6)
     return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _may_match(word: str, choices: list[str], cutoff: float) -> list[str]:
+    """The ``choices`` that could score ``cutoff`` or more in ``difflib.get_close_matches``.
+
+    Its score (``SequenceMatcher.ratio``) never exceeds ``2 * shared / total``, where ``shared``
+    counts the letters both strings hold (with repeats) and ``total`` is their summed length:
+    difflib's own ``quick_ratio`` bound, computed the same way. A choice under it cannot match,
+    so leaving it out changes no answer; the order of ``choices`` is kept.
+    """
+    counts: dict[str, int] = {}
+    for letter in word:
+        counts[letter] = counts.get(letter, 0) + 1
+    kept = []
+    for choice in choices:
+        total = len(word) + len(choice)
+        if not total:
+            kept.append(choice)  # two empty strings: difflib scores them 1.0
+            continue
+        left = dict(counts)
+        shared = 0
+        for letter in choice:
+            if left.get(letter, 0) > 0:
+                left[letter] -= 1
+                shared += 1
+        if 2.0 * shared / total >= cutoff:
+            kept.append(choice)
+    return kept
 
 
 def _checked(cls: type[T]) -> type[T]:
@@ -685,11 +730,22 @@ def _check_readiness(inst: Any, attribute: attrs.Attribute[Any], value: Any) -> 
 
 # --------------------------------------------------------------------------- supervision
 
-_SIGNALS = {s.name for s in signal.Signals}
+_COMMON_SIGNALS = frozenset(
+    {"SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGKILL", "SIGUSR1", "SIGUSR2"}
+)
+"""Stop signals every POSIX system has: checked without the ``signal`` module, whose import
+builds three enums (``plan`` checks each service's ``stop_signal``, SIGTERM nearly always)."""
+
+
+@functools.cache
+def _signal_names() -> frozenset[str]:
+    import signal
+
+    return frozenset(s.name for s in signal.Signals)
 
 
 def _check_signal(inst: Any, attribute: attrs.Attribute[Any], value: str) -> None:
-    if value not in _SIGNALS:
+    if value not in _COMMON_SIGNALS and value not in _signal_names():
         raise _fail(
             _label(inst), attribute.name, f"must be a signal name such as SIGTERM, got {value!r}"
         )
@@ -988,127 +1044,17 @@ class SettingsTable(RecordBase):
 
 # --------------------------------------------------------------------------- rehearsal
 
-
-@_checked
-@attrs.frozen(kw_only=True, repr=False, eq=False)
-class StandIn(RecordBase):
-    """An executable that stands in for a real one when a role is rehearsed in a scratch root."""
-
-    path: str = attrs.field(validator=_check_absolute)
-    """Node path of the real executable (``/usr/local/bin/k3s``)."""
-    content: str = attrs.field(repr=lambda s: f"<{len(s)} chars>")
-    """The stand-in program's text, with a ``#!`` line."""
-    description: str = ""
-    """What the stand-in does that matters to the boot."""
-    mode: int = attrs.field(default=0o755, validator=_mode)
-    """File mode: 0o755 for a program; 0o644 (or 0o600) for an input file the rehearsal needs,
-    such as a first-boot environment file."""
-    origin: str = attrs.field(default="", eq=False, repr=False)
-    """The plugin that returned this record; stamped by the plugin manager."""
+_REHEARSAL_NAMES = frozenset(
+    {"REHEARSAL_INPUTS", "FreePort", "RehearsalFile", "RehearsalSetting", "StandIn"}
+)
 
 
-# ---------------------------------------------------------------- rehearsal inputs
+def __getattr__(name: str) -> Any:
+    """The rehearsal's records, built on first use in :mod:`noderole.rehearsal_records`: only
+    ``rehearse`` (and a plugin's ``noderole_standins`` hook) makes them, so ``plan`` and
+    ``apply`` do not pay for their classes."""
+    if name in _REHEARSAL_NAMES:
+        from noderole import rehearsal_records
 
-_SETTING_NAME = re.compile(r"[A-Za-z0-9_-]+\Z")
-
-
-def _check_input_path(inst: Any, attribute: attrs.Attribute[Any], value: str) -> None:
-    if not isinstance(value, str) or not value.startswith("/"):
-        raise DefinitionError(
-            f"{type(inst).__name__}: field {attribute.name!r} must be an absolute node path, "
-            f"got {value!r}"
-        )
-
-
-def _check_setting_name(inst: Any, attribute: attrs.Attribute[Any], value: str) -> None:
-    if not isinstance(value, str) or not _SETTING_NAME.match(value):
-        raise DefinitionError(
-            f"{type(inst).__name__}: field {attribute.name!r} must be a settings name (letters, "
-            f"digits, '_' and '-'), got {value!r}"
-        )
-
-
-def _check_setting_value(inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
-    items = value if isinstance(value, tuple) else (value,)
-    if not all(isinstance(item, str | int | float | bool) for item in items):
-        raise DefinitionError(
-            f"{type(inst).__name__}: field 'value' must be a string, number, boolean or a list "
-            f"of them, got {value!r}"
-        )
-
-
-def _tuple_if_list(value: Any) -> Any:
-    return tuple(value) if isinstance(value, list) else value
-
-
-@attrs.frozen(kw_only=True, repr=False, eq=False)
-class RehearsalFile(RecordBase):
-    """An input file a rehearsal writes into its scratch root (a first-boot environment file).
-
-    Example::
-
-        RehearsalFile(path="/etc/my-image/first-boot.env", content="MY_KEY=1\\n")
-    """
-
-    path: str = attrs.field(validator=_check_input_path)
-    """Node path of the file."""
-    content: str = attrs.field(repr=lambda s: f"<{len(s)} chars>")
-    """The file's text. Texts several plugins supply at one path are joined."""
-    mode: int = attrs.field(default=0o644)
-    """File mode (0o600 for a file holding a token)."""
-    description: str = ""
-    """What the file stands for."""
-    origin: str = attrs.field(default="", eq=False, repr=False)
-    """The plugin that returned this record; stamped by the plugin manager."""
-
-    @mode.validator
-    def _check_mode(self, attribute: attrs.Attribute[Any], value: int) -> None:
-        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 0o777:
-            raise DefinitionError(f"RehearsalFile: field 'mode' must be 0o0..0o777, got {value!r}")
-        if value & 0o111:
-            raise DefinitionError(
-                f"RehearsalFile: field 'mode' {value:#o} is executable; a program is a "
-                "noderole.StandIn"
-            )
-
-
-@attrs.frozen(kw_only=True, repr=False, eq=False)
-class RehearsalSetting(RecordBase):
-    """One key of the rehearsal's ``config.toml``: ``[table] key = value``.
-
-    Example::
-
-        RehearsalSetting(table="node-exporter", key="wait_timeout", value=5.0)
-    """
-
-    table: str = attrs.field(validator=_check_setting_name)
-    """Settings table (``[konnectivity]``)."""
-    key: str = attrs.field(validator=_check_setting_name)
-    """Key in the table."""
-    value: Any = attrs.field(converter=_tuple_if_list, validator=_check_setting_value)
-    """String, number, boolean, or a list of them."""
-    origin: str = attrs.field(default="", eq=False, repr=False)
-    """The plugin that returned this record; stamped by the plugin manager."""
-
-
-@attrs.frozen(kw_only=True, repr=False, eq=False)
-class FreePort(RecordBase):
-    """Ask the rehearsal for a free TCP port on 127.0.0.1, set as ``[table] key``.
-
-    The port is chosen once per rehearsal, when the scratch root is staged.
-
-    Example::
-
-        FreePort(table="konnectivity", key="health_port")
-    """
-
-    table: str = attrs.field(validator=_check_setting_name)
-    """Settings table."""
-    key: str = attrs.field(validator=_check_setting_name)
-    """Key in the table that gets the port."""
-    origin: str = attrs.field(default="", eq=False, repr=False)
-    """The plugin that returned this record; stamped by the plugin manager."""
-
-
-REHEARSAL_INPUTS: tuple[type[Any], ...] = (StandIn, RehearsalFile, RehearsalSetting, FreePort)
-"""What ``noderole_standins`` may return."""
+        return getattr(rehearsal_records, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

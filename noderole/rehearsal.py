@@ -33,7 +33,13 @@ import attrs
 
 from noderole.config import CONFIG_PATH
 from noderole.errors import PluginError, UsageError
-from noderole.records import REHEARSAL_INPUTS, FreePort, RehearsalFile, RehearsalSetting, StandIn
+from noderole.rehearsal_records import (
+    REHEARSAL_INPUTS,
+    FreePort,
+    RehearsalFile,
+    RehearsalSetting,
+    StandIn,
+)
 
 if TYPE_CHECKING:
     from noderole.context import NodeContext

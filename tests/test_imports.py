@@ -77,6 +77,23 @@ class TestPublicApi:
             assert getattr(noderole, name) is not None
 
 
+class TestRehearsalRecords:
+    def test_old_and_public_names_are_one_class(self) -> None:
+        """The rehearsal's records moved to their own module; ``noderole.X`` and
+        ``noderole.records.X`` still name the same class."""
+        import noderole
+        import noderole.records
+        import noderole.rehearsal_records
+
+        for name in ("StandIn", "RehearsalFile", "RehearsalSetting", "FreePort"):
+            moved = getattr(noderole.rehearsal_records, name)
+            assert getattr(noderole, name) is moved
+            assert getattr(noderole.records, name) is moved
+        assert noderole.records.REHEARSAL_INPUTS is noderole.rehearsal_records.REHEARSAL_INPUTS
+        with pytest.raises(AttributeError, match="no attribute 'Nothing'"):
+            noderole.records.Nothing  # noqa: B018
+
+
 class TestRootEnvName:
     def test_cli_repeats_the_root_variable_name_correctly(self) -> None:
         """The CLI's copy of NODEROLE_ROOT (kept to avoid an import at --help) matches root.py."""
@@ -106,10 +123,16 @@ PLAN_FORBIDDEN = (
     "noderole.supervisor",
     "cryptography",
     "yaml",
+    "difflib",
+    "noderole.rehearsal_records",
+    "signal",
 )
 """What ``plan`` must not import: it starts nothing, so it needs no engine, no applied state and
-no supervisor client (it shows only the backend's name); and the k3s plugin reads a flat
-config.yaml and writes its drop-ins and manifests without PyYAML."""
+no supervisor client (it shows only the backend's name); the k3s plugin reads a flat
+config.yaml and writes its drop-ins and manifests without PyYAML; its ``after: firewall`` (a
+service of no shipped role) is warned about without difflib, since nothing is close to it; and
+the rehearsal's records (stand-ins, input files) are not built; a SIGTERM stop signal is
+checked without the signal module."""
 
 
 def _modules_after_plan(root: Path, role: str) -> list[str]:

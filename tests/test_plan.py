@@ -726,3 +726,38 @@ class TestCollectorPause:
             assert not gc.isenabled()
         finally:
             gc.enable()
+
+
+class TestPlanValues:
+    def test_plans_compare_and_show_by_their_fields(self) -> None:
+        """Two plans of the same services are equal, field by field; neither a plan nor a planned
+        service hashes (their maps are read-only views); the repr shows every field but the
+        lazily built indexes."""
+
+        def build() -> Plan:
+            return build_plan(
+                [
+                    Service(name="a", roles=["r"], command=["/bin/a"]),
+                    Service(name="b", roles=["r"], need=["a"], command=["/bin/b"], after=["zz"]),
+                ],
+                "r",
+            )
+
+        one, two = build(), build()
+        assert one["a"].name == "a"  # builds one's index: not compared, not shown
+        assert one == two
+        assert one.services[0] == two.services[0]
+        assert one.services[0] != one.services[1]
+        assert one != build_plan([Service(name="a", roles=["r"], command=["/bin/a"])], "r")
+        for value in (one, one.services[0]):
+            with pytest.raises(TypeError, match="unhashable"):
+                hash(value)
+        shown = repr(one)
+        assert shown.startswith("Plan(role='r', services=(PlannedService(service=Service(name='a'")
+        assert shown.endswith(
+            "wave=1, in_role=True, pulled_in_by=None, needs=('a',), wants=(), uses=(), "
+            "after=('a',), provided_by=mappingproxy({}), resolved=mappingproxy({'need': ('a',)}), "
+            "unresolved=mappingproxy({'after': ('zz',)}))), waves=(('a',), ('b',)), "
+            "warnings=(\"b: after 'zz': no service is called or provides 'zz'; the after is "
+            'ignored",))'
+        )

@@ -60,11 +60,13 @@ REAPPLY_FORBIDDEN = (
     "noderole.metrics",
     "secrets",
     "shutil",
+    "tomllib",
     "yaml",
 )
 """What this re-apply must not import: its service has no wait (inotify's ctypes, the probes),
-the node no metrics directory, the output is no terminal (shutil sizes one), and temporary
-file names come from os.urandom (no secrets, hmac, random)."""
+the node no metrics directory, the output is no terminal (shutil sizes one), temporary file
+names come from os.urandom (no secrets, hmac, random), and its unchanged config.toml was parsed
+by the first apply (the parsed document is cached with its text: no TOML parser)."""
 
 STATUS_PROBE = """
 import json, sys
@@ -91,13 +93,15 @@ STATUS_FORBIDDEN = (
     "noderole.supervisor._spec",
     "noderole.supervisor.probes",
     "secrets",
+    "shlex",
     "subprocess",
     "tomllib",
 )
 """What ``status`` of the applied role must not import: no attrs, records or planning (it shows
 the recorded plan as it is), no plugin or plugin machinery, no engine, no process spec or
 readiness probes (it sends none), nothing to name temporary files (it writes none) or to
-spawn a supervisor (one runs), no TOML parser when there is no config file."""
+spawn a supervisor (one runs), no TOML parser (no config file, or one parsed before), no shell
+quoting (it prints no command line)."""
 
 
 def _install(site: Path) -> None:
@@ -150,6 +154,10 @@ def test_unchanged_reapply_imports_no_x509_and_no_metadata(node: object, tmp_pat
     assert "importlib.metadata" not in modules
     # Nothing waited for, no metrics directory, no terminal: none of what those need.
     assert [m for m in modules if m.startswith(REAPPLY_FORBIDDEN)] == []
+
+    status, modules = _apply(tmp_path, site, STATUS_PROBE)  # config.toml is there, unchanged
+    assert [s["state"] for s in status["services"] if s["name"] == "tls"] == ["running"]
+    assert [m for m in modules if m.startswith(STATUS_FORBIDDEN)] == []
 
     (tmp_path / "etc/noderole/config.toml").unlink()  # status reads no settings then
     status, modules = _apply(tmp_path, site, STATUS_PROBE)

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import difflib
 import math
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import attrs
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import noderole
 from noderole.errors import DefinitionError
@@ -174,6 +179,19 @@ class TestSupervision:
         """Negative delays, zero periods and unknown signals are refused, naming the field."""
         with pytest.raises(DefinitionError, match=f"field {field!r}"):
             Supervision(**kwargs)  # type: ignore[arg-type]
+
+    def test_every_signal_name_of_the_platform_is_a_stop_signal(self) -> None:
+        """The names checked without the signal module are real ones; every other name the
+        platform has (SIGRTMIN, SIGWINCH) is accepted too, and only those."""
+        import signal
+
+        names = {s.name for s in signal.Signals}
+        assert {"SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGKILL"} <= names
+        for name in sorted(names):
+            assert Supervision(stop_signal=name).stop_signal == name
+        for name in ("sigterm", "SIGTERM ", "SIG", "TERM", "15"):
+            with pytest.raises(DefinitionError, match="signal name"):
+                Supervision(stop_signal=name)
 
     def test_seed_defaults(self) -> None:
         """Defaults are the seed's: respawn_delay 5, respawn_max 0 (unlimited)."""
@@ -365,6 +383,29 @@ class TestHelpers:
         """The closest name is suggested; nothing when nothing is close."""
         assert did_you_mean("k3ss", ["k3s", "net"]) == " (did you mean 'k3s'?)"
         assert did_you_mean("zzz", ["k3s", "net"]) == ""
+
+    @settings(max_examples=300, deadline=None)
+    @given(
+        word=st.text(alphabet="abk3s-_.", max_size=10),
+        choices=st.lists(st.text(alphabet="abk3s-_.", max_size=10), max_size=6),
+    )
+    def test_did_you_mean_answers_as_difflib_alone(self, word: str, choices: list[str]) -> None:
+        """The cheap prefilter before difflib changes no suggestion (empty strings included)."""
+        close = difflib.get_close_matches(word, sorted(set(choices)), n=1, cutoff=0.6)
+        assert did_you_mean(word, choices) == (f" (did you mean {close[0]!r}?)" if close else "")
+
+    def test_did_you_mean_skips_difflib_when_nothing_is_close(self) -> None:
+        """A name far from every choice (another role's service) does not import difflib."""
+        probe = (
+            "import sys; from noderole.records import did_you_mean; "
+            "assert did_you_mean('firewall', ['k3s', 'konnectivity-server']) == ''; "
+            "print('difflib' in sys.modules); "
+            "did_you_mean('k3ss', ['k3s']); print('difflib' in sys.modules)"
+        )
+        done = subprocess.run(
+            [sys.executable, "-c", probe], capture_output=True, text=True, check=True
+        )
+        assert done.stdout.split() == ["False", "True"]
 
 
 class TestTrailingNewline:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shlex
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +17,8 @@ __all__ = ["echo_status", "format_plan", "format_uptime"]
 
 def format_plan(plan: Plan) -> str:
     """The human-readable plan: one block per service in start order."""
+    import shlex  # here: status and apply print no command line
+
     lines = [f"role {plan.role}: {len(plan.services)} services in {len(plan.waves)} waves"]
     for index, wave in enumerate(plan.waves):
         lines.append(f"wave {index}: {', '.join(wave)}")

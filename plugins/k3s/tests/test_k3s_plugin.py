@@ -295,6 +295,29 @@ class TestRecords:
         with pytest.raises(noderole.DefinitionError, match="absolute"):
             ConfigFile(path="etc/a.yaml", documents={"a": 1})
 
+    def test_records_compare_hash_and_show_by_their_fields(self) -> None:
+        """Equal fields make equal records with one hash, whatever plugin stamped them; the
+        repr names every shown field (not the origin), as attrs' own methods did."""
+        a = ConfigKeys(keys={"kubelet-arg": ["max-pods=200"]}, applies_to="all")
+        b = ConfigKeys(keys={"kubelet-arg": ("max-pods=200",)}, applies_to="all", origin="x")
+        assert a == b
+        assert hash(a) == hash(b)
+        assert a != ConfigKeys(keys={"kubelet-arg": ["max-pods=100"]}, applies_to="all")
+        assert a != ConfigFile(path="/etc/a.yaml", documents={"a": 1})
+        assert repr(a) == (
+            "ConfigKeys(keys=mappingproxy({'kubelet-arg': ('max-pods=200',)}), applies_to='all')"
+        )
+        m = Manifest(name="a.yaml", documents={"kind": "x"}, origin="p")
+        assert m == Manifest(name="a.yaml", documents=[{"kind": "x"}])
+        assert len({m, Manifest(name="a.yaml", documents={"kind": "x"})}) == 1
+        assert repr(m) == "Manifest(name='a.yaml', documents=(mappingproxy({'kind': 'x'}),))"
+        f = ConfigFile(path="/etc/a.yaml", documents={"a": 1}, mode=0o644)
+        assert repr(f) == (
+            "ConfigFile(path='/etc/a.yaml', documents=(mappingproxy({'a': 1}),), mode=420, "
+            "applies_to='server')"
+        )
+        assert f != ConfigFile(path="/etc/a.yaml", documents={"a": 1})
+
 
 class TestRoles:
     def test_server_initialises(self, node_root: ScratchRoot) -> None:

@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import noderole
-from noderole import EnvFileError, RehearsalFile, StepError
+from noderole import EnvFileError, StepError
 from noderole_k3s import hookspecs
 from noderole_k3s.contributions import (
     collect_contributions,
@@ -219,7 +219,7 @@ def noderole_resolve_role(node: NodeContext) -> str | None:
 
 
 @noderole.hookimpl
-def noderole_standins(node: NodeContext) -> list[noderole.StandIn | RehearsalFile]:
+def noderole_standins(node: NodeContext) -> list[noderole.StandIn | noderole.RehearsalFile]:
     cfg = node.settings(TABLE)
     return [
         noderole.StandIn(
@@ -232,13 +232,13 @@ def noderole_standins(node: NodeContext) -> list[noderole.StandIn | RehearsalFil
         ),
         # Inputs a rehearsal needs and that k3s's own files are: a configuration skeleton, and
         # the agent's join values (first-boot.env belongs to the launcher, not to k3s).
-        RehearsalFile(
+        noderole.RehearsalFile(
             path=cfg["config_skel"],
             content="# noderole rehearsal\nwrite-kubeconfig-mode: '0600'\n",
             description="a minimal k3s configuration skeleton",
             mode=0o600,
         ),
-        RehearsalFile(
+        noderole.RehearsalFile(
             path=cfg["first_boot_env"],
             content=(
                 f"{cfg['join_url_key']}=https://127.0.0.1:6443\n"
@@ -247,7 +247,7 @@ def noderole_standins(node: NodeContext) -> list[noderole.StandIn | RehearsalFil
             description="server-join values for a rehearsal (other plugins add their own keys)",
             mode=0o600,
         ),
-        RehearsalFile(
+        noderole.RehearsalFile(
             path=cfg["agent_env"],
             content="K3S_URL=https://127.0.0.1:6443\nK3S_TOKEN=rehearsal-token\n",
             description="agent join values for a rehearsal",

@@ -17,6 +17,7 @@ from typing import Any
 import attrs
 
 from noderole import DefinitionError
+from noderole.records import RecordBase
 
 __all__ = ["APPLIES_TO", "ConfigFile", "ConfigKeys", "Manifest"]
 
@@ -79,8 +80,8 @@ def _check_keys(inst: Any, attribute: attrs.Attribute[Any], value: Mapping[str, 
             )
 
 
-@attrs.frozen(kw_only=True)
-class ConfigKeys:
+@attrs.frozen(kw_only=True, repr=False, eq=False)
+class ConfigKeys(RecordBase):
     """Keys to merge into k3s's configuration (``config.yaml`` syntax), for server or agent.
 
     Scalars must agree across plugins; lists are concatenated (duplicates dropped) after the
@@ -101,8 +102,8 @@ class ConfigKeys:
     """The plugin that returned it (stamped by noderole)."""
 
 
-@attrs.frozen(kw_only=True)
-class Manifest:
+@attrs.frozen(kw_only=True, repr=False, eq=False)
+class Manifest(RecordBase):
     """A Kubernetes manifest staged into k3s's auto-deploy directory.
 
     k3s applies every file in ``/var/lib/rancher/k3s/server/manifests`` on start and whenever it
@@ -133,8 +134,8 @@ class Manifest:
             )
 
 
-@attrs.frozen(kw_only=True)
-class ConfigFile:
+@attrs.frozen(kw_only=True, repr=False, eq=False)
+class ConfigFile(RecordBase):
     """A file the k3s server reads at start (an egress selector or audit policy configuration).
 
     Written before k3s starts; reference it from the configuration you contribute

@@ -16,7 +16,6 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import noderole
-from noderole import FreePort, RehearsalFile
 from noderole_k3s import ConfigFile, ConfigKeys, Manifest
 from noderole_konnectivity.standins import KONNECTIVITY_STANDIN
 from noderole_konnectivity.wiring import (
@@ -370,7 +369,7 @@ def noderole_standins(node: NodeContext) -> list[Any]:
             content=KONNECTIVITY_STANDIN,
             description="records its argv, answers /healthz on --health-port, stays up",
         ),
-        RehearsalFile(
+        noderole.RehearsalFile(
             path=cfg["first_boot_env"],
             content=(
                 "# noderole rehearsal\n"
@@ -380,7 +379,7 @@ def noderole_standins(node: NodeContext) -> list[Any]:
         ),
         # A free health port, chosen once by the rehearsal, so a rehearsal never collides with
         # a real konnectivity-server (8092) or another rehearsal on the same machine.
-        FreePort(table=TABLE, key="health_port"),
+        noderole.FreePort(table=TABLE, key="health_port"),
     ]
 
 

@@ -1,0 +1,92 @@
+"""``config.toml`` parsed once, not on every command: the parsed document is kept beside its text.
+
+Importing ``tomllib`` and parsing the file cost more than everything else ``status`` does with
+it, and the file changes only when an operator edits it. The cache holds the exact text it was
+parsed from and the document (tables, strings, numbers, booleans, lists); a command whose file
+text is byte for byte that text uses the document, anything else parses the file. No time stamps
+are involved, so an edit within the file system's time granularity cannot be missed.
+
+Only ``apply`` stores (:func:`store_parsed`, once it writes the node's records anyway, and it
+records the file for ``reset``): ``plan``, ``status`` and an apply that decides nothing leave the
+root as they found it. The cache is an optimisation: one that cannot be read, is damaged or
+cannot be written is ignored (a read-only ``/var/cache``, an unprivileged user). It is written
+with mode 0600, as settings can be secrets, and never holds a document TOML dates or times are
+in (JSON has no such type). It imports only the standard library: ``status`` uses it without
+attrs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+__all__ = ["CONFIG_CACHE", "parse_config_text", "store_parsed"]
+
+CONFIG_CACHE = "/var/cache/noderole/config.json"
+"""Where the parsed configuration is kept, as a node path (under ``--root``)."""
+_FORMAT = 1
+_PLAIN = (str, int, float, bool)
+_UNSTORED: dict[Path, dict[str, Any]] = {}
+"""What this process parsed and found no cache for, by cache path, for :func:`store_parsed`."""
+
+
+def parse_config_text(text: str, cache: Path | None) -> dict[str, Any]:
+    """``tomllib.loads(text)``, from ``cache`` when it was made from this very text.
+
+    Writes nothing: a parse the cache did not have is kept for :func:`store_parsed`. Raises what
+    ``tomllib.loads`` raises (``TOMLDecodeError``, a ``ValueError``) for text that is not TOML.
+    """
+    if cache is not None:
+        try:
+            stored = json.loads(cache.read_bytes())
+        except (OSError, ValueError):
+            stored = None
+        if (
+            isinstance(stored, dict)
+            and stored.get("format") == _FORMAT
+            and stored.get("text") == text
+            and isinstance(stored.get("document"), dict)
+        ):
+            document: dict[str, Any] = stored["document"]
+            return document
+    import tomllib  # only on a first read or after an edit
+
+    document = tomllib.loads(text)
+    if cache is not None and _plain(document):
+        _UNSTORED[cache] = {"format": _FORMAT, "text": text, "document": document}
+    return document
+
+
+def store_parsed(cache: Path) -> bool:
+    """Write to ``cache`` what this process parsed and did not find there: True when written."""
+    content = _UNSTORED.pop(cache, None)
+    return content is not None and _store(cache, content)
+
+
+def _plain(value: Any) -> bool:
+    """True when JSON gives ``value`` back as it is (no dates or times anywhere in it)."""
+    if isinstance(value, dict):
+        return all(_plain(item) for item in value.values())
+    if isinstance(value, list):
+        return all(_plain(item) for item in value)
+    return isinstance(value, _PLAIN)
+
+
+def _store(cache: Path, content: dict[str, Any]) -> bool:
+    """Replace ``cache`` with ``content`` (a unique temporary file, then a rename): True, or
+    False and nothing changed."""
+    temporary = cache.with_name(f".{cache.name}.{os.getpid()}.{os.urandom(4).hex()}")
+    try:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with open(descriptor, "wb") as file:
+            file.write(json.dumps(content).encode())
+        os.replace(temporary, cache)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        return False
+    return True
