@@ -7,7 +7,6 @@ regression.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -15,15 +14,7 @@ from pathlib import Path
 
 import pytest
 
-PROBE = """
-import json, sys
-from noderole.cli import main
-try:
-    main(["--help"])
-except SystemExit:
-    pass
-print(json.dumps(sorted(sys.modules)), file=sys.stderr)
-"""
+from tests.modules_probe import run_and_list_modules
 
 FORBIDDEN_PREFIXES = (
     "cryptography",
@@ -41,9 +32,7 @@ FORBIDDEN_PREFIXES = (
 
 
 def _modules_after_help() -> list[str]:
-    done = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, check=True)
-    modules: list[str] = json.loads(done.stderr.strip().splitlines()[-1])
-    return modules
+    return run_and_list_modules(["--help"])[1]
 
 
 class TestHelpImports:
@@ -103,17 +92,6 @@ class TestRootEnvName:
         assert noderole.cli.ROOT_ENV == noderole.root.ROOT_ENV
 
 
-PLAN_PROBE = """
-import json, sys
-from noderole.cli import main
-try:
-    main(["--root", sys.argv[1], "plan", sys.argv[2]])
-except SystemExit as exc:
-    if exc.code not in (None, 0, 12):
-        raise
-print(json.dumps(sorted(sys.modules)), file=sys.stderr)
-"""
-
 PLAN_FORBIDDEN = (
     "noderole.engine",
     "noderole.steps",
@@ -136,16 +114,7 @@ checked without the signal module."""
 
 
 def _modules_after_plan(root: Path, role: str) -> list[str]:
-    env = {k: v for k, v in os.environ.items() if k != "NODEROLE_ROOT"}
-    done = subprocess.run(
-        [sys.executable, "-c", PLAN_PROBE, str(root), role],
-        capture_output=True,
-        text=True,
-        env=env,
-    )
-    assert done.returncode == 0, done.stderr
-    modules: list[str] = json.loads(done.stderr.strip().splitlines()[-1])
-    return modules
+    return run_and_list_modules(["--root", str(root), "plan", role], exit_codes=(None, 0, 12))[1]
 
 
 class TestPlanImports:

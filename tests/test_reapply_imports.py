@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
 from typing import Any
 
+from tests.modules_probe import run_and_list_modules
 from tests.test_certs import CA_CERT, CA_KEY, Node, make_ca
 from tests.test_engine import SLEEPER
 from tests.test_engine import node as node  # the fixture: ends the root's processes
@@ -42,18 +42,6 @@ def noderole_services():
     ]
 """
 
-PROBE = """
-import json, sys
-from noderole.cli import main
-try:
-    main(["--root", sys.argv[1], "apply", "demo", "--json"])
-except SystemExit as exc:
-    if exc.code:
-        raise
-print(json.dumps(sorted(sys.modules)), file=sys.stderr)
-"""
-
-
 REAPPLY_FORBIDDEN = (
     "ctypes",
     "noderole.supervisor.probes",
@@ -67,17 +55,6 @@ REAPPLY_FORBIDDEN = (
 the node no metrics directory, the output is no terminal (shutil sizes one), temporary file
 names come from os.urandom (no secrets, hmac, random), and its unchanged config.toml was parsed
 by the first apply (the parsed document is cached with its text: no TOML parser)."""
-
-STATUS_PROBE = """
-import json, sys
-from noderole.cli import main
-try:
-    main(["--root", sys.argv[1], "status", "--json"])
-except SystemExit as exc:
-    if exc.code:
-        raise
-print(json.dumps(sorted(sys.modules)), file=sys.stderr)
-"""
 
 STATUS_FORBIDDEN = (
     "attr",
@@ -114,15 +91,14 @@ def _install(site: Path) -> None:
     )
 
 
-def _apply(root: Path, site: Path, probe: str = PROBE) -> tuple[dict[str, Any], list[str]]:
+def _apply(root: Path, site: Path, command: str = "apply") -> tuple[dict[str, Any], list[str]]:
+    """Run ``noderole --root ROOT COMMAND --json`` (``apply demo`` or ``status``) with the
+    probe plugin installed; its JSON answer and the modules it imported."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), *sys.path])}
     env.pop("NODEROLE_ROOT", None)
-    done = subprocess.run(
-        [sys.executable, "-c", probe, str(root)], capture_output=True, text=True, env=env
-    )
-    assert done.returncode == 0, done.stderr
-    modules: list[str] = json.loads(done.stderr.strip().splitlines()[-1])
-    return json.loads(done.stdout), modules
+    argv = ["--root", str(root), *(["apply", "demo"] if command == "apply" else [command])]
+    stdout, modules = run_and_list_modules([*argv, "--json"], env=env)
+    return json.loads(stdout), modules
 
 
 def test_unchanged_reapply_imports_no_x509_and_no_metadata(node: object, tmp_path: Path) -> None:
@@ -155,11 +131,11 @@ def test_unchanged_reapply_imports_no_x509_and_no_metadata(node: object, tmp_pat
     # Nothing waited for, no metrics directory, no terminal: none of what those need.
     assert [m for m in modules if m.startswith(REAPPLY_FORBIDDEN)] == []
 
-    status, modules = _apply(tmp_path, site, STATUS_PROBE)  # config.toml is there, unchanged
+    status, modules = _apply(tmp_path, site, "status")  # config.toml is there, unchanged
     assert [s["state"] for s in status["services"] if s["name"] == "tls"] == ["running"]
     assert [m for m in modules if m.startswith(STATUS_FORBIDDEN)] == []
 
     (tmp_path / "etc/noderole/config.toml").unlink()  # status reads no settings then
-    status, modules = _apply(tmp_path, site, STATUS_PROBE)
+    status, modules = _apply(tmp_path, site, "status")
     assert [s["state"] for s in status["services"] if s["name"] == "tls"] == ["running"]
     assert [m for m in modules if m.startswith(STATUS_FORBIDDEN)] == []

@@ -1,0 +1,50 @@
+"""What a ``noderole`` command imports: run it in a fresh interpreter and read ``sys.modules``.
+
+The import guards (``--help``, ``plan``, a re-apply, ``status``) share this one probe, so each
+guard states only its command line and what that command must not import.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+
+__all__ = ["run_and_list_modules"]
+
+_PROBE = """
+import json, sys
+from noderole.cli import main
+accepted = json.loads(sys.argv[2])
+try:
+    main(json.loads(sys.argv[1]))
+except SystemExit as exc:
+    if exc.code not in accepted:
+        raise
+print(json.dumps(sorted(sys.modules)), file=sys.stderr)
+"""
+
+
+def run_and_list_modules(
+    argv: Sequence[str],
+    *,
+    exit_codes: Sequence[int | None] = (None, 0),
+    env: Mapping[str, str] | None = None,
+) -> tuple[str, list[str]]:
+    """Run ``noderole ARGV`` through :func:`noderole.cli.main` in a new interpreter (without
+    ``NODEROLE_ROOT`` unless ``env`` sets it); its standard output and the modules it had
+    imported when it ended. Fails the test when it exits with a code not in ``exit_codes``."""
+    environment = dict(env if env is not None else os.environ)
+    if env is None:
+        environment.pop("NODEROLE_ROOT", None)
+    done = subprocess.run(
+        [sys.executable, "-c", _PROBE, json.dumps(list(argv)), json.dumps(list(exit_codes))],
+        capture_output=True,
+        text=True,
+        env=environment,
+    )
+    assert done.returncode == 0, done.stderr
+    modules: list[str] = json.loads(done.stderr.strip().splitlines()[-1])
+    return done.stdout, modules
