@@ -884,7 +884,15 @@ class Operations:
         (:func:`noderole.renewal.renew`)."""
         from noderole.renewal import renew
 
-        report = renew(self, plan, backend, progress=progress, lock_timeout=lock_timeout)
+        report = renew(
+            plan,
+            backend,
+            root=self.root,
+            clock=self.clock,
+            readiness_timeout=float(self.setting("readiness_timeout")),
+            progress=progress,
+            lock_timeout=lock_timeout,
+        )
         self.publish_metrics(plan, backend, None)  # the certificates' expiry moved
         return report
 
@@ -892,7 +900,7 @@ class Operations:
         """Every certificate ``role``'s services mint, with its verdict now (``cert check``)."""
         from noderole.renewal import role_certificates
 
-        return role_certificates(self, role)
+        return role_certificates(self.plan(role), root=self.root, clock=self.clock)
 
     def reset(
         self,
@@ -906,7 +914,16 @@ class Operations:
         """Stop ``role``'s services and remove what noderole wrote (:mod:`noderole.reset`)."""
         from noderole.reset import reset
 
-        return reset(self, role, backend, purge=purge, dry_run=dry_run, lock_timeout=lock_timeout)
+        return reset(
+            role,
+            backend,
+            root=self.root,
+            clock=self.clock,
+            plan_for=self.plan,
+            purge=purge,
+            dry_run=dry_run,
+            lock_timeout=lock_timeout,
+        )
 
     # ---------------------------------------------------------------- render
 

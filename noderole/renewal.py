@@ -23,8 +23,8 @@ from noderole.root import NodeRoot
 
 if TYPE_CHECKING:
     from noderole.backends import Backend
+    from noderole.clock import Clock
     from noderole.engine import ApplyReport, Progress
-    from noderole.operations import Operations
     from noderole.plan import Plan
 
 __all__ = ["CertificateCheck", "check_certificates", "renew", "role_certificates"]
@@ -68,8 +68,8 @@ class CertificateCheck:
         return data
 
 
-def _now(ops: Operations) -> dt.datetime:
-    return dt.datetime.fromtimestamp(ops.clock.time(), tz=dt.UTC)
+def _now(clock: Clock) -> dt.datetime:
+    return dt.datetime.fromtimestamp(clock.time(), tz=dt.UTC)
 
 
 def check_certificates(
@@ -113,14 +113,13 @@ def check_certificates(
     return checks
 
 
-def role_certificates(ops: Operations, role: str) -> list[CertificateCheck]:
-    """Every certificate the services of ``role`` mint (running or not), in plan order."""
-    plan = ops.plan(role)
-    now = _now(ops)
+def role_certificates(plan: Plan, *, root: NodeRoot, clock: Clock) -> list[CertificateCheck]:
+    """Every certificate the services of ``plan``'s role mint (running or not), in plan order."""
+    now = _now(clock)
     return [
         check
         for entry in plan.services
-        for check in check_certificates(entry.service, root=ops.root, now=now)
+        for check in check_certificates(entry.service, root=root, now=now)
     ]
 
 
@@ -134,10 +133,12 @@ def _mints(service: Service) -> bool:
 
 
 def renew(
-    ops: Operations,
     plan: Plan,
     backend: Backend,
     *,
+    root: NodeRoot,
+    clock: Clock,
+    readiness_timeout: float,
     progress: Progress | None = None,
     lock_timeout: float = 300.0,
 ) -> ApplyReport:
@@ -146,24 +147,25 @@ def renew(
     Under the node lock. The report has one entry per running service that mints a certificate:
     ``restarted`` (or ``failed``) with the engine's reason for the renewed ones, ``running`` with
     each certificate's validity for the others. Stopped services are not touched (``apply``
-    starts them).
+    starts them). ``readiness_timeout`` bounds the wait for a restarted service (``[noderole]
+    readiness_timeout``).
     """
     from noderole.console import QuietProgress
     from noderole.engine import ApplyReport, ServiceReport, apply_plan
     from noderole.state import node_lock, read_applied, write_applied
 
-    started = ops.clock.monotonic()
+    started = clock.monotonic()
     reports: dict[str, ServiceReport] = {}
-    with node_lock(ops.root, timeout=lock_timeout, clock=ops.clock, what=f"renew {plan.role}"):
+    with node_lock(root, timeout=lock_timeout, clock=clock, what=f"renew {plan.role}"):
         candidates = [e.name for e in plan.services if _mints(e.service)]
         current = backend.status(candidates)
-        now = _now(ops)
+        now = _now(clock)
         due: list[str] = []
         for name in candidates:
             status = current.get(name)
             if status is None or status.state not in _UP:
                 continue
-            checks = check_certificates(plan[name].service, root=ops.root, now=now)
+            checks = check_certificates(plan[name].service, root=root, now=now)
             errors = [f"{c.path}: {c.error}" for c in checks if c.error]
             if errors:
                 reports[name] = ServiceReport(
@@ -180,25 +182,25 @@ def renew(
                     name=name, status="running", reason=f"certificate good: {good}", pid=status.pid
                 )
         if due:
-            previous = read_applied(ops.root)
+            previous = read_applied(root)
             recorded: dict[str, dict[str, str]] = {}
             renewed = apply_plan(
                 plan.subset(due),
-                root=ops.root,
-                clock=ops.clock,
+                root=root,
+                clock=clock,
                 backend=backend,
                 progress=progress if progress is not None else QuietProgress(),
-                readiness_timeout=float(ops.setting("readiness_timeout")),
+                readiness_timeout=readiness_timeout,
                 previous=previous,
                 on_digests=recorded.update,
             )
-            write_applied(ops.root, {**previous, **recorded})
+            write_applied(root, {**previous, **recorded})
             reports.update({r.name: r for r in renewed.services})
     return ApplyReport(
         role=plan.role,
         backend=backend.name,
         services=tuple(reports[e.name] for e in plan.services if e.name in reports),
-        seconds=ops.clock.monotonic() - started,
+        seconds=clock.monotonic() - started,
     )
 
 

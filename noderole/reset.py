@@ -18,8 +18,11 @@ import attrs
 from noderole.manifest import Removal, apply_reset, plan_reset
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from noderole.backends import Backend
-    from noderole.operations import Operations
+    from noderole.clock import Clock
+    from noderole.plan import Plan
     from noderole.root import NodeRoot
 
 __all__ = ["ResetReport", "reset"]
@@ -62,24 +65,27 @@ class ResetReport:
 
 
 def reset(
-    ops: Operations,
     role: str | None,
     backend: Backend | None,
     *,
     purge: bool = False,
+    root: NodeRoot,
+    clock: Clock,
+    plan_for: Callable[[str], Plan],
     dry_run: bool = False,
     lock_timeout: float = 300.0,
 ) -> ResetReport:
     """Stop ``role`` (default: the recorded one) through ``backend`` and remove what noderole
-    wrote. With ``dry_run`` nothing changes and the report lists what would."""
+    wrote. With ``dry_run`` nothing changes and the report lists what would. ``plan_for`` plans
+    a role (a :class:`~noderole.errors.PlanError` when no plugin knows it any more)."""
     from noderole.errors import PlanError
     from noderole.state import LOCK_FILE, RUN_DIR, node_lock, read_role
 
-    chosen = role or read_role(ops.root)
+    chosen = role or read_role(root)
     stopping: list[str] = []
     if chosen is not None:
         try:
-            plan = ops.plan(chosen)
+            plan = plan_for(chosen)
         except PlanError:
             if role:
                 raise
@@ -88,9 +94,9 @@ def reset(
             plan = None
         if plan is not None:
             stopping = [n for n in plan.stop_order() if plan[n].service.command is not None]
-    lock = ops.root.resolve(LOCK_FILE)
+    lock = root.resolve(LOCK_FILE)
     had_lock = lock.exists()
-    removals = _planned(ops.root, purge=purge, had_lock=had_lock)
+    removals = _planned(root, purge=purge, had_lock=had_lock)
     if dry_run or not (stopping or any(r.action != "keep" for r in removals)):
         return ResetReport(
             role=chosen,
@@ -99,22 +105,22 @@ def reset(
             removed=(),
             dry_run=dry_run,
         )
-    with node_lock(ops.root, timeout=lock_timeout, clock=ops.clock, what="reset"):
+    with node_lock(root, timeout=lock_timeout, clock=clock, what="reset"):
         if stopping and backend is not None:
             backend.stop(stopping)
         supervisor = getattr(backend, "supervisor", None)
         if supervisor is not None:  # the native backend: its daemon goes with the role
             supervisor.shutdown()
-        removals = _planned(ops.root, purge=purge, had_lock=had_lock)  # after the stop's writes
-        removed = apply_reset(ops.root, removals)
+        removals = _planned(root, purge=purge, had_lock=had_lock)  # after the stop's writes
+        removed = apply_reset(root, removals)
         from noderole.backends.systemd import reload_after_removal
 
         # systemd keeps removed units loaded until told; OpenRC rereads /etc/init.d by itself.
-        reload_after_removal(ops.root, removed)
+        reload_after_removal(root, removed)
     if not had_lock:  # the lock this reset made for itself goes too
         lock.unlink(missing_ok=True)
     with contextlib.suppress(OSError):  # not empty: something else still lives there
-        os.rmdir(ops.root.resolve(RUN_DIR))
+        os.rmdir(root.resolve(RUN_DIR))
     return ResetReport(
         role=chosen,
         stopped=tuple(stopping),
