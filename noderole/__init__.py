@@ -77,7 +77,7 @@ if TYPE_CHECKING:
     from noderole.render import render_systemd as render_systemd
     from noderole.render import write_rendered as write_rendered
     from noderole.root import NodeRoot as NodeRoot
-    from noderole.steps import StepContext as StepContext
+    from noderole.stepcontext import StepContext as StepContext
     from noderole.steps import StepResult as StepResult
     from noderole.waits import missing as missing
     from noderole.waits import run_wait as run_wait

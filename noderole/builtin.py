@@ -17,7 +17,7 @@ from noderole.records import Call, Service, Setting, SettingsTable
 from noderole.schedule import renew_service
 
 if TYPE_CHECKING:
-    from noderole.steps import StepContext
+    from noderole.stepcontext import StepContext
 
 __all__ = ["cgroups_mounted", "network_up"]
 

@@ -30,10 +30,11 @@ from noderole.errors import NoderoleError, StepError
 from noderole.plan import Plan, PlannedService
 from noderole.records import Service
 from noderole.root import NodeRoot
-from noderole.steps import StepContext, StepResult, run_steps, warm_certificates
+from noderole.stepcontext import StepContext
+from noderole.steps import StepResult, run_steps, warm_certificates
 
 if TYPE_CHECKING:
-    from noderole.waits import Cancel
+    from noderole.stepcontext import Cancel
 
 __all__ = [
     "ApplyReport",
@@ -252,7 +253,7 @@ class _Run:
         previous: Mapping[str, Mapping[str, str]],
         progress_every: float = 0.0,
     ) -> None:
-        from noderole.waits import Cancel
+        from noderole.stepcontext import Cancel
 
         self.plan = plan
         self.progress_every = progress_every
@@ -361,7 +362,7 @@ class _Run:
             cancel=cancel,
             progress_every=self.progress_every,
         )
-        from noderole.waits import WaitCancelled
+        from noderole.errors import WaitCancelled
 
         try:
             results = run_steps(service.pre_start, ctx)
@@ -513,7 +514,8 @@ class _Run:
         try:
             if name in self._ready:
                 return self._ready[name]
-            from noderole.waits import WaitCancelled, run_wait
+            from noderole.errors import WaitCancelled
+            from noderole.waits import run_wait
 
             timeout = min(readiness.timeout, self.readiness_timeout)
             bounded = attrs.evolve(readiness, timeout=timeout)

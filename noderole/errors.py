@@ -39,6 +39,7 @@ __all__ = [
     "PluginError",
     "StepError",
     "UsageError",
+    "WaitCancelled",
     "WaitTimeout",
 ]
 
@@ -143,6 +144,10 @@ class StepError(NoderoleError):
 
 class WaitTimeout(StepError, TimeoutError):
     """A bounded wait ran out of time; the message names what is still missing and for how long."""
+
+
+class WaitCancelled(StepError):
+    """A wait was given up before its bound because what it waited for can no longer come."""
 
 
 class CertificateError(NoderoleError, ValueError):

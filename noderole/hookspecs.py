@@ -21,14 +21,8 @@ import pluggy
 
 if TYPE_CHECKING:
     from noderole.context import NodeContext
-    from noderole.records import (
-        FreePort,
-        RehearsalFile,
-        RehearsalSetting,
-        Service,
-        SettingsTable,
-        StandIn,
-    )
+    from noderole.records import Service, SettingsTable
+    from noderole.rehearsal_records import FreePort, RehearsalFile, RehearsalSetting, StandIn
 
 __all__ = ["PROJECT", "hookimpl", "hookspec"]
 

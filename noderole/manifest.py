@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Literal
 
 import attrs
 
+from noderole.paths import LOCK_FILE, RUN_DIR, STATE_DIR
 from noderole.root import NodeRoot
 
 if TYPE_CHECKING:
@@ -95,7 +96,7 @@ _VOLATILE: frozenset[str] = frozenset({"runtime", "log"})
 _STAMPS = "/var/lib/noderole/certs"
 """Certificate stamps (:mod:`noderole.certstamp`): a cache of verified checks, all noderole's."""
 
-_OWN_DIRECTORIES = ("/run/noderole", _STAMPS, "/var/lib/noderole")
+_OWN_DIRECTORIES = (RUN_DIR, _STAMPS, STATE_DIR)
 """noderole's own directories: removed by a reset that leaves them empty (deepest first)."""
 
 # The native supervisor's files in /run/noderole (noderole.supervisor keeps them there).
@@ -280,8 +281,6 @@ def record_processes(root: NodeRoot, plan: Plan, backend: str) -> None:
     """After an apply: the pidfiles and logs of ``plan``'s processes, the node lock and, for the
     native backend, the supervisor's run files (written by the processes, not by a writer that
     could record them itself)."""
-    from noderole.state import LOCK_FILE, RUN_DIR
-
     services = [entry.service for entry in plan.services if entry.service.command is not None]
     runtime = [LOCK_FILE]
     if backend == "native":

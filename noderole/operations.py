@@ -33,7 +33,8 @@ if TYPE_CHECKING:
     from noderole.plan import Plan
     from noderole.plugins import PluginSet
     from noderole.recorded import RecordedPlan, RecordedService, RecordedView
-    from noderole.records import Service, StandIn, Wait
+    from noderole.records import Service, Wait
+    from noderole.rehearsal_records import StandIn
     from noderole.render import Rendered
     from noderole.renewal import CertificateCheck
     from noderole.reset import ResetReport

@@ -29,28 +29,9 @@ from noderole.errors import DefinitionError
 from noderole.root import climbs_out
 
 if TYPE_CHECKING:
-    from noderole.rehearsal_records import (
-        REHEARSAL_INPUTS as REHEARSAL_INPUTS,
-    )
-    from noderole.rehearsal_records import (
-        FreePort as FreePort,
-    )
-    from noderole.rehearsal_records import (
-        RehearsalFile as RehearsalFile,
-    )
-    from noderole.rehearsal_records import (
-        RehearsalSetting as RehearsalSetting,
-    )
-    from noderole.rehearsal_records import (
-        StandIn as StandIn,
-    )
-    from noderole.steps import StepContext
+    from noderole.stepcontext import StepContext
 
 __all__ = [
-    "REHEARSAL_INPUTS",
-    "FreePort",
-    "RehearsalFile",
-    "RehearsalSetting",
     "Call",
     "Fail",
     "MakeDirectories",
@@ -60,7 +41,6 @@ __all__ = [
     "Service",
     "Setting",
     "SettingsTable",
-    "StandIn",
     "Step",
     "Supervision",
     "Wait",
@@ -699,7 +679,7 @@ class Call(RecordBase):
     """
 
     function: Callable[[StepContext], None] = attrs.field(eq=False)
-    """Called with a :class:`noderole.steps.StepContext`."""
+    """Called with a :class:`noderole.StepContext`."""
     description: str = attrs.field(validator=attrs.validators.min_len(1))
     """What the function does, for ``plan`` and progress output."""
     key: str = ""
@@ -1040,21 +1020,3 @@ class SettingsTable(RecordBase):
     """What the table configures."""
     origin: str = attrs.field(default="", eq=False, repr=False)
     """The plugin that returned this record; stamped by the plugin manager."""
-
-
-# --------------------------------------------------------------------------- rehearsal
-
-_REHEARSAL_NAMES = frozenset(
-    {"REHEARSAL_INPUTS", "FreePort", "RehearsalFile", "RehearsalSetting", "StandIn"}
-)
-
-
-def __getattr__(name: str) -> Any:
-    """The rehearsal's records, built on first use in :mod:`noderole.rehearsal_records`: only
-    ``rehearse`` (and a plugin's ``noderole_standins`` hook) makes them, so ``plan`` and
-    ``apply`` do not pay for their classes."""
-    if name in _REHEARSAL_NAMES:
-        from noderole import rehearsal_records
-
-        return getattr(rehearsal_records, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -2,9 +2,8 @@
 
 Only ``noderole rehearse`` and the plugins' ``noderole_standins`` hooks build them, so they live
 apart from :mod:`noderole.records`: ``plan`` and ``apply`` import that module and would otherwise
-pay for these classes (attrs writes and compiles each one's ``__init__`` at import). Their names
-stay where they were: ``noderole.StandIn`` and ``noderole.records.StandIn`` both load this module
-on first use.
+pay for these classes (attrs writes and compiles each one's ``__init__`` at import). Plugins
+name them ``noderole.StandIn`` (and so on), which loads this module on first use.
 """
 
 from __future__ import annotations

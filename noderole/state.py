@@ -32,6 +32,14 @@ from typing import Any
 
 from noderole.clock import Clock
 from noderole.errors import LockedError, NoderoleError
+from noderole.paths import (
+    APPLIED_FILE,
+    LAST_APPLY_FILE,
+    LOCK_FILE,
+    ROLE_FILE,
+    RUN_DIR,
+    STATE_DIR,
+)
 from noderole.root import NodeRoot
 from noderole.supervisor import _safeopen
 
@@ -53,13 +61,6 @@ __all__ = [
     "write_role",
     "write_state_file",
 ]
-
-RUN_DIR = "/run/noderole"
-STATE_DIR = "/var/lib/noderole"
-ROLE_FILE = "/var/lib/noderole/role"
-APPLIED_FILE = "/var/lib/noderole/applied.json"
-LOCK_FILE = f"{RUN_DIR}/apply.lock"
-LAST_APPLY_FILE = "/var/lib/noderole/last-apply.json"
 
 
 def read_last_apply(root: NodeRoot) -> dict[str, Any]:

@@ -14,12 +14,10 @@ from __future__ import annotations
 import sys
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import attrs
 
-from noderole.clock import Clock, SystemClock
 from noderole.errors import NoderoleError, StepError
 from noderole.manifest import record
 from noderole.records import (
@@ -33,73 +31,12 @@ from noderole.records import (
     WriteFile,
 )
 from noderole.root import NodeRoot
+from noderole.stepcontext import StepContext
 
 if TYPE_CHECKING:
     from noderole.certstamp import CertOutcome
-    from noderole.waits import Cancel
 
 __all__ = ["StepContext", "StepResult", "run_step", "run_steps", "warm_certificates"]
-
-
-@attrs.define(kw_only=True)
-class StepContext:
-    """What a step (and a plugin's :class:`noderole.Call` function) gets to work with."""
-
-    service: str
-    """Name of the service whose steps run."""
-    root: NodeRoot
-    """The node root; use :meth:`resolve` for every node path."""
-    clock: Clock = attrs.field(factory=SystemClock)
-    """The clock: never call ``time.sleep`` in a step, call ``ctx.clock.sleep``."""
-    progress: Callable[[str], None] = attrs.field(default=lambda text: None)
-    """Report what the step is waiting for (shown by ``apply``'s console output)."""
-    written: list[str] = attrs.field(factory=list)
-    """Node paths the steps wrote so far (for reports and the plugin-author kit). A
-    :class:`noderole.Call` function that writes a file appends its node path here, so
-    ``noderole reset`` removes it."""
-    cancel: Cancel | None = None
-    """Set by ``apply`` when a service this one is ordered after failed: waits end at once."""
-    progress_every: float = 0.0
-    """Seconds between "still waiting" progress lines of a long wait (0: only the first)."""
-
-    def resolve(self, node_path: str) -> Path:
-        """Where a node path lives on this machine."""
-        return self.root.resolve(node_path)
-
-    def poll(
-        self,
-        check: Callable[[], bool],
-        *,
-        timeout: float,
-        what: str,
-        interval: float = 0.1,
-    ) -> float:
-        """Call ``check`` until it returns True; raise :class:`WaitTimeout` after ``timeout``.
-
-        For conditions no inotify event announces (an interface getting an address). Returns the
-        seconds waited.
-        """
-        from noderole.errors import WaitTimeout
-
-        start = self.clock.monotonic()
-        announced = False
-        next_report = 0.0
-        while True:
-            if check():
-                return self.clock.monotonic() - start
-            if self.cancel is not None:
-                self.cancel.check()
-            waited = self.clock.monotonic() - start
-            if waited >= timeout:
-                raise WaitTimeout(f"{what} not true after {round(waited)}s")
-            if not announced:
-                self.progress(f"waiting for {what}")
-                announced = True
-                next_report = self.progress_every
-            elif self.progress_every > 0 and waited >= next_report:
-                self.progress(f"still waiting for {what} ({waited:.0f}s of {timeout:g}s)")
-                next_report += self.progress_every
-            self.clock.sleep(min(interval, timeout - waited))
 
 
 @attrs.frozen(kw_only=True)

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypeAlias
 
 from noderole.clock import Clock
-from noderole.errors import StepError, WaitTimeout
+from noderole.errors import WaitTimeout
 from noderole.records import (
     Wait,
     WaitForCommand,
@@ -48,12 +48,12 @@ from noderole.root import NodeRoot
 if TYPE_CHECKING:
     import ctypes
 
+    from noderole.stepcontext import Cancel
     from noderole.supervisor import probes
 
 __all__ = [
     "CANCEL_CHECK",
     "COMMAND_POLL_CAP",
-    "Cancel",
     "POLL_CAP",
     "POLL_FIRST",
     "SAFETY_RECHECK",
@@ -61,7 +61,6 @@ __all__ = [
     "missing",
     "probe_for",
     "run_wait",
-    "WaitCancelled",
 ]
 
 POLL_FIRST = 0.005
@@ -89,39 +88,6 @@ _IN_ONLYDIR = 0x01000000
 _WATCH_MASK = _IN_CREATE | _IN_MOVED_TO | _IN_ATTRIB | _IN_DELETE_SELF | _IN_MOVE_SELF | _IN_ONLYDIR
 # IN_CLOSE_WRITE is left out on purpose: "exists and is readable" cannot change when a file is
 # closed, and in a busy directory (/run, /var/log) it would wake the wait for nothing.
-
-
-class WaitCancelled(StepError):
-    """A wait was given up before its bound because what it waited for can no longer come."""
-
-
-class Cancel:
-    """A cancellation token: cancelled once, from any thread, with the reason.
-
-    ``apply`` gives one to each service's waits and cancels it when a service it is ordered
-    after fails, so a wait for a file that service would have written ends at once.
-    """
-
-    def __init__(self) -> None:
-        self._event = threading.Event()
-        self.reason = ""
-        """Why the waits were cancelled (the root cause, ``k3s failed: ...``)."""
-
-    def cancel(self, reason: str) -> None:
-        """Cancel (the first reason given is kept)."""
-        if not self._event.is_set():
-            self.reason = reason
-            self._event.set()
-
-    @property
-    def cancelled(self) -> bool:
-        """True once :meth:`cancel` was called."""
-        return self._event.is_set()
-
-    def check(self) -> None:
-        """Raise :class:`WaitCancelled` (its text: the reason) when cancelled."""
-        if self._event.is_set():
-            raise WaitCancelled(self.reason)
 
 
 def run_wait(

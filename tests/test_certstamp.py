@@ -137,7 +137,8 @@ import json, sys, time
 from noderole.clock import SystemClock
 from noderole.records import MintCertificate
 from noderole.root import NodeRoot
-from noderole.steps import StepContext, run_step, warm_certificates
+from noderole.stepcontext import StepContext
+from noderole.steps import run_step, warm_certificates
 
 root, request = NodeRoot(sys.argv[1]), MintCertificate(**json.loads(sys.argv[2]))
 thread = warm_certificates([request], root=root, now=time.time())

@@ -20,9 +20,10 @@ import noderole
 from noderole.cli import cli
 from noderole.cli._app import App
 from noderole.clock import FakeClock, SystemClock
-from noderole.errors import WaitTimeout
+from noderole.errors import WaitCancelled, WaitTimeout
 from noderole.root import NodeRoot
-from noderole.waits import Cancel, WaitCancelled, run_wait
+from noderole.stepcontext import Cancel
+from noderole.waits import run_wait
 from tests.test_engine import Node, node, report, sleeper
 
 __all__ = ["node"]  # the fixture, imported for pytest
@@ -673,7 +674,7 @@ class TestVerdictOnInputs:
 class TestPollProgress:
     def test_a_polled_call_wait_reports_at_the_interval(self, tmp_path: Path) -> None:
         """StepContext.poll (the net check) prints still-waiting lines like the other waits."""
-        from noderole.steps import StepContext
+        from noderole.stepcontext import StepContext
 
         lines: list[str] = []
         ctx = StepContext(
@@ -693,7 +694,7 @@ class TestPollProgress:
 
     def test_a_cancelled_poll_ends_at_once(self, tmp_path: Path) -> None:
         """A cancelled token ends a poll with WaitCancelled."""
-        from noderole.steps import StepContext
+        from noderole.stepcontext import StepContext
 
         cancel = Cancel()
         cancel.cancel("k3s failed: x")

@@ -23,7 +23,7 @@ from noderole.cli._app import App
 from noderole.clock import FakeClock
 from noderole.manifest import MANIFEST, entries, record, record_processes
 from noderole.root import NodeRoot
-from noderole.steps import StepContext
+from noderole.stepcontext import StepContext
 from noderole.testing import (
     ClusterCA,
     RecordingBackend,

@@ -11,7 +11,8 @@ from noderole.clock import FakeClock
 from noderole.errors import StepError
 from noderole.records import Call, Fail, MakeDirectories, Step, WaitForPaths, Warn, WriteFile
 from noderole.root import NodeRoot
-from noderole.steps import StepContext, run_steps
+from noderole.stepcontext import StepContext
+from noderole.steps import run_steps
 
 
 def _ctx(tmp_path: Path) -> StepContext:

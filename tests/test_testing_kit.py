@@ -31,12 +31,12 @@ from noderole.records import (
     Secret,
     Service,
     SettingsTable,
-    StandIn,
     WaitForPaths,
     WaitForTcp,
     WriteFile,
 )
-from noderole.steps import StepContext
+from noderole.rehearsal_records import StandIn
+from noderole.stepcontext import StepContext
 from noderole.testing import (
     RecordingBackend,
     ScratchRoot,

@@ -30,7 +30,8 @@ def hook_command(app: App, name: str, phase: str) -> None:
     start-pre runs the pre-start steps (waits, certificates); start-post waits for the readiness
     check, if any; stop-post has nothing to do today and succeeds.
     """
-    from noderole.steps import StepContext, run_steps
+    from noderole.stepcontext import StepContext
+    from noderole.steps import run_steps
 
     service = app.service(name)
 

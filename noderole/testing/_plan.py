@@ -13,7 +13,8 @@ from noderole.config import CONFIG_PATH
 from noderole.operations import Operations
 from noderole.plan import Plan
 from noderole.plugins import PluginSet, load_plugins
-from noderole.records import Service, StandIn
+from noderole.records import Service
+from noderole.rehearsal_records import StandIn
 from noderole.root import NodeRoot
 from noderole.testing._prestart import new_fake_clock
 from noderole.testing._root import RootLike, as_node_root

@@ -20,7 +20,8 @@ from noderole.records import (
     WaitForSocket,
     WaitForTcp,
 )
-from noderole.steps import StepContext, StepResult, run_steps
+from noderole.stepcontext import StepContext
+from noderole.steps import StepResult, run_steps
 from noderole.testing._root import RootLike, as_node_root
 
 if TYPE_CHECKING:

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from noderole import StandIn, WaitForPaths
 from noderole.clock import SystemClock
-from noderole.records import StandIn, WaitForPaths
 from noderole.testing import (
     ScratchRoot,
     StandInRunner,

@@ -12,8 +12,8 @@ from collections.abc import Callable
 
 import pytest
 
+from noderole import StandIn, WaitForHttp
 from noderole.clock import SystemClock
-from noderole.records import StandIn, WaitForHttp
 from noderole.testing import (
     ScratchRoot,
     StandInRunner,
