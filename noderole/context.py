@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from noderole.clock import Clock, SystemClock
 from noderole.root import NodeRoot
@@ -14,11 +14,20 @@ if TYPE_CHECKING:
 
     from noderole.config import Config
     from noderole.envfile import EnvFile
-    from noderole.plugins import PluginSet
 
-__all__ = ["NodeContext"]
+__all__ = ["Collector", "NodeContext"]
 
 R = TypeVar("R")
+
+
+class Collector(Protocol):
+    """Calls a hook on each plugin, one by one, and checks and stamps what each returns: the
+    loaded plugins (:class:`noderole.plugins.PluginSet`), as :meth:`NodeContext.collect` uses
+    them."""
+
+    def collect(self, hook_name: str, kind: type[R], kwargs: Mapping[str, Any]) -> list[R]:
+        """The ``kind`` records every plugin's ``hook_name`` returns for ``kwargs``, flattened."""
+        ...
 
 
 class NodeContext:
@@ -36,7 +45,7 @@ class NodeContext:
         pluginmanager: pluggy.PluginManager,
         clock: Clock | None = None,
         role: str | None = None,
-        plugins: PluginSet | None = None,
+        plugins: Collector | None = None,
     ) -> None:
         self.root = root
         """The node root (``/`` at boot, a scratch directory under ``--root``)."""
@@ -74,9 +83,13 @@ class NodeContext:
             keys = node.collect("noderole_k3s_config", ConfigKeys)
         """
         if self._plugins is None:
-            from noderole.plugins import PluginSet
+            from noderole.errors import PluginError
 
-            self._plugins = PluginSet.over(self.pluginmanager)
+            raise PluginError(
+                f"node.collect({hook_name!r}) needs the loaded plugins: build the NodeContext "
+                "with plugins= (the PluginSet load_plugins returned), or use "
+                "noderole.testing.node_context in a test"
+            )
         return self._plugins.collect(hook_name, kind, {"node": self, **kwargs})
 
     def settings(self, table: str) -> Mapping[str, Any]:

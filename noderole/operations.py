@@ -182,6 +182,7 @@ class Operations:
                 pluginmanager=self.plugins.manager,
                 clock=self.clock,
                 role=role,
+                plugins=self.plugins,
             )
             self._nodes[role] = node
         return node

@@ -30,7 +30,9 @@ def noderole_services(node):
 def _node(plugins: PluginSet, tmp_path: Path) -> NodeContext:
     root = NodeRoot(tmp_path)
     config = load_config(root, plugins.settings_tables())
-    return NodeContext(root=root, config=config, pluginmanager=plugins.manager, clock=FakeClock())
+    return NodeContext(
+        root=root, config=config, pluginmanager=plugins.manager, clock=FakeClock(), plugins=plugins
+    )
 
 
 def _module(name: str, **hooks: Callable[..., Any]) -> types.ModuleType:
@@ -366,6 +368,16 @@ class TestNodeCollect:
         assert [s.name for s in node.collect("noderole_test_args", Service, flavour="x")] == ["x"]
         with pytest.raises(PluginError, match=r"plugin 'user' .*takes flavour"):
             node.collect("noderole_test_args", Service)
+
+    def test_collect_without_the_loaded_plugins_names_the_fix(self, tmp_path: Path) -> None:
+        """A context built by hand over a bare plugin manager cannot call hooks one by one: the
+        error says to pass plugins= (or use the kit's node_context)."""
+        plugins = load_plugins(autoload=False)
+        root = NodeRoot(tmp_path)
+        config = load_config(root, plugins.settings_tables())
+        node = NodeContext(root=root, config=config, pluginmanager=plugins.manager)
+        with pytest.raises(PluginError, match=r"collect\('noderole_services'\).*plugins="):
+            node.collect("noderole_services", Service)
 
     def test_role_defaults_to_none(self, tmp_path: Path) -> None:
         """node.role is None unless the invocation is about one role."""

@@ -67,7 +67,11 @@ def check_command(app: App) -> None:
         from noderole.context import NodeContext
 
         node = NodeContext(
-            root=app.root, config=config, pluginmanager=app.plugins.manager, clock=app.clock
+            root=app.root,
+            config=config,
+            pluginmanager=app.plugins.manager,
+            clock=app.clock,
+            plugins=app.plugins,
         )
         try:
             app.plugins.services(node)
