@@ -324,6 +324,21 @@ class _Run:
             self.progress.waiting(entry.name, what)
 
         start = self.clock.monotonic()
+
+        def report(
+            status: Status, steps: Sequence[StepTiming], reason: str = "", **more: Any
+        ) -> ServiceReport:
+            """This service's report, its time counted from ``start``."""
+            seconds = self.clock.monotonic() - start
+            return ServiceReport(
+                name=entry.name,
+                status=status,
+                reason=reason,
+                steps=tuple(steps),
+                seconds=seconds,
+                **more,
+            )
+
         gates: list[StepTiming] = []
         # ``need``: begin once the needed service is ready; ``after`` orders the start only.
         for dependency in (d for d in after if d in entry.needs):
@@ -347,13 +362,7 @@ class _Run:
                 else:
                     self.causes[entry.name] = f"{dependency} {why_not}"
                     why_not = f"not started: it needs {dependency}, which is {why_not}"
-                return ServiceReport(
-                    name=entry.name,
-                    status="skipped",
-                    reason=why_not,
-                    steps=tuple(gates),
-                    seconds=self.clock.monotonic() - start,
-                )
+                return report("skipped", gates, why_not)
         ctx = StepContext(
             service=entry.name,
             root=self.root,
@@ -382,20 +391,8 @@ class _Run:
                 )
             if isinstance(exc, WaitCancelled):
                 self.causes[entry.name] = str(exc)
-                return ServiceReport(
-                    name=entry.name,
-                    status="skipped",
-                    reason=f"not started: {exc}",
-                    steps=tuple(timings),
-                    seconds=self.clock.monotonic() - start,
-                )
-            return ServiceReport(
-                name=entry.name,
-                status="failed",
-                reason=str(exc),
-                steps=tuple(timings),
-                seconds=self.clock.monotonic() - start,
-            )
+                return report("skipped", timings, f"not started: {exc}")
+            return report("failed", timings, str(exc))
         timings = [*gates, *(_timing(r) for r in results)]
         minted = tuple(
             r.step.cert_path  # type: ignore[union-attr]
@@ -410,20 +407,9 @@ class _Run:
                 try:
                     record(service)
                 except NoderoleError as exc:
-                    return ServiceReport(
-                        name=entry.name,
-                        status="failed",
-                        reason=f"could not record: {exc}",
-                        steps=tuple(timings),
-                        seconds=self.clock.monotonic() - start,
-                    )
+                    return report("failed", timings, f"could not record: {exc}")
             announce()
-            return ServiceReport(
-                name=entry.name,
-                status="done",
-                steps=tuple(timings),
-                seconds=self.clock.monotonic() - start,
-            )
+            return report("done", timings)
         digests = definition_digests(service)
         self.digests[entry.name] = {**digests, SHOWN_KEY: definition_shown(service)}
         certificates = [r.certificate.fingerprint for r in results if r.certificate is not None]
@@ -431,14 +417,7 @@ class _Run:
         current = self.current.get(entry.name)
         running = current is not None and current.state in ("starting", "running", "ready")
         if running and current is not None and current.fingerprint == fingerprint:
-            return ServiceReport(
-                name=entry.name,
-                status="running",
-                reason="already running",
-                pid=current.pid,
-                steps=tuple(timings),
-                seconds=self.clock.monotonic() - start,
-            )
+            return report("running", timings, "already running", pid=current.pid)
         reason = ""
         if running:
             reason = self._restart_reason(entry.name, digests, results)
@@ -447,32 +426,14 @@ class _Run:
         try:
             status = self.backend.start(service, fingerprint=fingerprint)
         except NoderoleError as exc:
-            return ServiceReport(
-                name=entry.name,
-                status="failed",
-                reason=f"could not start: {exc}",
-                steps=tuple(timings),
-                seconds=self.clock.monotonic() - start,
-            )
+            return report("failed", timings, f"could not start: {exc}")
         timings.append(
             StepTiming(kind="start", description="start", seconds=self.clock.monotonic() - began)
         )
         if status.state in ("crashed", "stopped"):
-            return ServiceReport(
-                name=entry.name,
-                status="failed",
-                reason=f"exited at start: {status.reason or status.state}",
-                steps=tuple(timings),
-                seconds=self.clock.monotonic() - start,
-            )
-        return ServiceReport(
-            name=entry.name,
-            status="restarted" if running else "started",
-            reason=reason,
-            pid=status.pid,
-            steps=tuple(timings),
-            seconds=self.clock.monotonic() - start,
-            minted=minted,
+            return report("failed", timings, f"exited at start: {status.reason or status.state}")
+        return report(
+            "restarted" if running else "started", timings, reason, pid=status.pid, minted=minted
         )
 
     def _restart_reason(
