@@ -70,15 +70,18 @@ STATUS_FORBIDDEN = (
     "noderole.supervisor._spec",
     "noderole.supervisor.probes",
     "secrets",
+    "selectors",
     "shlex",
+    "socket",
     "subprocess",
     "tomllib",
 )
 """What ``status`` of the applied role must not import: no attrs, records or planning (it shows
 the recorded plan as it is), no plugin or plugin machinery, no engine, no process spec or
 readiness probes (it sends none), nothing to name temporary files (it writes none) or to
-spawn a supervisor (one runs), no TOML parser (no config file, or one parsed before), no shell
-quoting (it prints no command line)."""
+spawn a supervisor (one runs), no socket module (its one request needs only the interpreter's
+``_socket``, not ``socket``'s enums and selectors), no TOML parser (no config file, or one
+parsed before), no shell quoting (it prints no command line)."""
 
 
 def _install(site: Path) -> None:

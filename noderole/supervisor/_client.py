@@ -7,11 +7,11 @@ starts the daemon when none answers; it is detached (own session, second fork, s
 
 from __future__ import annotations
 
+import _socket  # not socket: its enums and selectors cost `status` ~4 ms (a tenth of its start-up)
 import contextlib
 import fcntl
 import os
 import select
-import socket
 import sys
 import threading
 import time
@@ -154,7 +154,7 @@ class Supervisor:
 
     def _holds_name(self) -> bool:
         """Something holds this node's abstract name (a daemon runs, or is exiting)."""
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC) as probe:
+        with contextlib.closing(_stream()) as probe:
             try:
                 probe.connect(_protocol.abstract_address(str(self.run_dir)))
             except (ConnectionRefusedError, FileNotFoundError):
@@ -188,7 +188,7 @@ class Supervisor:
 
     # ---- requests
 
-    def _connect(self, hello: float) -> socket.socket | None:
+    def _connect(self, hello: float) -> _socket.socket | None:
         """A connection to the daemon, or None when none listens.
 
         The abstract name first (it outlives ``rm -rf`` of the run dir), then the socket file.
@@ -201,7 +201,7 @@ class Supervisor:
         addresses.append(str(self.socket_path))
         deadline = time.monotonic() + hello
         for address in addresses:
-            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+            sock = _stream()
             pause = 0.001
             try:
                 while True:
@@ -419,7 +419,7 @@ class Supervisor:
             return
         deadline = time.monotonic() + timeout
         while True:
-            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC) as probe:
+            with contextlib.closing(_stream()) as probe:
                 probe.settimeout(1.0)
                 try:
                     probe.connect(address)
@@ -530,6 +530,7 @@ class _Standby:
     """
 
     def __init__(self, run_dir: str) -> None:
+        import socket
         import subprocess
 
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -554,6 +555,8 @@ class _Standby:
 
     def go(self, log_fd: int) -> bool:
         """Hand it the log and let it start; False if it is gone (then it is reaped here)."""
+        import socket
+
         try:
             socket.send_fds(self.channel, [b"go\n"], [log_fd])
         except OSError:
@@ -638,7 +641,12 @@ def _tail(path: Path, lines: int = 5) -> str:
     return ""
 
 
-def _connect_to(sock: socket.socket, address: str) -> None:
+def _stream() -> _socket.socket:
+    """A close-on-exec unix stream socket (the request's, or a probe's)."""
+    return _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM | _socket.SOCK_CLOEXEC)
+
+
+def _connect_to(sock: _socket.socket, address: str) -> None:
     if address.startswith("\0"):
         sock.connect(address)
         return
