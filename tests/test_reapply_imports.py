@@ -69,19 +69,23 @@ STATUS_FORBIDDEN = (
     "noderole.steps",
     "noderole.supervisor._spec",
     "noderole.supervisor.probes",
+    "ipaddress",
+    "pathlib",
     "secrets",
     "selectors",
     "shlex",
     "socket",
     "subprocess",
     "tomllib",
+    "urllib",
 )
 """What ``status`` of the applied role must not import: no attrs, records or planning (it shows
 the recorded plan as it is), no plugin or plugin machinery, no engine, no process spec or
 readiness probes (it sends none), nothing to name temporary files (it writes none) or to
 spawn a supervisor (one runs), no socket module (its one request needs only the interpreter's
-``_socket``, not ``socket``'s enums and selectors), no TOML parser (no config file, or one
-parsed before), no shell quoting (it prints no command line)."""
+``_socket``, not ``socket``'s enums and selectors), no pathlib (its files are named by
+``NodeRoot.local``, as strings; pathlib brings urllib.parse and ipaddress), no TOML parser (no
+config file, or one parsed before), no shell quoting (it prints no command line)."""
 
 
 def _install(site: Path) -> None:
