@@ -74,6 +74,7 @@ STATUS_FORBIDDEN = (
     "secrets",
     "selectors",
     "shlex",
+    "signal",
     "socket",
     "subprocess",
     "tomllib",
@@ -85,7 +86,8 @@ readiness probes (it sends none), nothing to name temporary files (it writes non
 spawn a supervisor (one runs), no socket module (its one request needs only the interpreter's
 ``_socket``, not ``socket``'s enums and selectors), no pathlib (its files are named by
 ``NodeRoot.local``, as strings; pathlib brings urllib.parse and ipaddress), no TOML parser (no
-config file, or one parsed before), no shell quoting (it prints no command line)."""
+config file, or one parsed before), no shell quoting (it prints no command line), no signal
+module (it kills nothing; signal builds three enums at import)."""
 
 
 def _install(site: Path) -> None:
