@@ -67,7 +67,9 @@ STATUS_FORBIDDEN = (
     "cryptography",
     "noderole.engine",
     "noderole.steps",
+    "noderole.supervisor._proc",
     "noderole.supervisor._spec",
+    "noderole.supervisor._state",
     "noderole.supervisor.probes",
     "ipaddress",
     "pathlib",
@@ -87,7 +89,8 @@ spawn a supervisor (one runs), no socket module (its one request needs only the 
 ``_socket``, not ``socket``'s enums and selectors), no pathlib (its files are named by
 ``NodeRoot.local``, as strings; pathlib brings urllib.parse and ipaddress), no TOML parser (no
 config file, or one parsed before), no shell quoting (it prints no command line), no signal
-module (it kills nothing; signal builds three enums at import)."""
+module (it kills nothing; signal builds three enums at import), no state file module (its
+supervisor answers: the state file is read only when none does)."""
 
 
 def _install(site: Path) -> None:

@@ -18,12 +18,13 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from noderole.supervisor import _protocol, _safeopen, _state, _title
+from noderole.supervisor import _protocol, _safeopen, _title
 from noderole.supervisor._status import SchemaError, ServiceStatus
 
 if TYPE_CHECKING:  # `status` and `stop` send no spec: they need not import it (nor its probes)
     from pathlib import Path
 
+    from noderole.supervisor import _state
     from noderole.supervisor._spec import ProcessSpec
 
 __all__ = ["NotAnswering", "Supervisor", "SupervisorError"]
@@ -451,10 +452,17 @@ class Supervisor:
 
     # ---- without a daemon
 
+    # The state file's module (and _proc with it) is imported here: a daemon that answers
+    # (`status`) needs neither.
+
     def _load(self) -> _state.State:
+        from noderole.supervisor import _state
+
         return _state.load_state(os.path.join(self._run, _protocol.STATE_NAME), self.warn)
 
     def _leftovers(self) -> bool:
+        from noderole.supervisor import _state
+
         return bool(_state.leftover_groups(self._load()))
 
     def _from_state(self, names: list[str] | None, hung: str = "") -> list[ServiceStatus]:
@@ -469,6 +477,8 @@ class Supervisor:
                 )
                 for n in names
             ]
+        from noderole.supervisor import _state
+
         leftovers = _state.leftover_groups(state)
         if names is None:
             names = list(state.services)
