@@ -22,7 +22,6 @@ looser existing one is tightened, one owned by another user refused), and the fi
 from __future__ import annotations
 
 import errno
-import fcntl
 import json
 import os
 import stat
@@ -194,6 +193,8 @@ def node_lock(root: NodeRoot, *, timeout: float, clock: Clock, what: str) -> Ite
     purpose are also written into the lock file, best effort (a full ``/run`` must not fail
     the run), and quoted only when its pid is the real holder's.
     """
+    import fcntl  # here: a reader (`status`) takes no lock
+
     path = root.resolve(LOCK_FILE)
     try:
         fd = _open_lock(str(path))

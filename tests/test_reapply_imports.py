@@ -65,6 +65,7 @@ STATUS_FORBIDDEN = (
     "reapply_probe_plugin",
     "importlib.metadata",
     "cryptography",
+    "fcntl",
     "noderole.engine",
     "noderole.steps",
     "noderole.supervisor._proc",
@@ -74,10 +75,11 @@ STATUS_FORBIDDEN = (
     "ipaddress",
     "pathlib",
     "secrets",
-    "selectors",
+    "select",
     "shlex",
     "signal",
     "socket",
+    "struct",
     "subprocess",
     "tomllib",
     "urllib",
@@ -90,7 +92,9 @@ spawn a supervisor (one runs), no socket module (its one request needs only the 
 ``NodeRoot.local``, as strings; pathlib brings urllib.parse and ipaddress), no TOML parser (no
 config file, or one parsed before), no shell quoting (it prints no command line), no signal
 module (it kills nothing; signal builds three enums at import), no state file module (its
-supervisor answers: the state file is read only when none does)."""
+supervisor answers: the state file is read only when none does), and no extension module it
+does not call: no lock taken (fcntl), no descriptor waited on (select, selectors), no C struct
+unpacked (struct)."""
 
 
 def _install(site: Path) -> None:

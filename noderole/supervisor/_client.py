@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import _socket  # not socket: its enums and selectors cost `status` ~4 ms (a tenth of its start-up)
 import contextlib
-import fcntl
 import os
-import select
 import sys
 import threading
 import time
@@ -647,6 +645,8 @@ def _daemon_environment() -> dict[str, str]:
 
 
 def _flock(fd: int, timeout: float, what: str) -> None:
+    import fcntl  # here, as select below: a request (`status`) takes no lock and reads no pipe
+
     deadline = time.monotonic() + timeout
     while True:
         try:
@@ -660,6 +660,8 @@ def _flock(fd: int, timeout: float, what: str) -> None:
 
 def _read_line(fd: int, timeout: float) -> str:
     """Read up to the first newline or EOF, for at most ``timeout`` seconds."""
+    import select
+
     data = b""
     deadline = time.monotonic() + timeout
     while b"\n" not in data:
