@@ -10,7 +10,6 @@ file descriptor has something to read, or the timeout" (how event-driven waits b
 
 from __future__ import annotations
 
-import select
 import threading
 import time
 from typing import Protocol, runtime_checkable
@@ -96,6 +95,8 @@ class FakeClock:
 
 def _poll_readable(fd: int, timeout: float) -> bool:
     # poll(), not select(): select() fails on descriptors >= 1024, which a busy process can reach.
+    import select  # here: a command that waits for no descriptor loads no extension for it
+
     poller = select.poll()
     poller.register(fd, select.POLLIN)
     # Round up so a 0.4 ms remainder does not become a 0 ms busy loop.

@@ -17,7 +17,6 @@ import functools
 import os
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
 
 from noderole.clock import Clock, SystemClock
@@ -25,6 +24,8 @@ from noderole.errors import ConfigError, ExitCode, NoderoleError, UsageError
 from noderole.root import NodeRoot
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from noderole.backends import Backend
     from noderole.backends.native import NativeBackend
     from noderole.config import Config
@@ -655,7 +656,8 @@ class Operations:
         if "config" in self.__dict__:
             return ""  # loaded already: config_warning says it
         try:
-            text = self.root.resolve(CONFIG_PATH).read_text(encoding="utf-8")
+            with open(self.root.local(CONFIG_PATH), encoding="utf-8") as file:
+                text = file.read()  # not through pathlib: `status` imports none
             self._parse_config(text)
         except FileNotFoundError:
             return ""
@@ -674,7 +676,7 @@ class Operations:
             return parsed[1]
         from noderole.tomlcache import CONFIG_CACHE, parse_config_text
 
-        document = parse_config_text(text, self.root.resolve(CONFIG_CACHE))
+        document = parse_config_text(text, self.root.local(CONFIG_CACHE))
         self.__dict__["_parsed_config"] = (text, document)
         return document
 
@@ -684,7 +686,8 @@ class Operations:
         if "config" in self.__dict__:
             return str(self.setting("textfile_dir"))
         try:
-            text = self.root.resolve(CONFIG_PATH).read_text(encoding="utf-8")
+            with open(self.root.local(CONFIG_PATH), encoding="utf-8") as file:
+                text = file.read()
             document = self._parse_config(text)
         except (OSError, ValueError):
             return ""  # no file, or one `noderole config check` will explain: metrics stay off
@@ -801,8 +804,8 @@ class Operations:
             state = status.state if status is not None else "stopped"
             started_at = getattr(status, "started_at", None)
             log = entry.service.output_log or entry.service.error_log
-            local_log = self.root.resolve(log) if log else None
-            exists = local_log is not None and local_log.is_file()
+            local_log = self.root.local(log) if log else None
+            exists = local_log is not None and os.path.isfile(local_log)
             reason = getattr(status, "reason", "")
             outcome = outcomes.get(entry.name)
             failing = state in ("crashed", "backoff") or (
@@ -967,7 +970,7 @@ class Operations:
         )
 
 
-def _log_tail(path: Path, lines: int, secrets: Sequence[str] | None) -> list[str]:
+def _log_tail(path: str, lines: int, secrets: Sequence[str] | None) -> list[str]:
     """The last ``lines`` lines of ``path`` (read from its last 64 KiB), the service's secret
     values replaced by ***; nothing but a note when the secrets are unknown (None)."""
     if secrets is None:
@@ -976,7 +979,7 @@ def _log_tail(path: Path, lines: int, secrets: Sequence[str] | None) -> list[str
             "to hide them; read the log as root)"
         ]
     try:
-        with path.open("rb") as f:
+        with open(path, "rb") as f:
             size = f.seek(0, 2)
             f.seek(max(0, size - 65536))
             text = f.read().decode(errors="replace")

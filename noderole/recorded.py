@@ -274,7 +274,8 @@ def read_view(root: NodeRoot, role: str) -> RecordedView | None:
     order (see :func:`plan_data`) and has the shape :func:`plan_data` writes. The caller then
     reads it with :func:`read_plan`, which says whether it is usable at all."""
     try:
-        data = json.loads(root.resolve(PLAN_FILE).read_text())
+        with open(root.local(PLAN_FILE)) as f:  # not through pathlib: `status` imports none
+            data = json.loads(f.read())
         if (
             not isinstance(data, dict)
             or data.get("version") != _VERSION

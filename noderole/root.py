@@ -11,7 +11,10 @@ Internal module: the public name is ``noderole.NodeRoot``.
 from __future__ import annotations
 
 import os
-from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 __all__ = ["KERNEL_PREFIXES", "ROOT_ENV", "NodeRoot", "climbs_out"]
 
@@ -40,31 +43,39 @@ def climbs_out(path: str) -> bool:
     return False
 
 
-def _absolute(value: str | os.PathLike[str]) -> Path:
-    return Path(os.path.abspath(os.fspath(value)))
-
-
 class NodeRoot:
     """Maps node paths (as the booted machine sees them) to paths on this machine.
 
     A plain class rather than an attrs record: it is built by ``noderole --help``'s code path,
-    which must stay cheap at boot.
+    which must stay cheap at boot. It imports pathlib only when a :class:`~pathlib.Path` is asked
+    for (:attr:`path`, :meth:`resolve`): ``status`` reads its files through :meth:`local`, and
+    pathlib (with urllib.parse and ipaddress) is about a tenth of its start-up.
     """
 
-    __slots__ = ("path",)
+    __slots__ = ("_path", "text")
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
-        self.path: Path = _absolute(path)
+        self.text: str = os.path.abspath(os.fspath(path))
+        """The directory that stands for ``/``, absolute and normalized, as a string."""
+        self._path: Path | None = None
+
+    @property
+    def path(self) -> Path:
         """The directory that stands for ``/``."""
+        if self._path is None:
+            from pathlib import Path
+
+            self._path = Path(self.text)
+        return self._path
 
     def __repr__(self) -> str:
-        return f"NodeRoot({str(self.path)!r})"
+        return f"NodeRoot({self.text!r})"
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, NodeRoot) and other.path == self.path
+        return isinstance(other, NodeRoot) and other.text == self.text
 
     def __hash__(self) -> int:
-        return hash(self.path)
+        return hash(self.text)
 
     @classmethod
     def from_environment(cls, value: str | os.PathLike[str] | None = None) -> NodeRoot:
@@ -75,10 +86,16 @@ class NodeRoot:
     @property
     def is_real(self) -> bool:
         """True when the root is ``/``: paths are used as they are."""
-        return self.path == Path("/")
+        return self.text == "/"
 
     def resolve(self, node_path: str | os.PathLike[str]) -> Path:
         """The path on this machine for an absolute node path."""
+        from pathlib import Path
+
+        return Path(self.local(node_path))
+
+    def local(self, node_path: str | os.PathLike[str]) -> str:
+        """:meth:`resolve`'s path as a string, without importing pathlib."""
         text = os.fspath(node_path)
         if not text.startswith("/"):
             raise ValueError(f"node paths are absolute, got {text!r}")
@@ -87,14 +104,20 @@ class NodeRoot:
                 f"node path {text!r} climbs above / with '..', so it would leave the root; "
                 f"write it without '..'"
             )
-        pure = PurePosixPath(text)
-        if self.is_real or _is_kernel(pure):
-            return Path(pure)
-        return self.path.joinpath(*pure.parts[1:])
+        # The components as PurePosixPath parts them: empty and "." ones dropped, ".." kept.
+        parts = [part for part in text.split("/") if part not in ("", ".")]
+        # POSIX keeps exactly two leading slashes as they are (implementation-defined): such a
+        # path is no kernel interface's.
+        lead = "//" if text.startswith("//") and not text.startswith("///") else "/"
+        if self.is_real or (lead == "/" and parts and "/" + parts[0] in KERNEL_PREFIXES):
+            return lead + "/".join(parts)
+        return os.path.join(self.text, *parts)
 
     def to_node(self, local: str | os.PathLike[str]) -> str:
         """The node path for a path on this machine (inverse of :meth:`resolve`)."""
-        path = _absolute(local)
+        from pathlib import Path
+
+        path = Path(os.path.abspath(os.fspath(local)))
         if self.is_real:
             return str(path)
         try:
@@ -104,10 +127,4 @@ class NodeRoot:
 
     def environment(self) -> dict[str, str]:
         """Variables a child process needs to see the same root."""
-        return {} if self.is_real else {ROOT_ENV: str(self.path)}
-
-
-def _is_kernel(path: PurePosixPath) -> bool:
-    return any(
-        path == PurePosixPath(p) or PurePosixPath(p) in path.parents for p in KERNEL_PREFIXES
-    )
+        return {} if self.is_real else {ROOT_ENV: self.text}

@@ -22,7 +22,6 @@ looser existing one is tightened, one owned by another user refused), and the fi
 from __future__ import annotations
 
 import errno
-import fcntl
 import json
 import os
 import stat
@@ -67,7 +66,8 @@ def read_last_apply(root: NodeRoot) -> dict[str, Any]:
     """The record of the last apply (empty when none or unreadable): ``role``, ``backend``,
     ``services`` (name -> ``outcome``, ``reason``, ``at``), ``settings`` (table -> key -> value)."""
     try:
-        data = json.loads(root.resolve(LAST_APPLY_FILE).read_text())
+        with open(root.local(LAST_APPLY_FILE)) as f:  # not through pathlib: `status` imports none
+            data = json.loads(f.read())
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
@@ -81,7 +81,8 @@ def write_last_apply(root: NodeRoot, record: Mapping[str, Any]) -> None:
 def read_role(root: NodeRoot) -> str | None:
     """The role last applied on this node, or None."""
     try:
-        text = root.resolve(ROLE_FILE).read_text().strip()
+        with open(root.local(ROLE_FILE)) as f:  # not through pathlib: `status` imports none
+            text = f.read().strip()
     except FileNotFoundError:
         return None
     return text or None
@@ -193,6 +194,8 @@ def node_lock(root: NodeRoot, *, timeout: float, clock: Clock, what: str) -> Ite
     purpose are also written into the lock file, best effort (a full ``/run`` must not fail
     the run), and quoted only when its pid is the real holder's.
     """
+    import fcntl  # here: a reader (`status`) takes no lock
+
     path = root.resolve(LOCK_FILE)
     try:
         fd = _open_lock(str(path))

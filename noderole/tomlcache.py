@@ -20,8 +20,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 __all__ = ["CONFIG_CACHE", "parse_config_text", "store_parsed"]
 
@@ -29,11 +31,11 @@ CONFIG_CACHE = "/var/cache/noderole/config.json"
 """Where the parsed configuration is kept, as a node path (under ``--root``)."""
 _FORMAT = 1
 _PLAIN = (str, int, float, bool)
-_UNSTORED: dict[Path, dict[str, Any]] = {}
+_UNSTORED: dict[str, dict[str, Any]] = {}
 """What this process parsed and found no cache for, by cache path, for :func:`store_parsed`."""
 
 
-def parse_config_text(text: str, cache: Path | None) -> dict[str, Any]:
+def parse_config_text(text: str, cache: str | os.PathLike[str] | None) -> dict[str, Any]:
     """``tomllib.loads(text)``, from ``cache`` when it was made from this very text.
 
     Writes nothing: a parse the cache did not have is kept for :func:`store_parsed`. Raises what
@@ -41,7 +43,8 @@ def parse_config_text(text: str, cache: Path | None) -> dict[str, Any]:
     """
     if cache is not None:
         try:
-            stored = json.loads(cache.read_bytes())
+            with open(cache, "rb") as file:  # not through pathlib: `status` imports none
+                stored = json.loads(file.read())
         except (OSError, ValueError):
             stored = None
         if (
@@ -56,14 +59,16 @@ def parse_config_text(text: str, cache: Path | None) -> dict[str, Any]:
 
     document = tomllib.loads(text)
     if cache is not None and _plain(document):
-        _UNSTORED[cache] = {"format": _FORMAT, "text": text, "document": document}
+        _UNSTORED[os.fspath(cache)] = {"format": _FORMAT, "text": text, "document": document}
     return document
 
 
-def store_parsed(cache: Path) -> bool:
+def store_parsed(cache: str | os.PathLike[str]) -> bool:
     """Write to ``cache`` what this process parsed and did not find there: True when written."""
-    content = _UNSTORED.pop(cache, None)
-    return content is not None and _store(cache, content)
+    from pathlib import Path
+
+    content = _UNSTORED.pop(os.fspath(cache), None)
+    return content is not None and _store(Path(cache), content)
 
 
 def _plain(value: Any) -> bool:

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import math
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from noderole.config import check_config, load_config
 from noderole.errors import ConfigError, DefinitionError
 from noderole.records import Setting, SettingsTable
-from noderole.root import NodeRoot
+from noderole.root import KERNEL_PREFIXES, NodeRoot, climbs_out
 
 TABLES = [
     SettingsTable(
@@ -127,6 +129,28 @@ class TestRoot:
         """A relative node path is a programming error, refused loudly."""
         with pytest.raises(ValueError, match="absolute"):
             NodeRoot(tmp_path).resolve("etc/x")
+        with pytest.raises(ValueError, match="absolute"):
+            NodeRoot(tmp_path).local("etc/x")
+
+    @given(
+        parts=st.lists(st.sampled_from(["", ".", "..", "proc", "sys", "dev", "devices", "a"])),
+        base=st.sampled_from(["/", "//", "/scratch/node", "/scratch/node/", "//scratch"]),
+    )
+    def test_local_is_resolve_without_pathlib(self, parts: list[str], base: str) -> None:
+        """``local`` (status's way, no pathlib) names the path pathlib's own parts would:
+        empty and "." components dropped, "..", "//" and the kernel interfaces as before."""
+        root = NodeRoot(base)
+        node_path = "/" + "/".join(parts)
+        if climbs_out(node_path):
+            with pytest.raises(ValueError, match="climbs above"):
+                root.local(node_path)
+            return
+        pure = PurePosixPath(node_path)
+        kernel = any(p == pure or p in pure.parents for p in map(PurePosixPath, KERNEL_PREFIXES))
+        expected = pure if root.is_real or kernel else Path(base).joinpath(*pure.parts[1:])
+        assert root.local(node_path) == str(expected)
+        assert root.resolve(node_path) == Path(expected)
+        assert root.path == Path(base)
 
 
 class TestBoundsAndChoices:

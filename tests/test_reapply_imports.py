@@ -65,20 +65,36 @@ STATUS_FORBIDDEN = (
     "reapply_probe_plugin",
     "importlib.metadata",
     "cryptography",
+    "fcntl",
     "noderole.engine",
     "noderole.steps",
+    "noderole.supervisor._proc",
     "noderole.supervisor._spec",
+    "noderole.supervisor._state",
     "noderole.supervisor.probes",
+    "ipaddress",
+    "pathlib",
     "secrets",
+    "select",
     "shlex",
+    "signal",
+    "socket",
+    "struct",
     "subprocess",
     "tomllib",
+    "urllib",
 )
 """What ``status`` of the applied role must not import: no attrs, records or planning (it shows
 the recorded plan as it is), no plugin or plugin machinery, no engine, no process spec or
 readiness probes (it sends none), nothing to name temporary files (it writes none) or to
-spawn a supervisor (one runs), no TOML parser (no config file, or one parsed before), no shell
-quoting (it prints no command line)."""
+spawn a supervisor (one runs), no socket module (its one request needs only the interpreter's
+``_socket``, not ``socket``'s enums and selectors), no pathlib (its files are named by
+``NodeRoot.local``, as strings; pathlib brings urllib.parse and ipaddress), no TOML parser (no
+config file, or one parsed before), no shell quoting (it prints no command line), no signal
+module (it kills nothing; signal builds three enums at import), no state file module (its
+supervisor answers: the state file is read only when none does), and no extension module it
+does not call: no lock taken (fcntl), no descriptor waited on (select, selectors), no C struct
+unpacked (struct)."""
 
 
 def _install(site: Path) -> None:

@@ -13,8 +13,12 @@ import sys
 import sysconfig
 from pathlib import Path
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from noderole.supervisor import Supervisor
-from noderole.supervisor._client import default_log_path
+from noderole.supervisor._client import _posix, default_log_path
+from noderole.supervisor._title import root_of
 from noderole.testing import process_cmdline
 from tests.supervisor_fixtures import Harness, harness, wait_for
 
@@ -164,6 +168,25 @@ class TestOwnLog:
         """A run dir not of the form ROOT/run/noderole keeps its log beside it."""
         assert default_log_path(tmp_path / "x") == tmp_path / "x" / "supervisor.log"
         assert Supervisor(tmp_path / "x").log_path == tmp_path / "x" / "supervisor.log"
+
+    @given(
+        st.lists(st.sampled_from(["", ".", "..", "run", "noderole", "x"])),
+        st.sampled_from(["", "/", "//", "///"]),
+    )
+    def test_paths_are_spelled_as_pathlib_spells_them(self, parts: list[str], lead: str) -> None:
+        """The client keeps its run directory and log as strings (no pathlib for ``status``),
+        spelled as pathlib spells them: the same socket, state file and log."""
+        given_path = lead + "/".join(parts)
+        run_dir = Path(given_path)
+        root = root_of(str(run_dir))
+        log = run_dir / "supervisor.log" if root == str(run_dir) else Path(root, LOG_TAIL)
+        supervisor = Supervisor(given_path)
+        assert _posix(given_path) == str(run_dir)
+        assert (supervisor.run_dir, supervisor.log_path) == (run_dir, log)
+        assert default_log_path(run_dir) == log
+
+
+LOG_TAIL = "var/log/noderole/supervisor.log"
 
 
 class TestPackageBoundary:

@@ -96,9 +96,7 @@ class NativeBackend:
 
     def __init__(self, root: NodeRoot, *, warn: Callable[[str], None] | None = None) -> None:
         self.root = root
-        self.supervisor = Supervisor(
-            root.resolve(RUN_DIR), log_path=root.resolve(LOG_PATH), warn=warn
-        )
+        self.supervisor = Supervisor(root.local(RUN_DIR), log_path=root.local(LOG_PATH), warn=warn)
         self._in_flight = threading.BoundedSemaphore(IN_FLIGHT)
 
     def prepare(self) -> None:

@@ -7,22 +7,22 @@ starts the daemon when none answers; it is detached (own session, second fork, s
 
 from __future__ import annotations
 
+import _socket  # not socket: its enums and selectors cost `status` ~4 ms (a tenth of its start-up)
 import contextlib
-import fcntl
 import os
-import select
-import socket
 import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from noderole.supervisor import _protocol, _safeopen, _state, _title
+from noderole.supervisor import _protocol, _safeopen, _title
 from noderole.supervisor._status import SchemaError, ServiceStatus
 
 if TYPE_CHECKING:  # `status` and `stop` send no spec: they need not import it (nor its probes)
+    from pathlib import Path
+
+    from noderole.supervisor import _state
     from noderole.supervisor._spec import ProcessSpec
 
 __all__ = ["NotAnswering", "Supervisor", "SupervisorError"]
@@ -56,14 +56,15 @@ class Supervisor:
 
     def __init__(
         self,
-        run_dir: Path,
+        run_dir: str | os.PathLike[str],
         *,
-        log_path: Path | None = None,
+        log_path: str | os.PathLike[str] | None = None,
         timeout: float = 300.0,
         warn: Callable[[str], None] | None = None,
     ) -> None:
-        self.run_dir = Path(run_dir)
-        self.log_path = Path(log_path) if log_path is not None else default_log_path(self.run_dir)
+        # Strings, as pathlib would spell them: a request (``status``) imports no pathlib.
+        self._run = _posix(run_dir)
+        self._log = _posix(log_path) if log_path is not None else _default_log(self._run)
         self.timeout = timeout
         self.warn = warn if warn is not None else _warn
         self.not_answering: str | None = None
@@ -74,6 +75,20 @@ class Supervisor:
         """Serialises this object's threads that find no daemon (before the starter flock)."""
         self._started = 0
         """Daemons this object has started: a thread that waited for another's start sees it."""
+
+    @property
+    def run_dir(self) -> Path:
+        """The run directory (control socket, pid file, locks, state)."""
+        from pathlib import Path
+
+        return Path(self._run)
+
+    @property
+    def log_path(self) -> Path:
+        """The daemon's log."""
+        from pathlib import Path
+
+        return Path(self._log)
 
     @property
     def socket_path(self) -> Path:
@@ -116,9 +131,9 @@ class Supervisor:
     def _start_daemon(self) -> None:
         try:
             # 0700 whoever comes first: no other user may take its locks or read its files.
-            _safeopen.private_dir(str(self.run_dir))
+            _safeopen.private_dir(self._run)
         except OSError as e:
-            raise SupervisorError(f"cannot use the run directory {self.run_dir}: {e}") from None
+            raise SupervisorError(f"cannot use the run directory {self._run}: {e}") from None
         lock = os.open(
             self.run_dir / _protocol.STARTER_LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600
         )
@@ -144,7 +159,7 @@ class Supervisor:
         if self._standby is not None or self._holds_name():
             return
         with contextlib.suppress(OSError, subprocess.SubprocessError):
-            self._standby = _Standby(str(self.run_dir))
+            self._standby = _Standby(self._run)
 
     def discard(self) -> None:
         """End the standby :meth:`prepare` started, if no daemon was needed after all."""
@@ -154,9 +169,9 @@ class Supervisor:
 
     def _holds_name(self) -> bool:
         """Something holds this node's abstract name (a daemon runs, or is exiting)."""
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC) as probe:
+        with contextlib.closing(_stream()) as probe:
             try:
-                probe.connect(_protocol.abstract_address(str(self.run_dir)))
+                probe.connect(_protocol.abstract_address(self._run))
             except (ConnectionRefusedError, FileNotFoundError):
                 return False
             except OSError:
@@ -169,26 +184,26 @@ class Supervisor:
             log_fd = _safeopen.open_append(str(self.log_path), mode=0o600)
         except OSError as e:
             self.discard()
-            raise SupervisorError(f"cannot open the supervisor log {self.log_path}: {e}") from None
+            raise SupervisorError(f"cannot open the supervisor log {self._log}: {e}") from None
         standby, self._standby = self._standby, None
         if standby is not None and standby.go(log_fd):
             os.close(log_fd)
             message = standby.ready()
         else:
-            message = _spawn(str(self.run_dir), log_fd)
+            message = _spawn(self._run, log_fd)
         if message == "ok":
             return
         if message.startswith("another supervisor") and self.daemon_pid() is not None:
             return
         raise SupervisorError(
-            f"the native supervisor did not start in {self.run_dir}: "
-            f"{message or 'it exited without a word'}. Its log: {self.log_path}"
+            f"the native supervisor did not start in {self._run}: "
+            f"{message or 'it exited without a word'}. Its log: {self._log}"
             f"{_tail(self.log_path)}"
         )
 
     # ---- requests
 
-    def _connect(self, hello: float) -> socket.socket | None:
+    def _connect(self, hello: float) -> _socket.socket | None:
         """A connection to the daemon, or None when none listens.
 
         The abstract name first (it outlives ``rm -rf`` of the run dir), then the socket file.
@@ -197,11 +212,11 @@ class Supervisor:
         """
         addresses: list[str] = []
         with contextlib.suppress(OSError):
-            addresses.append(_protocol.abstract_address(str(self.run_dir)))
-        addresses.append(str(self.socket_path))
+            addresses.append(_protocol.abstract_address(self._run))
+        addresses.append(os.path.join(self._run, _protocol.SOCKET_NAME))
         deadline = time.monotonic() + hello
         for address in addresses:
-            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+            sock = _stream()
             pause = 0.001
             try:
                 while True:
@@ -224,7 +239,7 @@ class Supervisor:
             if uid not in (0, os.getuid()):
                 sock.close()
                 raise SupervisorError(
-                    f"the process listening as the native supervisor of {self.run_dir} (pid "
+                    f"the process listening as the native supervisor of {self._run} (pid "
                     f"{pid}, uid {uid}) is not run by root or by you: refusing to talk to it; "
                     "stop that process"
                 )
@@ -240,8 +255,8 @@ class Supervisor:
         if pid and _stopped(pid):
             how = f"stopped by a signal: `kill -CONT {pid}` resumes it"
         return (
-            f"{who} of {self.run_dir} is not answering (nothing within {hello:g}s; it is {how}); "
-            f"its services run on unsupervised as last recorded; see {self.log_path}"
+            f"{who} of {self._run} is not answering (nothing within {hello:g}s; it is {how}); "
+            f"its services run on unsupervised as last recorded; see {self._log}"
         )
 
     def _send(
@@ -297,8 +312,8 @@ class Supervisor:
                     return None
                 except TimeoutError:
                     raise SupervisorError(
-                        f"the native supervisor (pid {pid}) of {self.run_dir} did not answer "
-                        f"{request['op']!r} within {timeout:g}s; see {self.log_path}"
+                        f"the native supervisor (pid {pid}) of {self._run} did not answer "
+                        f"{request['op']!r} within {timeout:g}s; see {self._log}"
                     ) from None
         finally:
             sock.close()
@@ -326,8 +341,7 @@ class Supervisor:
                 )
             return answer
         raise SupervisorError(
-            f"the native supervisor in {self.run_dir} keeps exiting before it answers; "
-            f"see {self.log_path}"
+            f"the native supervisor in {self._run} keeps exiting before it answers; see {self._log}"
         )
 
     def _statuses(self, answer: dict[str, Any]) -> list[ServiceStatus]:
@@ -335,7 +349,7 @@ class Supervisor:
             return [ServiceStatus.from_wire(s) for s in answer.get("statuses", [])]
         except SchemaError as e:
             raise SupervisorError(
-                f"the native supervisor in {self.run_dir} answered a malformed status: {e}"
+                f"the native supervisor in {self._run} answered a malformed status: {e}"
             ) from None
 
     def start(self, spec: ProcessSpec, *, wait_ready: bool = False) -> ServiceStatus:
@@ -414,12 +428,12 @@ class Supervisor:
     def _wait_gone(self, timeout: float) -> None:
         """Return once no daemon holds this node's abstract name."""
         try:
-            address = _protocol.abstract_address(str(self.run_dir))
+            address = _protocol.abstract_address(self._run)
         except OSError:
             return
         deadline = time.monotonic() + timeout
         while True:
-            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC) as probe:
+            with contextlib.closing(_stream()) as probe:
                 probe.settimeout(1.0)
                 try:
                     probe.connect(address)
@@ -429,17 +443,24 @@ class Supervisor:
                     pass
             if time.monotonic() >= deadline:
                 raise SupervisorError(
-                    f"the native supervisor of {self.run_dir} did not exit after shutdown "
-                    f"(waited {timeout:g}s); see {self.log_path}"
+                    f"the native supervisor of {self._run} did not exit after shutdown "
+                    f"(waited {timeout:g}s); see {self._log}"
                 )
             time.sleep(0.01)
 
     # ---- without a daemon
 
+    # The state file's module (and _proc with it) is imported here: a daemon that answers
+    # (`status`) needs neither.
+
     def _load(self) -> _state.State:
-        return _state.load_state(str(self.state_path), self.warn)
+        from noderole.supervisor import _state
+
+        return _state.load_state(os.path.join(self._run, _protocol.STATE_NAME), self.warn)
 
     def _leftovers(self) -> bool:
+        from noderole.supervisor import _state
+
         return bool(_state.leftover_groups(self._load()))
 
     def _from_state(self, names: list[str] | None, hung: str = "") -> list[ServiceStatus]:
@@ -454,6 +475,8 @@ class Supervisor:
                 )
                 for n in names
             ]
+        from noderole.supervisor import _state
+
         leftovers = _state.leftover_groups(state)
         if names is None:
             names = list(state.services)
@@ -485,7 +508,7 @@ def _launch_argv(run_dir: str, fd: int, *extra: str) -> list[str]:
         "-S",
         "-c",
         _LAUNCH,
-        str(Path(__file__).resolve().parent.parent.parent),
+        os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__)))),
         run_dir,
         str(fd),
         *extra,
@@ -530,6 +553,7 @@ class _Standby:
     """
 
     def __init__(self, run_dir: str) -> None:
+        import socket
         import subprocess
 
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -554,6 +578,8 @@ class _Standby:
 
     def go(self, log_fd: int) -> bool:
         """Hand it the log and let it start; False if it is gone (then it is reaped here)."""
+        import socket
+
         try:
             socket.send_fds(self.channel, [b"go\n"], [log_fd])
         except OSError:
@@ -581,10 +607,28 @@ class _Standby:
 
 def default_log_path(run_dir: Path) -> Path:
     """The supervisor's log: ``ROOT/var/log/noderole/supervisor.log`` for ``ROOT/run/noderole``."""
-    root = _title.root_of(str(run_dir))
-    if root == str(run_dir):
-        return run_dir / "supervisor.log"
-    return Path(root) / "var/log/noderole/supervisor.log"
+    from pathlib import Path
+
+    return Path(_default_log(_posix(run_dir)))
+
+
+def _default_log(run_dir: str) -> str:
+    """:func:`default_log_path` of a run directory spelled as :func:`_posix` spells it."""
+    root = _title.root_of(run_dir)
+    if root == run_dir:
+        return os.path.join(run_dir, "supervisor.log")
+    return os.path.join(root, "var/log/noderole/supervisor.log")
+
+
+def _posix(path: str | os.PathLike[str]) -> str:
+    """``str(pathlib.Path(path))`` without pathlib: empty and ``.`` components dropped, ``..``
+    kept, exactly two leading slashes kept (POSIX leaves their meaning to the system)."""
+    text = os.fspath(path)
+    parts = [part for part in text.split("/") if part not in ("", ".")]
+    if not text.startswith("/"):
+        return "/".join(parts) or "."
+    lead = "//" if text.startswith("//") and not text.startswith("///") else "/"
+    return lead + "/".join(parts)
 
 
 def _warn(message: str) -> None:
@@ -601,6 +645,8 @@ def _daemon_environment() -> dict[str, str]:
 
 
 def _flock(fd: int, timeout: float, what: str) -> None:
+    import fcntl  # here, as select below: a request (`status`) takes no lock and reads no pipe
+
     deadline = time.monotonic() + timeout
     while True:
         try:
@@ -614,6 +660,8 @@ def _flock(fd: int, timeout: float, what: str) -> None:
 
 def _read_line(fd: int, timeout: float) -> str:
     """Read up to the first newline or EOF, for at most ``timeout`` seconds."""
+    import select
+
     data = b""
     deadline = time.monotonic() + timeout
     while b"\n" not in data:
@@ -638,7 +686,12 @@ def _tail(path: Path, lines: int = 5) -> str:
     return ""
 
 
-def _connect_to(sock: socket.socket, address: str) -> None:
+def _stream() -> _socket.socket:
+    """A close-on-exec unix stream socket (the request's, or a probe's)."""
+    return _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM | _socket.SOCK_CLOEXEC)
+
+
+def _connect_to(sock: _socket.socket, address: str) -> None:
     if address.startswith("\0"):
         sock.connect(address)
         return

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import time
 from collections import namedtuple
 
@@ -147,6 +146,8 @@ def boot_id() -> str:
 
 def signal_number(name: str) -> int:
     """``"SIGTERM"`` -> 15; raises ValueError naming the input otherwise."""
+    import signal  # here: signal builds three enums at import, which `status` never needs
+
     try:
         return int(signal.Signals[name])
     except KeyError:
@@ -156,6 +157,8 @@ def signal_number(name: str) -> int:
 def describe_status(returncode: int) -> str:
     """Popen returncode -> ``"exit 3"`` or ``"signal SIGKILL"``."""
     if returncode < 0:
+        import signal
+
         try:
             return f"signal {signal.Signals(-returncode).name}"
         except ValueError:

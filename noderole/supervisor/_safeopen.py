@@ -29,7 +29,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import socket
 import stat
 
 __all__ = [
@@ -161,6 +160,8 @@ def _open_here(dfd: int, name: str, path: str, mode: int) -> int:
 
 def _open_as(uid: int, gid: int, dfd: int, name: str, path: str, mode: int) -> int:
     """Open in a forked child running as ``uid``/``gid``; the fd comes back by SCM_RIGHTS."""
+    import socket  # here: a reader (``status``) opens nothing as another user
+
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         pid = os.fork()

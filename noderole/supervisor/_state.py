@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import time
 from collections.abc import Callable
 
@@ -192,6 +191,8 @@ def kill_leftovers(state: State, timeout: float = 5.0) -> dict[str, list[int]]:
 
     Blocking and bounded: called by a daemon before it serves, or by a client with no daemon.
     """
+    import signal  # here: a client that finds its daemon (`status`) kills nothing
+
     groups = leftover_groups(state)
     for pgid, _ in groups.values():
         _proc.kill_group(pgid, signal.SIGKILL)
