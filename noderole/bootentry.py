@@ -32,8 +32,9 @@ import attrs
 
 from noderole import manifest
 from noderole.errors import BackendError
+from noderole.paths import ROLE_FILE
 from noderole.root import NodeRoot
-from noderole.state import ROLE_FILE, write_role
+from noderole.state import write_role
 
 __all__ = [
     "BOOT_KINDS",

@@ -169,7 +169,7 @@ def write_textfile(directory: Path, text: str) -> Path:
 
 def read_last_apply(root: NodeRoot, role: str) -> ApplyOutcome | None:
     """The last apply's outcome when it is of ``role`` (None when absent, unreadable or of
-    another role), from the record ``apply`` keeps (:data:`noderole.state.LAST_APPLY_FILE`)."""
+    another role), from the record ``apply`` keeps (:data:`noderole.paths.LAST_APPLY_FILE`)."""
     from noderole.state import read_last_apply as read_record
 
     data = read_record(root)

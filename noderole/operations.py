@@ -147,7 +147,8 @@ class Operations:
             if not self.recorded_config_fallback:
                 raise
             from noderole.config import config_from_values
-            from noderole.state import LAST_APPLY_FILE, read_last_apply
+            from noderole.paths import LAST_APPLY_FILE
+            from noderole.state import read_last_apply
 
             recorded = read_last_apply(self.root).get("settings")
             declared = {t.table: {s.name for s in t.settings} for t in tables}
@@ -218,7 +219,8 @@ class Operations:
 
     def recorded_role(self, role: str | None = None) -> str:
         """``role`` if given, else the role last applied; a UsageError when there is none."""
-        from noderole.state import ROLE_FILE, read_role
+        from noderole.paths import ROLE_FILE
+        from noderole.state import read_role
 
         if role:
             return role
@@ -246,8 +248,9 @@ class Operations:
         written here; a resolver that fails raises its error (nothing has been written or
         started yet), and no answer at all is a :class:`UsageError` saying what to pass.
         """
+        from noderole.paths import ROLE_FILE
         from noderole.plugins import resolve_role
-        from noderole.state import ROLE_FILE, read_role
+        from noderole.state import read_role
 
         if role:
             return role

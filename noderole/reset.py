@@ -79,7 +79,8 @@ def reset(
     wrote. With ``dry_run`` nothing changes and the report lists what would. ``plan_for`` plans
     a role (a :class:`~noderole.errors.PlanError` when no plugin knows it any more)."""
     from noderole.errors import PlanError
-    from noderole.state import LOCK_FILE, RUN_DIR, node_lock, read_role
+    from noderole.paths import LOCK_FILE, RUN_DIR
+    from noderole.state import node_lock, read_role
 
     chosen = role or read_role(root)
     stopping: list[str] = []
@@ -137,7 +138,7 @@ def _planned(root: NodeRoot, *, purge: bool, had_lock: bool) -> list[Removal]:
     node never applied leaves one no manifest lists. The dry run names it as the reset removes
     it, before the directory it is in.
     """
-    from noderole.state import LOCK_FILE
+    from noderole.paths import LOCK_FILE
 
     removals = plan_reset(root, purge=purge)
     if had_lock and not any(r.path == LOCK_FILE for r in removals):

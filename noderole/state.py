@@ -36,19 +36,11 @@ from noderole.paths import (
     LAST_APPLY_FILE,
     LOCK_FILE,
     ROLE_FILE,
-    RUN_DIR,
-    STATE_DIR,
 )
 from noderole.root import NodeRoot
 from noderole.supervisor import _safeopen
 
 __all__ = [
-    "APPLIED_FILE",
-    "LAST_APPLY_FILE",
-    "LOCK_FILE",
-    "ROLE_FILE",
-    "RUN_DIR",
-    "STATE_DIR",
     "StateError",
     "lock_holders",
     "node_lock",

@@ -22,8 +22,8 @@ from noderole.bootentry import LEGACY_RECORD, boot_entry
 from noderole.cli import cli
 from noderole.cli._app import App
 from noderole.manifest import MANIFEST, entries
+from noderole.paths import ROLE_FILE
 from noderole.root import NodeRoot
-from noderole.state import ROLE_FILE
 from tests.harness.openrc_ns import OpenRCNamespace
 from tests.harness.systemd_ns import SystemdNamespace, systemd_problem
 from tests.test_apply_openrc import EVENTUALLY

@@ -34,9 +34,10 @@ import pytest
 
 from noderole.clock import SystemClock
 from noderole.errors import LockedError
+from noderole.paths import LOCK_FILE
 from noderole.records import Supervision
 from noderole.root import NodeRoot
-from noderole.state import LOCK_FILE, StateError, node_lock
+from noderole.state import StateError, node_lock
 from noderole.supervisor import ProcessSpec, Supervisor, SupervisorError, _log, _safeopen
 from noderole.supervisor._status import ServiceStatus
 from tests.supervisor_fixtures import Harness, close_harness, wait_for

@@ -234,7 +234,8 @@ class TestNothingToReset:
         self, node_root: ScratchRoot, fake_clock: FakeClock
     ) -> None:
         """Only the node lock left (a renew before any apply): dry run and reset both remove it."""
-        from noderole.state import LOCK_FILE, node_lock
+        from noderole.paths import LOCK_FILE
+        from noderole.state import node_lock
 
         app = _App(root=NodeRoot(node_root.path), clock=fake_clock, autoload=False)
         app.recorder = RecordingBackend(node_root)

@@ -16,8 +16,8 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from noderole.errors import BackendError
+from noderole.paths import RUN_DIR
 from noderole.root import NodeRoot
-from noderole.state import RUN_DIR
 from noderole.supervisor import NotAnswering, ServiceStatus, Supervisor, SupervisorError
 
 if TYPE_CHECKING:
