@@ -421,6 +421,25 @@ def _unshare_works() -> str | None:
     return None if probe.returncode == 0 else f"unshare -m refused: {probe.stderr.strip()}"
 
 
+def _in_private_mounts(script: str, root: Path, *, timeout: float) -> dict[str, Any]:
+    """Run ``script`` (a Python program given ``root``) in a private mount namespace, where it
+    may mount small tmpfs over the root's directories, and return the JSON it prints. Skips
+    where the namespace cannot be made."""
+    why = _unshare_works()
+    if why:
+        pytest.skip(why)
+    out = subprocess.run(
+        ["unshare", "-m", "--propagation", "private", sys.executable, "-c", script, str(root)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=Path(__file__).parent.parent,
+    )
+    assert out.returncode == 0, out.stderr
+    result: dict[str, Any] = json.loads(out.stdout)
+    return result
+
+
 _FILL = """
 def fill(directory):
     fd = os.open(os.path.join(directory, "filler"), os.O_WRONLY | os.O_CREAT, 0o600)
@@ -538,19 +557,10 @@ print(json.dumps({"code": result.exit_code, "out": result.output,
 class TestFullRun:
     def test_apply_command_on_a_full_disk_fails_clearly(self, tmp_path: Path) -> None:
         """`noderole apply` with /run and /var/lib/noderole full: exit 1, messages, no traceback."""
-        why = _unshare_works()
-        if why:
-            pytest.skip(why)
         root = tmp_path / "root"
         h = Harness(root=root, supervisor=Supervisor(root / "run/noderole", timeout=30))
         try:
-            out = subprocess.run(
-                ["unshare", "-m", "--propagation", "private", sys.executable, "-c",
-                 _APPLY_CLI_FULL, str(root)],
-                capture_output=True, text=True, timeout=90,
-            )  # fmt: skip
-            assert out.returncode == 0, out.stderr
-            result = json.loads(out.stdout)
+            result = _in_private_mounts(_APPLY_CLI_FULL, root, timeout=90)
             assert result["exc"] is None
             assert result["code"] == 1
             assert "Traceback" not in result["out"]
@@ -564,16 +574,7 @@ class TestFullRun:
 
     def test_apply_on_a_full_disk_gives_clear_errors(self, tmp_path: Path) -> None:
         """Full /run: the lock is still taken; full state dir: StateError naming the file."""
-        why = _unshare_works()
-        if why:
-            pytest.skip(why)
-        out = subprocess.run(
-            ["unshare", "-m", "--propagation", "private", sys.executable, "-c", _APPLY_FULL,
-             str(tmp_path / "root")],
-            capture_output=True, text=True, timeout=60,
-        )  # fmt: skip
-        assert out.returncode == 0, out.stderr
-        result = json.loads(out.stdout)
+        result = _in_private_mounts(_APPLY_FULL, tmp_path / "root", timeout=60)
         assert result["locked"] is True
         kind, message = result["error"]
         assert kind == "StateError"
@@ -584,19 +585,10 @@ class TestFullRun:
         self, tmp_path: Path
     ) -> None:
         """Full /run: a respawn's state is not written, yet a daemon kill -9 leaves no orphan."""
-        why = _unshare_works()
-        if why:
-            pytest.skip(why)
         root = tmp_path / "root"
         h = Harness(root=root, supervisor=Supervisor(root / "run/noderole", timeout=30))
         try:
-            out = subprocess.run(
-                ["unshare", "-m", "--propagation", "private", sys.executable, "-c",
-                 _RESPAWN_FULL, str(root)],
-                capture_output=True, text=True, timeout=90, cwd=Path(__file__).parent.parent,
-            )  # fmt: skip
-            assert out.returncode == 0, out.stderr
-            result = json.loads(out.stdout)
+            result = _in_private_mounts(_RESPAWN_FULL, root, timeout=90)
             assert result["recorded"] == result["first"]  # the state file could not be written
             assert result["second_gone"], "the respawned child was orphaned"
         finally:
