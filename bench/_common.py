@@ -40,6 +40,37 @@ class Row:
     p95: float | None = None
     """noderole's 95th percentile, where the target is a p95."""
 
+    @classmethod
+    def from_samples(
+        cls,
+        benchmark: str,
+        unit: str,
+        ours: Sequence[float],
+        *,
+        peer: str | None = None,
+        peer_samples: Sequence[float] | None = None,
+        target: str = "",
+        p95: bool = False,
+    ) -> Row:
+        """The row of ``ours`` beside ``peer``'s samples (summarized alike), with noderole's
+        95th percentile when ``p95``."""
+        median, spread, high = summarize(ours)
+        peer_median = peer_spread = None
+        if peer_samples:
+            peer_median, peer_spread, _ = summarize(peer_samples)
+        return cls(
+            benchmark=benchmark,
+            unit=unit,
+            median=median,
+            spread=spread,
+            samples=len(ours),
+            peer=peer,
+            peer_median=peer_median,
+            peer_spread=peer_spread,
+            target=target,
+            p95=high if p95 else None,
+        )
+
     @property
     def ratio(self) -> float | None:
         """noderole / peer (lower is better for times and memory)."""

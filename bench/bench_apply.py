@@ -413,6 +413,17 @@ def _run_noderole(root: Path, *args: str) -> None:
         )
 
 
+def _end_node(root: Path) -> None:
+    """Shut the node's supervisor down, then SIGKILL whatever of ``root`` still runs."""
+    from noderole.supervisor import Supervisor
+
+    try:
+        Supervisor(root / "run/noderole", timeout=30).shutdown()
+    except Exception as exc:
+        print(f"# supervisor shutdown failed ({exc}); killing leftovers", file=sys.stderr)
+    _kill_leftovers(root)
+
+
 def _kill_leftovers(root: Path) -> None:
     """SIGKILL whatever still runs for ``root``: its children carry NODEROLE_ROOT=root in their
     environment, its supervisor daemon has root's run directory on its command line."""
@@ -471,13 +482,7 @@ def _noderole_side(base: Path, port: int) -> Iterator[NoderoleSide]:
         _stage(root, port)
         yield NoderoleSide(root)
     finally:
-        from noderole.supervisor import Supervisor
-
-        try:
-            Supervisor(root / "run/noderole", timeout=30).shutdown()
-        except Exception as exc:
-            print(f"# supervisor shutdown failed ({exc}); killing leftovers", file=sys.stderr)
-        _kill_leftovers(root)
+        _end_node(root)
 
 
 # --------------------------------------------------------------------------- OpenRC

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from bench._common import Row, summarize
+from bench._common import Row
 
 _EXTENSIONS = """\
 basicConstraints = critical, CA:FALSE
@@ -160,33 +160,18 @@ def run(quick: bool) -> list[Row]:
 
         peer_mint_ms = _ms(openssl_mint, cli_n)
 
-    rows = []
-    for name, samples, peer, peer_samples, target in [
-        ("cert reuse check", reuse_ms, "openssl verify + x509 -checkend", peer_reuse_ms,
-         "<= 2 ms"),
-        ("cert mint (durable write)", mint_ms, "openssl genpkey + req + x509 -req",
-         peer_mint_ms, "<= 5 ms"),
-        ("cert mint (in memory)", memory_ms, None, None, ""),
-    ]:  # fmt: skip
-        median, spread, p95 = summarize(samples)
-        peer_median = peer_spread = None
-        if peer_samples:
-            peer_median, peer_spread, _ = summarize(peer_samples)
-        rows.append(
-            Row(
-                benchmark=name,
-                unit="ms",
-                median=median,
-                spread=spread,
-                samples=len(samples),
-                peer=peer,
-                peer_median=peer_median,
-                peer_spread=peer_spread,
-                target=target,
-                p95=p95,
-            )
+    return [
+        Row.from_samples(
+            name, "ms", samples, peer=peer, peer_samples=peer_samples, target=target, p95=True
         )
-    return rows
+        for name, samples, peer, peer_samples, target in [
+            ("cert reuse check", reuse_ms, "openssl verify + x509 -checkend", peer_reuse_ms,
+             "<= 2 ms"),
+            ("cert mint (durable write)", mint_ms, "openssl genpkey + req + x509 -req",
+             peer_mint_ms, "<= 5 ms"),
+            ("cert mint (in memory)", memory_ms, None, None, ""),
+        ]
+    ]  # fmt: skip
 
 
 def main() -> None:

@@ -41,8 +41,8 @@ from bench.bench_apply import (
     DISABLED,
     K3S_TLS,
     KUBECONFIG,
+    _end_node,
     _free_port,
-    _kill_leftovers,
     _noderole_argv,
     _stage,
 )
@@ -112,13 +112,7 @@ def _node(base: Path) -> Iterator[Path]:
         real.chmod(0o755)
         yield root
     finally:
-        from noderole.supervisor import Supervisor
-
-        try:
-            Supervisor(root / "run/noderole", timeout=30).shutdown()
-        except Exception as exc:
-            print(f"# supervisor shutdown failed ({exc}); killing leftovers", file=sys.stderr)
-        _kill_leftovers(root)
+        _end_node(root)
 
 
 # --------------------------------------------------------------------------- start-up rows
@@ -264,20 +258,15 @@ def _lag_rows(root: Path, samples: int, peer_samples: int) -> list[Row]:
         ours.append(_ours_lag(root))
         if index < peer_samples:
             peer.append(_peer_lag(root))
-    median, spread, p95 = summarize(ours)
-    peer_median, peer_spread, _ = summarize(peer)
     return [
-        Row(
-            benchmark="boot-path lag: k3s CA + kubeconfig written -> konnectivity-server exec'd",
-            unit="ms",
-            median=median,
-            spread=spread,
-            samples=samples,
+        Row.from_samples(
+            "boot-path lag: k3s CA + kubeconfig written -> konnectivity-server exec'd",
+            "ms",
+            ours,
             peer="seed: sh poll every 2 s + openssl mint",
-            peer_median=peer_median,
-            peer_spread=peer_spread,
+            peer_samples=peer,
             target="<= 20 ms median",
-            p95=p95,
+            p95=True,
         )
     ]
 

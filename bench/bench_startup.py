@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 
-from bench._common import Row, summarize
+from bench._common import Row
 
 __all__ = ["run"]
 
@@ -36,18 +36,13 @@ def run(quick: bool) -> list[Row]:
     for _ in range(samples):
         ours.append(_once(ours_argv) * 1000)
         peer.append(_once(peer_argv) * 1000)
-    median, spread, _ = summarize(ours)
-    peer_median, peer_spread, _ = summarize(peer)
     return [
-        Row(
-            benchmark="noderole --help (fresh process)",
-            unit="ms",
-            median=median,
-            spread=spread,
-            samples=samples,
+        Row.from_samples(
+            "noderole --help (fresh process)",
+            "ms",
+            ours,
             peer='python -c "import click"',
-            peer_median=peer_median,
-            peer_spread=peer_spread,
+            peer_samples=peer,
             target="<= 1.1x",
         )
     ]
