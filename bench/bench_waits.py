@@ -234,21 +234,14 @@ def _shell_cpu(base: Path, quick: bool, out: dict[str, list[float]]) -> None:
 
 
 def _latency_row(name: str, samples: list[float], peer: list[float] | None) -> Row:
-    median, spread, p95 = summarize(samples)
-    peer_median = peer_spread = None
-    if peer:
-        peer_median, peer_spread, _ = summarize(peer)
-    return Row(
-        benchmark=name,
-        unit="ms",
-        median=median,
-        spread=spread,
-        samples=len(samples),
+    return Row.from_samples(
+        name,
+        "ms",
+        samples,
         peer="sh loop, sleep 2 (seed)" if peer else None,
-        peer_median=peer_median,
-        peer_spread=peer_spread,
+        peer_samples=peer,
         target="<= 20 ms p95",
-        p95=p95,
+        p95=True,
     )
 
 
