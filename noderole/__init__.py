@@ -8,7 +8,7 @@ here or in :mod:`noderole.testing`; every other module (``noderole.records``, ``
 The public names are listed once, in the ``TYPE_CHECKING`` block below: type checkers read those
 imports, and at run time the lazy table is read from the same lines on the first lookup. Names are
 imported on first use (PEP 562), because ``noderole --help`` and the supervisor run at boot and
-must not pay for attrs record classes or pluggy they do not need.
+must not pay for record classes or pluggy they do not need.
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ import stat
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
-import attrs
+from noderole import recordclass
 
 __all__ = [
     "FileSpec",
@@ -49,7 +49,7 @@ def _no_step(name: str) -> None:
     """The default hook: do nothing."""
 
 
-@attrs.frozen(kw_only=True)
+@recordclass.frozen(kw_only=True)
 class FileSpec:
     """One file for :func:`write_files`."""
 

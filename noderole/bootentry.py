@@ -28,9 +28,7 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-import attrs
-
-from noderole import manifest
+from noderole import manifest, recordclass
 from noderole.errors import BackendError
 from noderole.paths import ROLE_FILE
 from noderole.root import NodeRoot
@@ -57,7 +55,7 @@ the manifest the first time it is found."""
 BOOT_KINDS = ("openrc", "systemd")
 
 
-@attrs.frozen(kw_only=True)
+@recordclass.frozen(kw_only=True)
 class BootFile:
     """One path the boot entry consists of: a file (``content``) or a link (``target``)."""
 

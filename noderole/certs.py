@@ -26,7 +26,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TypeAlias
 
-import attrs
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes, serialization
@@ -34,6 +33,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.utils import CryptographyDeprecationWarning
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from noderole import recordclass
 from noderole.atomic import FileSpec, StepHook, remove_stale_temps, write_files
 from noderole.certstamp import CertOutcome, record_stamp
 from noderole.clock import Clock
@@ -101,7 +101,7 @@ def _ca_certificates(path: Path) -> list[x509.Certificate]:
         ) from None
 
 
-@attrs.frozen(kw_only=True)
+@recordclass.frozen(kw_only=True)
 class CertificateAuthority:
     """A loaded, checked CA: its certificate (the signer), its key, and the rest of its file."""
 
@@ -181,7 +181,7 @@ def load_ca(cert_path: Path, key_path: Path, *, now: dt.datetime) -> Certificate
 # --------------------------------------------------------------------------- verdict
 
 
-@attrs.frozen(kw_only=True)
+@recordclass.frozen(kw_only=True)
 class _Existing:
     """What was found in the directory."""
 
@@ -190,7 +190,7 @@ class _Existing:
     key_mode: int | None
 
 
-@attrs.frozen(kw_only=True)
+@recordclass.frozen(kw_only=True)
 class _Verdict:
     reuse: bool
     reason: str
@@ -599,7 +599,7 @@ def _stamp(
 # --------------------------------------------------------------------------- inspection
 
 
-@attrs.frozen(kw_only=True)
+@recordclass.frozen(kw_only=True)
 class CertReport:
     """One certificate as ``noderole cert check`` shows it."""
 

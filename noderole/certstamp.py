@@ -14,7 +14,7 @@ the key or the CA (content, inode, size, time or mode), to the request, or a clo
 window forces the full check. Stamps live in :data:`STAMP_DIR` on the node, one file per
 certificate directory; a stamp that cannot be read or written only costs a full check.
 
-Standard library and attrs only: importing this module must not import cryptography.
+Standard library and record classes only: importing this module must not import cryptography.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import stat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-import attrs
+from noderole import recordclass
 
 if TYPE_CHECKING:
     from noderole.records import MintCertificate
@@ -43,7 +43,7 @@ KEY_NAME = "tls.key"
 _FORMAT = 1
 
 
-@attrs.frozen(kw_only=True)
+@recordclass.frozen(kw_only=True)
 class CertOutcome:
     """What :func:`noderole.certs.ensure_certificate` did."""
 

@@ -14,8 +14,7 @@ import types
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import attrs
-
+from noderole import recordclass
 from noderole.errors import ConfigError, DefinitionError
 from noderole.records import RecordBase, Setting, SettingsTable, did_you_mean
 from noderole.root import NodeRoot
@@ -33,7 +32,7 @@ CONFIG_PATH = "/etc/noderole/config.toml"
 """Node path of the configuration file (read under ``--root``)."""
 
 
-@attrs.frozen(kw_only=True, repr=False, eq=False)
+@recordclass.frozen(kw_only=True, repr=False, eq=False)
 class ConfigValue(RecordBase):
     """One effective setting and where its value came from."""
 
@@ -51,7 +50,7 @@ class ConfigValue(RecordBase):
         return "***" if self.setting.secret else self.value
 
 
-@attrs.frozen(repr=False, eq=False)
+@recordclass.frozen(repr=False, eq=False)
 class Config(RecordBase):
     """Effective configuration of every declared table."""
 

@@ -22,8 +22,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-import attrs
-
+from noderole import recordclass
 from noderole.backends import Backend, BackendStatus
 from noderole.clock import Clock
 from noderole.errors import NoderoleError, StepError
@@ -59,7 +58,7 @@ class Progress(Protocol):
     def finished(self, report: ServiceReport) -> None: ...
 
 
-@attrs.frozen(kw_only=True)
+@recordclass.frozen(kw_only=True)
 class StepTiming:
     """How long one step took, for the ``cloud-init analyze blame``-style report."""
 
@@ -73,7 +72,7 @@ class StepTiming:
     """What happened (``minted: SANs changed ...``)."""
 
 
-@attrs.frozen(kw_only=True)
+@recordclass.frozen(kw_only=True)
 class ServiceReport:
     """The outcome of applying one service."""
 
@@ -109,11 +108,11 @@ class ServiceReport:
             "ready": self.ready,
             "seconds": round(self.seconds, 6),
             "minted": list(self.minted),
-            "steps": [attrs.asdict(step) for step in self.steps],
+            "steps": [recordclass.asdict(step) for step in self.steps],
         }
 
 
-@attrs.frozen(kw_only=True)
+@recordclass.frozen(kw_only=True)
 class ApplyReport:
     """The outcome of ``noderole apply ROLE``."""
 
@@ -154,7 +153,7 @@ def definition_digests(service: Service) -> dict[str, str]:
         "environment": service.revealed_environment(),
         "user": [service.user, service.group, service.working_directory],
         "logs": [service.pidfile, service.output_log, service.error_log],
-        "supervision": attrs.asdict(service.supervision),
+        "supervision": recordclass.asdict(service.supervision),
     }
     return {
         key: hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:16]
@@ -182,7 +181,7 @@ def definition_shown(service: Service) -> str:
         "environment": environment,
         "user": [service.user, service.group, service.working_directory],
         "logs": [service.pidfile, service.output_log, service.error_log],
-        "supervision": attrs.asdict(service.supervision),
+        "supervision": recordclass.asdict(service.supervision),
     }
     return json.dumps(shown, sort_keys=True)
 
@@ -479,7 +478,7 @@ class _Run:
             from noderole.waits import run_wait
 
             timeout = min(readiness.timeout, self.readiness_timeout)
-            bounded = attrs.evolve(readiness, timeout=timeout)
+            bounded = recordclass.evolve(readiness, timeout=timeout)
             try:
                 run_wait(
                     bounded,
@@ -618,9 +617,11 @@ def apply_plan(
         report = run.reports[entry.name]
         now = final.get(entry.name)
         if entry.service.readiness is not None and report.ok and report.status != "done":
-            report = attrs.evolve(report, ready=now is not None and now.state == "ready")
+            report = recordclass.evolve(report, ready=now is not None and now.state == "ready")
         if entry.name in crashed and report.ok:
-            report = attrs.evolve(report, status="failed", reason=crashed[entry.name], pid=None)
+            report = recordclass.evolve(
+                report, status="failed", reason=crashed[entry.name], pid=None
+            )
         reports.append(report)
     return ApplyReport(
         role=plan.role,

@@ -24,8 +24,7 @@ import types
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-import attrs
-
+from noderole import recordclass
 from noderole.errors import EnvFileError
 
 __all__ = ["EnvFile", "parse_env_text", "read_env_file"]
@@ -44,7 +43,7 @@ def _lines(value: Iterable[str]) -> tuple[str, ...]:
     return tuple(value)
 
 
-@attrs.frozen(kw_only=True)
+@recordclass.frozen(kw_only=True)
 class EnvFile:
     """The parsed content of one environment file."""
 
@@ -52,9 +51,9 @@ class EnvFile:
     """The file as named in messages (the node path, not the path under ``--root``)."""
     exists: bool
     """False when the file is absent; ``values`` is then empty and the caller decides."""
-    values: Mapping[str, str] = attrs.field(converter=_readonly, hash=False)
+    values: Mapping[str, str] = recordclass.field(converter=_readonly, hash=False)
     """Every assigned key with its last value, in order of first assignment (read-only)."""
-    warnings: tuple[str, ...] = attrs.field(default=(), converter=_lines)
+    warnings: tuple[str, ...] = recordclass.field(default=(), converter=_lines)
     """One ``PATH:LINE: why`` per skipped line."""
 
     def get(self, key: str, default: str | None = None) -> str | None:

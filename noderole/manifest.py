@@ -44,8 +44,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-import attrs
-
+from noderole import recordclass
 from noderole.paths import LOCK_FILE, RUN_DIR, STATE_DIR
 from noderole.root import NodeRoot
 
@@ -111,7 +110,7 @@ _SUPERVISOR_FILES = (
 )
 
 
-@attrs.frozen(kw_only=True)
+@recordclass.frozen(kw_only=True)
 class Entry:
     """One recorded path."""
 
@@ -123,7 +122,7 @@ class Entry:
     """What it held when written (``sha256:...``, ``link:TARGET``, ``dir`` or ``any``)."""
 
 
-@attrs.frozen(kw_only=True)
+@recordclass.frozen(kw_only=True)
 class Removal:
     """What ``reset`` does with one recorded path."""
 
@@ -235,7 +234,7 @@ def remember(root: NodeRoot, found: Iterable[Entry]) -> None:
     try:
         known = _parse(_read_fd(fd))
         lines = [
-            json.dumps(attrs.asdict(entry), separators=(",", ":")) + "\n"
+            json.dumps(recordclass.asdict(entry), separators=(",", ":")) + "\n"
             for entry in found
             if known.get(entry.path) != entry
         ]
@@ -268,7 +267,7 @@ def _rewrite(root: NodeRoot, keep: Callable[[Entry], bool]) -> None:
         local = root.resolve(MANIFEST)
         if remaining:
             text = "".join(
-                json.dumps(attrs.asdict(e), separators=(",", ":")) + "\n" for e in remaining
+                json.dumps(recordclass.asdict(e), separators=(",", ":")) + "\n" for e in remaining
             )
             write_atomic(local, text.encode(), mode=0o600)
         else:

@@ -29,8 +29,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import attrs
-
+from noderole import recordclass
 from noderole.root import NodeRoot
 from noderole.supervisor.exposition import STATES, TEXTFILE, Exposition, labels, service_families
 
@@ -53,7 +52,7 @@ __all__ = [
 ]
 
 
-@attrs.frozen(kw_only=True)
+@recordclass.frozen(kw_only=True)
 class ApplyOutcome:
     """How the last apply of a role ended."""
 
@@ -67,7 +66,7 @@ class ApplyOutcome:
     """When it finished (unix time)."""
 
 
-@attrs.frozen(kw_only=True)
+@recordclass.frozen(kw_only=True)
 class ServiceSample:
     """One service's state as ``status`` sees it."""
 
@@ -79,7 +78,7 @@ class ServiceSample:
     """Restarts counted by the supervisor or init system."""
 
 
-@attrs.frozen(kw_only=True)
+@recordclass.frozen(kw_only=True)
 class CertificateExpiry:
     """When a certificate a service mints stops being valid."""
 

@@ -44,7 +44,7 @@ __all__ = ["Operations", "RenderResult", "status_verdict"]
 
 CONFIG_PATH = "/etc/noderole/config.toml"
 """noderole.config.CONFIG_PATH, repeated: ``status`` checks the file's syntax without importing
-the configuration module (and attrs and the records with it)."""
+the configuration module (and the records with it)."""
 
 _UP = {"running", "ready"}
 _ACTIVE = {"starting", "running", "ready", "backoff"}
@@ -514,8 +514,7 @@ class Operations:
         the head of the report, so it is not ok when a plugin could not define its services.
         With ``publish``, the outcome is kept for the fleet metrics (:meth:`publish_metrics`).
         """
-        import attrs
-
+        from noderole import recordclass
         from noderole.console import QuietProgress
         from noderole.engine import apply_plan
         from noderole.manifest import record_processes
@@ -549,7 +548,7 @@ class Operations:
                 on_digests=recorded.update,
             )
             if failures:
-                report = attrs.evolve(report, services=(*failures, *report.services))
+                report = recordclass.evolve(report, services=(*failures, *report.services))
             applied = {**previous, **recorded}
             if applied != previous:  # an apply that changed nothing writes nothing
                 write_applied(self.root, applied)

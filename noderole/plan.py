@@ -32,8 +32,7 @@ from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, Final, Literal, TypeAlias
 
-import attrs
-
+from noderole import recordclass
 from noderole.errors import PlanError
 from noderole.records import RecordBase, Service, unknown_names
 
@@ -68,7 +67,7 @@ def _frozen_waves(value: Iterable[Iterable[str]]) -> tuple[tuple[str, ...], ...]
     return tuple(tuple(wave) for wave in value)
 
 
-@attrs.frozen(kw_only=True, repr=False, eq=False)
+@recordclass.frozen(kw_only=True, repr=False, eq=False)
 class PlannedService(RecordBase):
     """One service of a plan, with its dependencies resolved to the services actually planned."""
 
@@ -89,12 +88,12 @@ class PlannedService(RecordBase):
     after: tuple[str, ...]
     """Every planned service this one starts after, for any reason (need, want, use, after, and
     other services' ``before``), sorted by name."""
-    provided_by: Mapping[str, tuple[str, ...]] = attrs.field(converter=_frozen_names)
+    provided_by: Mapping[str, tuple[str, ...]] = recordclass.field(converter=_frozen_names)
     """Virtual name this service refers to -> the planned providers it stands for here."""
-    resolved: Mapping[str, tuple[str, ...]] = attrs.field(converter=_frozen_names)
+    resolved: Mapping[str, tuple[str, ...]] = recordclass.field(converter=_frozen_names)
     """Dependency word -> the planned services its declared names resolved to, in declared order
     (for ``before``: the services that start after this one because of it)."""
-    unresolved: Mapping[str, tuple[str, ...]] = attrs.field(converter=_frozen_names)
+    unresolved: Mapping[str, tuple[str, ...]] = recordclass.field(converter=_frozen_names)
     """Dependency word -> the declared names that matched nothing in the plan (ignored, by rule)."""
 
     @property
@@ -103,7 +102,7 @@ class PlannedService(RecordBase):
         return self.service.name
 
 
-@attrs.frozen(kw_only=True, repr=False, eq=False)
+@recordclass.frozen(kw_only=True, repr=False, eq=False)
 class Plan(RecordBase):
     """The services a role starts, in start order, grouped into waves.
 
@@ -112,19 +111,19 @@ class Plan(RecordBase):
 
     role: str
     """The role this plan applies."""
-    services: tuple[PlannedService, ...] = attrs.field(converter=_frozen_services)
+    services: tuple[PlannedService, ...] = recordclass.field(converter=_frozen_services)
     """Every planned service in start order: wave by wave, by name within a wave."""
-    waves: tuple[tuple[str, ...], ...] = attrs.field(converter=_frozen_waves)
+    waves: tuple[tuple[str, ...], ...] = recordclass.field(converter=_frozen_waves)
     """Service names per wave, each wave sorted by name."""
     warnings: tuple[str, ...] = ()
     """Problems that do not stop the plan (a dependency name no service has, with a suggestion)."""
     # Indexes derived from the fields, built on first use: a plan that is only printed (``noderole
     # plan``) never pays for them. Frozen class: set once through object.__setattr__, never by a
     # caller.
-    _by_name: Mapping[str, PlannedService] | None = attrs.field(
+    _by_name: Mapping[str, PlannedService] | None = recordclass.field(
         init=False, default=None, repr=False, eq=False
     )
-    _dependents: Mapping[str, tuple[str, ...]] | None = attrs.field(
+    _dependents: Mapping[str, tuple[str, ...]] | None = recordclass.field(
         init=False, default=None, repr=False, eq=False
     )
 
@@ -189,7 +188,7 @@ class Plan(RecordBase):
         waves = _waves(predecessors)
         by_name = {planned.name: planned for planned in kept}
         services = [
-            attrs.evolve(by_name[name], wave=number, after=tuple(sorted(predecessors[name])))
+            recordclass.evolve(by_name[name], wave=number, after=tuple(sorted(predecessors[name])))
             for number, wave in enumerate(waves)
             for name in wave
         ]
@@ -236,7 +235,7 @@ def _service_dict(planned: PlannedService) -> dict[str, Any]:
         "working_directory": service.working_directory,
         "pidfile": service.pidfile,
         "logs": {"output": service.output_log, "error": service.error_log},
-        "supervision": attrs.asdict(service.supervision),
+        "supervision": recordclass.asdict(service.supervision),
         "readiness": None if service.readiness is None else service.readiness.describe(),
     }
 

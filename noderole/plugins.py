@@ -21,10 +21,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-import attrs
 import pluggy
 
-from noderole import hookspecs
+from noderole import hookspecs, recordclass
 from noderole.entrypoints import FoundEntryPoint, discover
 from noderole.errors import DefinitionError, NoderoleError, PluginError, UsageError
 from noderole.records import RecordBase, Service, SettingsTable
@@ -54,7 +53,7 @@ R = TypeVar("R")
 _SETS: weakref.WeakKeyDictionary[pluggy.PluginManager, PluginSet] = weakref.WeakKeyDictionary()
 
 
-@attrs.frozen(kw_only=True, repr=False, eq=False)
+@recordclass.frozen(kw_only=True, repr=False, eq=False)
 class PluginInfo(RecordBase):
     """Where a loaded plugin came from."""
 
@@ -202,8 +201,8 @@ class PluginSet:
                     f"(a single one, a list, or None). Fix the plugin, or disable it with "
                     f"--disable-plugin {plugin}"
                 )
-            if attrs.has(type(item)) and hasattr(item, "origin"):
-                item = attrs.evolve(item, origin=plugin)
+            if recordclass.has(type(item)) and hasattr(item, "origin"):
+                item = recordclass.evolve(item, origin=plugin)
             records.append(item)
         return records
 
@@ -265,7 +264,7 @@ def _flatten(result: Any) -> list[Any]:
     """None → [], one record → [it], any iterable (a generator too: consumed here) → list."""
     if result is None:
         return []
-    if attrs.has(type(result)) or isinstance(result, str | bytes):
+    if recordclass.has(type(result)) or isinstance(result, str | bytes):
         return [result]
     if isinstance(result, Iterable):
         return list(result)

@@ -130,14 +130,13 @@ class RecordedView:
 
 
 def _service_data(service: Service) -> dict[str, Any]:
-    import attrs
-
+    from noderole import recordclass
     from noderole.records import Secret
 
     data: dict[str, Any] = {key: getattr(service, key) for key in _SCALARS}
     data.update({key: list(getattr(service, key)) for key in _LISTS})
     data["command"] = None if service.command is None else list(service.command)
-    data["supervision"] = attrs.asdict(service.supervision)
+    data["supervision"] = recordclass.asdict(service.supervision)
     # Names only, never values: status must know a log tail needs redacting (it then asks the
     # plugins for the values, the one case where a plugin-free status loads them).
     data["secret_keys"] = sorted(
@@ -147,7 +146,7 @@ def _service_data(service: Service) -> dict[str, Any]:
     data["readiness"] = (
         None
         if readiness is None
-        else {"kind": type(readiness).__name__, "fields": attrs.asdict(readiness)}
+        else {"kind": type(readiness).__name__, "fields": recordclass.asdict(readiness)}
     )
     return data
 

@@ -1,8 +1,9 @@
 """The records plugins return: services, their pre-start steps, settings and stand-ins.
 
-Every record is a frozen attrs class with keyword-only arguments. Converters normalise input (lists
-become tuples, mappings become read-only mappings) so two records built from equal inputs compare
-equal, and validators reject an invalid field at construction with a :class:`DefinitionError` that
+Every record is a frozen record class (:mod:`noderole.recordclass`: attrs' keyword API, built
+without generated code) with keyword-only arguments. Converters normalise input (lists become
+tuples, mappings become read-only mappings) so two records built from equal inputs compare equal,
+and validators reject an invalid field at construction with a :class:`DefinitionError` that
 names the record and the field. The plugin manager adds the plugin and hook to that message.
 
 Paths in records are always the paths *as the booted node sees them* (``/etc/...``); the engine
@@ -23,8 +24,7 @@ import types
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias, TypeVar
 
-import attrs
-
+from noderole import recordclass
 from noderole.errors import DefinitionError
 from noderole.root import climbs_out
 
@@ -60,6 +60,8 @@ __all__ = [
 ]
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@+-]*\Z")
+_SETTING_NAME = re.compile(r"^[a-z][a-z0-9_]*\Z")
+_TABLE_NAME = re.compile(r"^[a-z][a-z0-9_-]*\Z")
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
@@ -151,15 +153,15 @@ def _may_match(word: str, choices: list[str], cutoff: float) -> list[str]:
 def _checked(cls: type[T]) -> type[T]:
     """Make every mistake in a record's construction a :class:`DefinitionError`.
 
-    attrs raises ``TypeError`` for a misspelled or missing keyword and its own validators raise a
-    bare ``ValueError``; a plugin author should instead see the record, the field and the fix. A
-    string given where a list is expected is refused here too: iterating it would split a command
-    line into characters.
+    A class's ``__init__`` raises ``TypeError`` for a misspelled or missing keyword and a
+    converter may raise a bare ``ValueError``; a plugin author should instead see the record, the
+    field and the fix. A string given where a list is expected is refused here too: iterating it
+    would split a command line into characters.
     """
     init = cls.__init__
-    fields = attrs.fields(cls)  # type: ignore[arg-type]
+    fields = recordclass.fields(cls)  # type: ignore[arg-type]
     known = [f.alias or f.name for f in fields]
-    required = [f.alias or f.name for f in fields if f.default is attrs.NOTHING]
+    required = [f.alias or f.name for f in fields if f.default is recordclass.NOTHING]
     lists = [f.alias or f.name for f in fields if f.metadata.get("list")]
     kind = cls.__name__
 
@@ -203,7 +205,7 @@ def _checked(cls: type[T]) -> type[T]:
     return cls
 
 
-def _check_names(inst: Any, attribute: attrs.Attribute[Any], value: tuple[str, ...]) -> None:
+def _check_names(inst: Any, attribute: recordclass.Attribute[Any], value: tuple[str, ...]) -> None:
     for item in value:
         if not isinstance(item, str) or not _NAME.match(item):
             raise _fail(
@@ -213,7 +215,7 @@ def _check_names(inst: Any, attribute: attrs.Attribute[Any], value: tuple[str, .
             )
 
 
-def _check_absolute(inst: Any, attribute: attrs.Attribute[Any], value: str | None) -> None:
+def _check_absolute(inst: Any, attribute: recordclass.Attribute[Any], value: str | None) -> None:
     if value is None:
         return
     if not isinstance(value, str) or not value.startswith("/"):
@@ -228,11 +230,37 @@ def _check_absolute(inst: Any, attribute: attrs.Attribute[Any], value: str | Non
         )
 
 
-def _check_absolute_all(inst: Any, attribute: attrs.Attribute[Any], value: tuple[str, ...]) -> None:
+def _check_absolute_all(
+    inst: Any, attribute: recordclass.Attribute[Any], value: tuple[str, ...]
+) -> None:
     if not value:
         raise _fail(_label(inst), attribute.name, "must name at least one path")
     for item in value:
         _check_absolute(inst, attribute, item)
+
+
+def _one_of(*choices: str) -> Callable[[Any, recordclass.Attribute[Any], Any], None]:
+    def check(inst: Any, attribute: recordclass.Attribute[Any], value: Any) -> None:
+        if value not in choices:
+            shown = ", ".join(repr(choice) for choice in choices)
+            raise _fail(_label(inst), attribute.name, f"must be one of {shown}, got {value!r}")
+
+    return check
+
+
+def _non_empty(inst: Any, attribute: recordclass.Attribute[Any], value: Any) -> None:
+    if not isinstance(value, str) or not value:
+        raise _fail(_label(inst), attribute.name, f"must be a non-empty string, got {value!r}")
+
+
+def _matches(
+    pattern: re.Pattern[str], what: str
+) -> Callable[[Any, recordclass.Attribute[Any], Any], None]:
+    def check(inst: Any, attribute: recordclass.Attribute[Any], value: Any) -> None:
+        if not isinstance(value, str) or not pattern.match(value):
+            raise _fail(_label(inst), attribute.name, f"must be {what}, got {value!r}")
+
+    return check
 
 
 def _is_number(value: object) -> bool:
@@ -240,7 +268,7 @@ def _is_number(value: object) -> bool:
 
 
 def _check_seconds(
-    inst: Any, attribute: attrs.Attribute[Any], value: float | None, *, zero: bool
+    inst: Any, attribute: recordclass.Attribute[Any], value: float | None, *, zero: bool
 ) -> None:
     if value is None:
         return
@@ -260,20 +288,22 @@ def _check_seconds(
         )
 
 
-def _check_non_negative(inst: Any, attribute: attrs.Attribute[Any], value: float | None) -> None:
+def _check_non_negative(
+    inst: Any, attribute: recordclass.Attribute[Any], value: float | None
+) -> None:
     _check_seconds(inst, attribute, value, zero=True)
 
 
-def _check_positive(inst: Any, attribute: attrs.Attribute[Any], value: float | None) -> None:
+def _check_positive(inst: Any, attribute: recordclass.Attribute[Any], value: float | None) -> None:
     _check_seconds(inst, attribute, value, zero=False)
 
 
-def _check_count(inst: Any, attribute: attrs.Attribute[Any], value: int) -> None:
+def _check_count(inst: Any, attribute: recordclass.Attribute[Any], value: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise _fail(_label(inst), attribute.name, f"must be a whole number >= 0, got {value!r}")
 
 
-def _check_port(inst: Any, attribute: attrs.Attribute[Any], value: int) -> None:
+def _check_port(inst: Any, attribute: recordclass.Attribute[Any], value: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:
         raise _fail(_label(inst), attribute.name, f"must be a port 1-65535, got {value!r}")
 
@@ -296,12 +326,12 @@ def _label(inst: Any) -> str:
 
 
 class _Shape:
-    """What :class:`RecordBase`'s methods read of one record class, from its attrs fields."""
+    """What :class:`RecordBase`'s methods read of one record class, from its fields."""
 
     __slots__ = ("compared", "hashed", "name", "shown")
 
     def __init__(self, cls: type) -> None:
-        fields = attrs.fields(cls)
+        fields = recordclass.fields(cls)
         self.name = cls.__qualname__.rsplit(">.", 1)[-1]
         self.shown = [(f.name, f.repr) for f in fields if f.repr]
         self.compared = _getter([f.name for f in fields if f.eq])
@@ -331,12 +361,10 @@ def _shape(cls: type) -> _Shape:
 class RecordBase:
     """``repr()``, ``==`` and ``hash()`` of the record classes, written once for all of them.
 
-    attrs would write these three methods as source for each record class and compile them when
-    this module is imported: about a third of the import, paid by every command that loads a
-    plugin. These read the same fields (``attrs.fields``: ``repr``, ``eq`` and ``hash`` of each)
-    and give what the generated ones give: ``Name(field=value, ...)`` with ``...`` for a record
-    already being shown, equality of records of the same class field by field, and a hash of the
-    hashed fields.
+    One implementation reads each class's fields (``recordclass.fields``: ``repr``, ``eq`` and
+    ``hash`` of each) and gives what attrs would generate: ``Name(field=value, ...)`` with
+    ``...`` for a record already being shown, equality of records of the same class field by
+    field, and a hash of the hashed fields.
     """
 
     __slots__ = ()
@@ -373,7 +401,7 @@ class RecordBase:
 # --------------------------------------------------------------------------- secrets
 
 
-@attrs.frozen(repr=False, eq=False)
+@recordclass.frozen(repr=False, eq=False)
 class Secret(RecordBase):
     """A string that must never be printed: ``str()`` and ``repr()`` show ``***``.
 
@@ -381,7 +409,7 @@ class Secret(RecordBase):
     (the process launcher does, nothing else should).
     """
 
-    _value: str = attrs.field(repr=False)
+    _value: str = recordclass.field(repr=False)
 
     def reveal(self) -> str:
         """The real value."""
@@ -403,7 +431,7 @@ def _environment(value: Mapping[str, EnvValue] | None) -> Mapping[str, EnvValue]
 
 
 def _check_environment(
-    inst: Any, attribute: attrs.Attribute[Any], value: Mapping[str, Any]
+    inst: Any, attribute: recordclass.Attribute[Any], value: Mapping[str, Any]
 ) -> None:
     for key, val in value.items():
         if not isinstance(key, str) or not _ENV_KEY.match(key):
@@ -418,18 +446,18 @@ def _check_environment(
 
 
 @_checked
-@attrs.frozen(kw_only=True, repr=False, eq=False)
+@recordclass.frozen(kw_only=True, repr=False, eq=False)
 class WaitForPaths(RecordBase):
     """Wait until the paths exist (and are readable, by default): all of them, or any one."""
 
-    paths: tuple[str, ...] = attrs.field(
+    paths: tuple[str, ...] = recordclass.field(
         converter=_tuple_of_str, validator=_check_absolute_all, metadata=_LIST
     )
     """Absolute node paths to wait for."""
-    timeout: float = attrs.field(validator=_check_positive)
+    timeout: float = recordclass.field(validator=_check_positive)
     """Seconds before the wait fails."""
-    require: Literal["all", "any"] = attrs.field(
-        default="all", validator=attrs.validators.in_(("all", "any"))
+    require: Literal["all", "any"] = recordclass.field(
+        default="all", validator=_one_of("all", "any")
     )
     """``all``: every path must be there; ``any``: one is enough."""
     readable: bool = True
@@ -444,13 +472,13 @@ class WaitForPaths(RecordBase):
 
 
 @_checked
-@attrs.frozen(kw_only=True, repr=False, eq=False)
+@recordclass.frozen(kw_only=True, repr=False, eq=False)
 class WaitForSocket(RecordBase):
     """Wait until a unix stream socket accepts a connection."""
 
-    path: str = attrs.field(validator=_check_absolute)
+    path: str = recordclass.field(validator=_check_absolute)
     """Absolute node path of the socket."""
-    timeout: float = attrs.field(validator=_check_positive)
+    timeout: float = recordclass.field(validator=_check_positive)
     """Seconds before the wait fails."""
     message: str | None = None
     """Timeout message; ``{elapsed}`` and ``{missing}`` are filled in."""
@@ -460,15 +488,15 @@ class WaitForSocket(RecordBase):
 
 
 @_checked
-@attrs.frozen(kw_only=True, repr=False, eq=False)
+@recordclass.frozen(kw_only=True, repr=False, eq=False)
 class WaitForTcp(RecordBase):
     """Wait until a TCP port accepts a connection."""
 
     host: str
     """Host name or address (loopback for a local service)."""
-    port: int = attrs.field(validator=_check_port)
+    port: int = recordclass.field(validator=_check_port)
     """TCP port."""
-    timeout: float = attrs.field(validator=_check_positive)
+    timeout: float = recordclass.field(validator=_check_positive)
     """Seconds before the wait fails."""
     message: str | None = None
     """Timeout message; ``{elapsed}`` and ``{missing}`` are filled in."""
@@ -477,7 +505,7 @@ class WaitForTcp(RecordBase):
         return f"wait up to {self.timeout:g}s for tcp {self.host}:{self.port}"
 
 
-def _check_url(inst: Any, attribute: attrs.Attribute[Any], value: str) -> None:
+def _check_url(inst: Any, attribute: recordclass.Attribute[Any], value: str) -> None:
     if not isinstance(value, str) or not re.match(r"^https?://[^/\s]+", value):
         raise _fail(
             _label(inst), attribute.name, f"must be an http:// or https:// URL, got {value!r}"
@@ -485,13 +513,13 @@ def _check_url(inst: Any, attribute: attrs.Attribute[Any], value: str) -> None:
 
 
 @_checked
-@attrs.frozen(kw_only=True, repr=False, eq=False)
+@recordclass.frozen(kw_only=True, repr=False, eq=False)
 class WaitForHttp(RecordBase):
     """Wait until an HTTP(S) URL answers with a 2xx status."""
 
-    url: str = attrs.field(validator=_check_url)
+    url: str = recordclass.field(validator=_check_url)
     """The URL to GET."""
-    timeout: float = attrs.field(validator=_check_positive)
+    timeout: float = recordclass.field(validator=_check_positive)
     """Seconds before the wait fails."""
     message: str | None = None
     """Timeout message; ``{elapsed}`` and ``{missing}`` are filled in."""
@@ -501,13 +529,13 @@ class WaitForHttp(RecordBase):
 
 
 @_checked
-@attrs.frozen(kw_only=True, repr=False, eq=False)
+@recordclass.frozen(kw_only=True, repr=False, eq=False)
 class WaitForCommand(RecordBase):
     """Wait until a command exits 0 (run again and again, each run bounded by the timeout)."""
 
-    argv: tuple[str, ...] = attrs.field(converter=_tuple_of_str, metadata=_LIST)
+    argv: tuple[str, ...] = recordclass.field(converter=_tuple_of_str, metadata=_LIST)
     """The command, as an argv list; ``argv[0]`` is an absolute path."""
-    timeout: float = attrs.field(validator=_check_positive)
+    timeout: float = recordclass.field(validator=_check_positive)
     """Seconds before the wait fails."""
     message: str | None = None
     """Timeout message; ``{elapsed}`` and ``{missing}`` are filled in."""
@@ -533,7 +561,7 @@ WAIT_TYPES = (WaitForPaths, WaitForSocket, WaitForTcp, WaitForHttp, WaitForComma
 # --------------------------------------------------------------------------- other steps
 
 
-def _mode(inst: Any, attribute: attrs.Attribute[Any], value: int) -> None:
+def _mode(inst: Any, attribute: recordclass.Attribute[Any], value: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 0o7777:
         raise _fail(
             _label(inst), attribute.name, f"must be a file mode such as 0o755, got {value!r}"
@@ -541,15 +569,15 @@ def _mode(inst: Any, attribute: attrs.Attribute[Any], value: int) -> None:
 
 
 @_checked
-@attrs.frozen(kw_only=True, repr=False, eq=False)
+@recordclass.frozen(kw_only=True, repr=False, eq=False)
 class MakeDirectories(RecordBase):
     """Create directories and their parents, like ``mkdir -p``; existing ones are left alone."""
 
-    paths: tuple[str, ...] = attrs.field(
+    paths: tuple[str, ...] = recordclass.field(
         converter=_tuple_of_str, validator=_check_absolute_all, metadata=_LIST
     )
     """Absolute node paths."""
-    mode: int = attrs.field(default=0o755, validator=_mode)
+    mode: int = recordclass.field(default=0o755, validator=_mode)
     """Mode for directories this step creates."""
 
     def describe(self) -> str:
@@ -557,15 +585,15 @@ class MakeDirectories(RecordBase):
 
 
 @_checked
-@attrs.frozen(kw_only=True, repr=False, eq=False)
+@recordclass.frozen(kw_only=True, repr=False, eq=False)
 class WriteFile(RecordBase):
     """Write a file atomically (temp file, fsync, rename) unless it already has this content."""
 
-    path: str = attrs.field(validator=_check_absolute)
+    path: str = recordclass.field(validator=_check_absolute)
     """Absolute node path."""
-    content: str = attrs.field(repr=lambda s: f"<{len(s)} chars>")
+    content: str = recordclass.field(repr=lambda s: f"<{len(s)} chars>")
     """The text to write (UTF-8)."""
-    mode: int = attrs.field(default=0o644, validator=_mode)
+    mode: int = recordclass.field(default=0o644, validator=_mode)
     """File mode."""
 
     def describe(self) -> str:
@@ -573,31 +601,31 @@ class WriteFile(RecordBase):
 
 
 @_checked
-@attrs.frozen(kw_only=True, repr=False, eq=False)
+@recordclass.frozen(kw_only=True, repr=False, eq=False)
 class MintCertificate(RecordBase):
     """Mint, or reuse when still good, a serving pair ``DIR/tls.crt`` + ``DIR/tls.key`` from a CA.
 
     Replaces ``eks-konnectivity-cert -dir D -ca-cert C -ca-key K -cn CN -sans LIST``.
     """
 
-    directory: str = attrs.field(validator=_check_absolute)
+    directory: str = recordclass.field(validator=_check_absolute)
     """Directory that holds (or will hold) ``tls.crt`` and ``tls.key``."""
-    ca_cert: str = attrs.field(validator=_check_absolute)
+    ca_cert: str = recordclass.field(validator=_check_absolute)
     """The CA certificate (PEM; the first certificate of a chain is the signer)."""
-    ca_key: str = attrs.field(validator=_check_absolute)
+    ca_key: str = recordclass.field(validator=_check_absolute)
     """The CA private key (PEM: EC or RSA, SEC1/PKCS#1 or PKCS#8)."""
-    common_name: str = attrs.field(validator=attrs.validators.min_len(1))
+    common_name: str = recordclass.field(validator=_non_empty)
     """The leaf's subject CN."""
-    sans: tuple[str, ...] = attrs.field(converter=_tuple_of_str, metadata=_LIST)
+    sans: tuple[str, ...] = recordclass.field(converter=_tuple_of_str, metadata=_LIST)
     """Subject alternative names: DNS names and IP addresses, as given (checked here, so a port,
     a URL or a CIDR is a definition error at ``plan``, not a failure at apply)."""
-    renew_before_days: int = attrs.field(default=90)
+    renew_before_days: int = recordclass.field(default=90)
     """Re-mint when fewer than this many days remain (0 to 364: a new certificate lives 365)."""
     failure_message: str = "failed to mint serving cert: {reason}"
     """Message when minting fails; ``{reason}`` is filled in."""
 
     @sans.validator
-    def _check_sans(self, attribute: attrs.Attribute[Any], value: tuple[str, ...]) -> None:
+    def _check_sans(self, attribute: recordclass.Attribute[Any], value: tuple[str, ...]) -> None:
         from noderole.errors import CertificateError
         from noderole.sans import parse_sans
 
@@ -607,7 +635,7 @@ class MintCertificate(RecordBase):
             raise _fail("MintCertificate", "sans", f"is invalid: {error}") from None
 
     @renew_before_days.validator
-    def _check_renewal(self, attribute: attrs.Attribute[Any], value: int) -> None:
+    def _check_renewal(self, attribute: recordclass.Attribute[Any], value: int) -> None:
         if (
             isinstance(value, bool)
             or not isinstance(value, int)
@@ -638,7 +666,7 @@ class MintCertificate(RecordBase):
 
 
 @_checked
-@attrs.frozen(kw_only=True, repr=False, eq=False)
+@recordclass.frozen(kw_only=True, repr=False, eq=False)
 class Fail(RecordBase):
     """A step that fails with a message: how a hook reports a problem it found in its inputs.
 
@@ -647,7 +675,7 @@ class Fail(RecordBase):
     while every other service goes on.
     """
 
-    message: str = attrs.field(validator=attrs.validators.min_len(1))
+    message: str = recordclass.field(validator=_non_empty)
     """The reason shown next to the service."""
 
     def describe(self) -> str:
@@ -655,14 +683,14 @@ class Fail(RecordBase):
 
 
 @_checked
-@attrs.frozen(kw_only=True, repr=False, eq=False)
+@recordclass.frozen(kw_only=True, repr=False, eq=False)
 class Warn(RecordBase):
     """A step that reports a problem without failing: shown by ``plan``, printed by ``apply``
     (`` * NAME: warning: ...``) and kept in its report. For inputs that degrade the node but must
     not stop the service (no konnectivity agent host: the server runs, no agent will connect).
     """
 
-    message: str = attrs.field(validator=attrs.validators.min_len(1))
+    message: str = recordclass.field(validator=_non_empty)
     """What is wrong and what it means."""
 
     def describe(self) -> str:
@@ -670,7 +698,7 @@ class Warn(RecordBase):
 
 
 @_checked
-@attrs.frozen(kw_only=True, repr=False, eq=False)
+@recordclass.frozen(kw_only=True, repr=False, eq=False)
 class Call(RecordBase):
     """Run a plugin's own function as a step: ``function(ctx)``; raise ``StepError`` to fail.
 
@@ -678,13 +706,13 @@ class Call(RecordBase):
     when one fits: data steps can be compared in tests and shown by ``noderole plan``.
     """
 
-    function: Callable[[StepContext], None] = attrs.field(eq=False)
+    function: Callable[[StepContext], None] = recordclass.field(eq=False)
     """Called with a :class:`noderole.StepContext`."""
-    description: str = attrs.field(validator=attrs.validators.min_len(1))
+    description: str = recordclass.field(validator=_non_empty)
     """What the function does, for ``plan`` and progress output."""
     key: str = ""
     """Anything that identifies the work for equality (two Calls compare by description and key)."""
-    timeout: float = attrs.field(default=300.0, validator=_check_positive)
+    timeout: float = recordclass.field(default=300.0, validator=_check_positive)
     """Seconds (real time) the function may take before the step fails as hung: a plugin bug
     must fail its service, not hang the boot."""
 
@@ -697,13 +725,13 @@ Step: TypeAlias = MakeDirectories | WriteFile | MintCertificate | Fail | Warn | 
 STEP_TYPES = (MakeDirectories, WriteFile, MintCertificate, Fail, Warn, Call, *WAIT_TYPES)
 
 
-def _check_steps(inst: Any, attribute: attrs.Attribute[Any], value: tuple[Any, ...]) -> None:
+def _check_steps(inst: Any, attribute: recordclass.Attribute[Any], value: tuple[Any, ...]) -> None:
     for step in value:
         if not isinstance(step, STEP_TYPES):
             raise _fail(_label(inst), attribute.name, f"has {step!r}, which is not a step record")
 
 
-def _check_readiness(inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+def _check_readiness(inst: Any, attribute: recordclass.Attribute[Any], value: Any) -> None:
     if value is not None and not isinstance(value, WAIT_TYPES):
         raise _fail(_label(inst), attribute.name, f"must be a wait record, got {value!r}")
 
@@ -724,7 +752,7 @@ def _signal_names() -> frozenset[str]:
     return frozenset(s.name for s in signal.Signals)
 
 
-def _check_signal(inst: Any, attribute: attrs.Attribute[Any], value: str) -> None:
+def _check_signal(inst: Any, attribute: recordclass.Attribute[Any], value: str) -> None:
     if value not in _COMMON_SIGNALS and value not in _signal_names():
         raise _fail(
             _label(inst), attribute.name, f"must be a signal name such as SIGTERM, got {value!r}"
@@ -732,21 +760,21 @@ def _check_signal(inst: Any, attribute: attrs.Attribute[Any], value: str) -> Non
 
 
 @_checked
-@attrs.frozen(kw_only=True, repr=False, eq=False)
+@recordclass.frozen(kw_only=True, repr=False, eq=False)
 class Supervision(RecordBase):
     """How a service's process is kept alive and stopped (OpenRC supervise-daemon semantics)."""
 
-    respawn_delay: float = attrs.field(default=5, validator=_check_non_negative)
+    respawn_delay: float = recordclass.field(default=5, validator=_check_non_negative)
     """Seconds to wait after the process exits before starting it again."""
-    respawn_max: int = attrs.field(default=0, validator=_check_count)
+    respawn_max: int = recordclass.field(default=0, validator=_check_count)
     """Respawns allowed within ``respawn_period`` before giving up; 0 means unlimited."""
-    respawn_period: float | None = attrs.field(default=None, validator=_check_positive)
+    respawn_period: float | None = recordclass.field(default=None, validator=_check_positive)
     """Window, in seconds from the first crash, that ``respawn_max`` counts in; None: whole life."""
-    backoff_max: float | None = attrs.field(default=None, validator=_check_positive)
+    backoff_max: float | None = recordclass.field(default=None, validator=_check_positive)
     """If set, the delay doubles after each consecutive crash, up to this many seconds."""
-    stop_signal: str = attrs.field(default="SIGTERM", validator=_check_signal)
+    stop_signal: str = recordclass.field(default="SIGTERM", validator=_check_signal)
     """Signal sent first on stop."""
-    stop_timeout: float = attrs.field(default=5, validator=_check_non_negative)
+    stop_timeout: float = recordclass.field(default=5, validator=_check_non_negative)
     """Seconds to wait after ``stop_signal`` before SIGKILL to the whole process group."""
 
 
@@ -754,7 +782,7 @@ class Supervision(RecordBase):
 
 
 @_checked
-@attrs.frozen(kw_only=True, repr=False, eq=False)
+@recordclass.frozen(kw_only=True, repr=False, eq=False)
 class Service(RecordBase):
     """One supervised service (or, without ``command``, a milestone that only runs its steps).
 
@@ -774,45 +802,45 @@ class Service(RecordBase):
         )
     """
 
-    name: str = attrs.field()
+    name: str = recordclass.field()
     """Unique service name (letters, digits, ``_.@+-``)."""
     description: str = ""
     """One line for people."""
-    roles: tuple[str, ...] = attrs.field(
+    roles: tuple[str, ...] = recordclass.field(
         default=(), converter=_tuple_of_str, validator=_check_names, metadata=_LIST
     )
     """Roles it belongs to; a service with none joins a plan only when another needs it."""
 
-    need: tuple[str, ...] = attrs.field(
+    need: tuple[str, ...] = recordclass.field(
         default=(), converter=_tuple_of_str, validator=_check_names, metadata=_LIST
     )
     """Start these first; if one fails, this service is not started."""
-    use: tuple[str, ...] = attrs.field(
+    use: tuple[str, ...] = recordclass.field(
         default=(), converter=_tuple_of_str, validator=_check_names, metadata=_LIST
     )
     """Start after these if they are in the role; never pulls them in."""
-    want: tuple[str, ...] = attrs.field(
+    want: tuple[str, ...] = recordclass.field(
         default=(), converter=_tuple_of_str, validator=_check_names, metadata=_LIST
     )
     """Pull these in and start after them, but start even if they are absent or fail."""
-    after: tuple[str, ...] = attrs.field(
+    after: tuple[str, ...] = recordclass.field(
         default=(), converter=_tuple_of_str, validator=_check_names, metadata=_LIST
     )
     """Order only: start after these if they are in the plan."""
-    before: tuple[str, ...] = attrs.field(
+    before: tuple[str, ...] = recordclass.field(
         default=(), converter=_tuple_of_str, validator=_check_names, metadata=_LIST
     )
     """Order only: start before these if they are in the plan."""
-    provide: tuple[str, ...] = attrs.field(
+    provide: tuple[str, ...] = recordclass.field(
         default=(), converter=_tuple_of_str, validator=_check_names, metadata=_LIST
     )
     """Virtual names this service provides (``need V`` is satisfied by V's providers)."""
 
-    command: tuple[str, ...] | None = attrs.field(
+    command: tuple[str, ...] | None = recordclass.field(
         default=None, converter=_optional_tuple, metadata=_LIST
     )
     """argv list (never a shell string); ``command[0]`` is an absolute path. None: no process."""
-    environment: Mapping[str, EnvValue] = attrs.field(
+    environment: Mapping[str, EnvValue] = recordclass.field(
         factory=dict, converter=_environment, validator=_check_environment, hash=False
     )
     """Extra environment for the process; wrap secrets in :class:`Secret`."""
@@ -820,33 +848,33 @@ class Service(RecordBase):
     """Run as this user (name or uid); None keeps noderole's user (root at boot)."""
     group: str | None = None
     """Run as this group (name or gid); None: the user's primary group."""
-    working_directory: str | None = attrs.field(default=None, validator=_check_absolute)
+    working_directory: str | None = recordclass.field(default=None, validator=_check_absolute)
     """Working directory of the process; None: ``/``."""
-    pidfile: str | None = attrs.field(default=None, validator=_check_absolute)
+    pidfile: str | None = recordclass.field(default=None, validator=_check_absolute)
     """Where the native supervisor writes the child's pid."""
-    output_log: str | None = attrs.field(default=None, validator=_check_absolute)
+    output_log: str | None = recordclass.field(default=None, validator=_check_absolute)
     """Append stdout here."""
-    error_log: str | None = attrs.field(default=None, validator=_check_absolute)
+    error_log: str | None = recordclass.field(default=None, validator=_check_absolute)
     """Append stderr here (may be the same file as ``output_log``)."""
-    supervision: Supervision = attrs.field(factory=Supervision)
+    supervision: Supervision = recordclass.field(factory=Supervision)
     """Respawn and stop settings."""
-    pre_start: tuple[Step, ...] = attrs.field(
+    pre_start: tuple[Step, ...] = recordclass.field(
         default=(), converter=_tuple, validator=_check_steps, metadata=_LIST
     )
     """Steps run in order before the command starts; the first failure fails the service."""
-    readiness: Readiness | None = attrs.field(default=None, validator=_check_readiness)
+    readiness: Readiness | None = recordclass.field(default=None, validator=_check_readiness)
     """Check that tells when the started service is ready (its timeout bounds waiting for it)."""
-    origin: str = attrs.field(default="", eq=False, repr=False)
+    origin: str = recordclass.field(default="", eq=False, repr=False)
     """The plugin that returned this record; stamped by the plugin manager."""
 
     @name.validator
-    def _check_name(self, attribute: attrs.Attribute[Any], value: str) -> None:
+    def _check_name(self, attribute: recordclass.Attribute[Any], value: str) -> None:
         if not isinstance(value, str) or not _NAME.match(value):
             raise _fail("Service", "name", f"must be a non-empty service name, got {value!r}")
 
     @command.validator
     def _check_command(
-        self, attribute: attrs.Attribute[Any], value: tuple[str, ...] | None
+        self, attribute: recordclass.Attribute[Any], value: tuple[str, ...] | None
     ) -> None:
         if value is None:
             return
@@ -902,12 +930,12 @@ def unknown_names(services: Iterable[Service], every: Iterable[Service]) -> list
 SettingType: TypeAlias = type[str] | type[int] | type[float] | type[bool]
 
 
-def _check_setting_type(inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+def _check_setting_type(inst: Any, attribute: recordclass.Attribute[Any], value: Any) -> None:
     if value not in (str, int, float, bool):
         raise _fail(_label(inst), "type", f"must be str, int, float or bool, got {value!r}")
 
 
-def _check_bound(inst: Any, attribute: attrs.Attribute[Any], value: float | None) -> None:
+def _check_bound(inst: Any, attribute: recordclass.Attribute[Any], value: float | None) -> None:
     if value is not None and (not _is_number(value) or not math.isfinite(value)):
         raise _fail(_label(inst), attribute.name, f"must be a finite number, got {value!r}")
 
@@ -917,7 +945,7 @@ def _optional_tuple_any(value: Iterable[Any] | None) -> tuple[Any, ...] | None:
 
 
 @_checked
-@attrs.frozen(kw_only=True, repr=False, eq=False)
+@recordclass.frozen(kw_only=True, repr=False, eq=False)
 class Setting(RecordBase):
     """One configurable value in a plugin's table of ``/etc/noderole/config.toml``.
 
@@ -930,9 +958,13 @@ class Setting(RecordBase):
                 choices=["auto", "native", "openrc", "systemd"])
     """
 
-    name: str = attrs.field(validator=attrs.validators.matches_re(r"^[a-z][a-z0-9_]*$"))
+    name: str = recordclass.field(
+        validator=_matches(
+            _SETTING_NAME, "lower case letters, digits and '_', starting with a letter"
+        )
+    )
     """Key in the table (lower case, underscores)."""
-    type: SettingType = attrs.field(validator=_check_setting_type)
+    type: SettingType = recordclass.field(validator=_check_setting_type)
     """``str``, ``int``, ``float`` or ``bool``; an int is accepted where a float is asked. A float
     setting never accepts ``nan`` or an infinity."""
     default: str | int | float | bool
@@ -941,11 +973,11 @@ class Setting(RecordBase):
     """One line for the configuration reference."""
     secret: bool = False
     """Shown as ``***`` by ``config show``."""
-    min: float | None = attrs.field(default=None, validator=_check_bound)
+    min: float | None = recordclass.field(default=None, validator=_check_bound)
     """Smallest value allowed (int and float settings); None: no lower bound."""
-    max: float | None = attrs.field(default=None, validator=_check_bound)
+    max: float | None = recordclass.field(default=None, validator=_check_bound)
     """Largest value allowed (int and float settings); None: no upper bound."""
-    choices: tuple[str | int | float, ...] | None = attrs.field(
+    choices: tuple[str | int | float, ...] | None = recordclass.field(
         default=None, converter=_optional_tuple_any, metadata=_LIST
     )
     """The only values allowed, in the order the reference lists them; None: any value."""
@@ -1008,15 +1040,19 @@ def _matches_type(value: object, kind: SettingType) -> bool:
 
 
 @_checked
-@attrs.frozen(kw_only=True, repr=False, eq=False)
+@recordclass.frozen(kw_only=True, repr=False, eq=False)
 class SettingsTable(RecordBase):
     """The settings a plugin declares: one ``[table]`` of the configuration file."""
 
-    table: str = attrs.field(validator=attrs.validators.matches_re(r"^[a-z][a-z0-9_-]*$"))
+    table: str = recordclass.field(
+        validator=_matches(
+            _TABLE_NAME, "lower case letters, digits, '_' and '-', starting with a letter"
+        )
+    )
     """Table name in config.toml, usually the plugin's name."""
-    settings: tuple[Setting, ...] = attrs.field(converter=_tuple, metadata=_LIST)
+    settings: tuple[Setting, ...] = recordclass.field(converter=_tuple, metadata=_LIST)
     """The settings, in the order the reference lists them."""
     description: str = ""
     """What the table configures."""
-    origin: str = attrs.field(default="", eq=False, repr=False)
+    origin: str = recordclass.field(default="", eq=False, repr=False)
     """The plugin that returned this record; stamped by the plugin manager."""

@@ -29,8 +29,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import attrs
-
+from noderole import recordclass
 from noderole.config import CONFIG_PATH
 from noderole.errors import PluginError, UsageError
 from noderole.rehearsal_records import (
@@ -80,7 +79,7 @@ def free_port() -> int:
         return port
 
 
-@attrs.frozen(kw_only=True)
+@recordclass.frozen(kw_only=True)
 class Staging:
     """What a rehearsal writes into its scratch root."""
 

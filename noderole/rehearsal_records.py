@@ -2,7 +2,7 @@
 
 Only ``noderole rehearse`` and the plugins' ``noderole_standins`` hooks build them, so they live
 apart from :mod:`noderole.records`: ``plan`` and ``apply`` import that module and would otherwise
-pay for these classes (attrs writes and compiles each one's ``__init__`` at import). Plugins
+pay for building these classes at import. Plugins
 name them ``noderole.StandIn`` (and so on), which loads this module on first use.
 """
 
@@ -11,8 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-import attrs
-
+from noderole import recordclass
 from noderole.errors import DefinitionError
 from noderole.records import RecordBase, _check_absolute, _checked, _mode
 
@@ -20,20 +19,20 @@ __all__ = ["REHEARSAL_INPUTS", "FreePort", "RehearsalFile", "RehearsalSetting", 
 
 
 @_checked
-@attrs.frozen(kw_only=True, repr=False, eq=False)
+@recordclass.frozen(kw_only=True, repr=False, eq=False)
 class StandIn(RecordBase):
     """An executable that stands in for a real one when a role is rehearsed in a scratch root."""
 
-    path: str = attrs.field(validator=_check_absolute)
+    path: str = recordclass.field(validator=_check_absolute)
     """Node path of the real executable (``/usr/local/bin/k3s``)."""
-    content: str = attrs.field(repr=lambda s: f"<{len(s)} chars>")
+    content: str = recordclass.field(repr=lambda s: f"<{len(s)} chars>")
     """The stand-in program's text, with a ``#!`` line."""
     description: str = ""
     """What the stand-in does that matters to the boot."""
-    mode: int = attrs.field(default=0o755, validator=_mode)
+    mode: int = recordclass.field(default=0o755, validator=_mode)
     """File mode: 0o755 for a program; 0o644 (or 0o600) for an input file the rehearsal needs,
     such as a first-boot environment file."""
-    origin: str = attrs.field(default="", eq=False, repr=False)
+    origin: str = recordclass.field(default="", eq=False, repr=False)
     """The plugin that returned this record; stamped by the plugin manager."""
 
 
@@ -42,7 +41,7 @@ class StandIn(RecordBase):
 _SETTING_NAME = re.compile(r"[A-Za-z0-9_-]+\Z")
 
 
-def _check_input_path(inst: Any, attribute: attrs.Attribute[Any], value: str) -> None:
+def _check_input_path(inst: Any, attribute: recordclass.Attribute[Any], value: str) -> None:
     if not isinstance(value, str) or not value.startswith("/"):
         raise DefinitionError(
             f"{type(inst).__name__}: field {attribute.name!r} must be an absolute node path, "
@@ -50,7 +49,7 @@ def _check_input_path(inst: Any, attribute: attrs.Attribute[Any], value: str) ->
         )
 
 
-def _check_setting_name(inst: Any, attribute: attrs.Attribute[Any], value: str) -> None:
+def _check_setting_name(inst: Any, attribute: recordclass.Attribute[Any], value: str) -> None:
     if not isinstance(value, str) or not _SETTING_NAME.match(value):
         raise DefinitionError(
             f"{type(inst).__name__}: field {attribute.name!r} must be a settings name (letters, "
@@ -58,7 +57,7 @@ def _check_setting_name(inst: Any, attribute: attrs.Attribute[Any], value: str) 
         )
 
 
-def _check_setting_value(inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+def _check_setting_value(inst: Any, attribute: recordclass.Attribute[Any], value: Any) -> None:
     items = value if isinstance(value, tuple) else (value,)
     if not all(isinstance(item, str | int | float | bool) for item in items):
         raise DefinitionError(
@@ -71,7 +70,7 @@ def _tuple_if_list(value: Any) -> Any:
     return tuple(value) if isinstance(value, list) else value
 
 
-@attrs.frozen(kw_only=True, repr=False, eq=False)
+@recordclass.frozen(kw_only=True, repr=False, eq=False)
 class RehearsalFile(RecordBase):
     """An input file a rehearsal writes into its scratch root (a first-boot environment file).
 
@@ -80,19 +79,19 @@ class RehearsalFile(RecordBase):
         RehearsalFile(path="/etc/my-image/first-boot.env", content="MY_KEY=1\\n")
     """
 
-    path: str = attrs.field(validator=_check_input_path)
+    path: str = recordclass.field(validator=_check_input_path)
     """Node path of the file."""
-    content: str = attrs.field(repr=lambda s: f"<{len(s)} chars>")
+    content: str = recordclass.field(repr=lambda s: f"<{len(s)} chars>")
     """The file's text. Texts several plugins supply at one path are joined."""
-    mode: int = attrs.field(default=0o644)
+    mode: int = recordclass.field(default=0o644)
     """File mode (0o600 for a file holding a token)."""
     description: str = ""
     """What the file stands for."""
-    origin: str = attrs.field(default="", eq=False, repr=False)
+    origin: str = recordclass.field(default="", eq=False, repr=False)
     """The plugin that returned this record; stamped by the plugin manager."""
 
     @mode.validator
-    def _check_mode(self, attribute: attrs.Attribute[Any], value: int) -> None:
+    def _check_mode(self, attribute: recordclass.Attribute[Any], value: int) -> None:
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 0o777:
             raise DefinitionError(f"RehearsalFile: field 'mode' must be 0o0..0o777, got {value!r}")
         if value & 0o111:
@@ -102,7 +101,7 @@ class RehearsalFile(RecordBase):
             )
 
 
-@attrs.frozen(kw_only=True, repr=False, eq=False)
+@recordclass.frozen(kw_only=True, repr=False, eq=False)
 class RehearsalSetting(RecordBase):
     """One key of the rehearsal's ``config.toml``: ``[table] key = value``.
 
@@ -111,17 +110,17 @@ class RehearsalSetting(RecordBase):
         RehearsalSetting(table="node-exporter", key="wait_timeout", value=5.0)
     """
 
-    table: str = attrs.field(validator=_check_setting_name)
+    table: str = recordclass.field(validator=_check_setting_name)
     """Settings table (``[konnectivity]``)."""
-    key: str = attrs.field(validator=_check_setting_name)
+    key: str = recordclass.field(validator=_check_setting_name)
     """Key in the table."""
-    value: Any = attrs.field(converter=_tuple_if_list, validator=_check_setting_value)
+    value: Any = recordclass.field(converter=_tuple_if_list, validator=_check_setting_value)
     """String, number, boolean, or a list of them."""
-    origin: str = attrs.field(default="", eq=False, repr=False)
+    origin: str = recordclass.field(default="", eq=False, repr=False)
     """The plugin that returned this record; stamped by the plugin manager."""
 
 
-@attrs.frozen(kw_only=True, repr=False, eq=False)
+@recordclass.frozen(kw_only=True, repr=False, eq=False)
 class FreePort(RecordBase):
     """Ask the rehearsal for a free TCP port on 127.0.0.1, set as ``[table] key``.
 
@@ -132,11 +131,11 @@ class FreePort(RecordBase):
         FreePort(table="konnectivity", key="health_port")
     """
 
-    table: str = attrs.field(validator=_check_setting_name)
+    table: str = recordclass.field(validator=_check_setting_name)
     """Settings table."""
-    key: str = attrs.field(validator=_check_setting_name)
+    key: str = recordclass.field(validator=_check_setting_name)
     """Key in the table that gets the port."""
-    origin: str = attrs.field(default="", eq=False, repr=False)
+    origin: str = recordclass.field(default="", eq=False, repr=False)
     """The plugin that returned this record; stamped by the plugin manager."""
 
 

@@ -16,8 +16,7 @@ import datetime as dt
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-import attrs
-
+from noderole import recordclass
 from noderole.records import MintCertificate, Service
 from noderole.root import NodeRoot
 
@@ -35,7 +34,7 @@ _UP = ("starting", "running", "ready")
 # --------------------------------------------------------------------------- checking
 
 
-@attrs.frozen(kw_only=True)
+@recordclass.frozen(kw_only=True)
 class CertificateCheck:
     """One certificate a service mints, as it is on the node now."""
 
@@ -62,7 +61,7 @@ class CertificateCheck:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
-        data = attrs.asdict(self)
+        data = recordclass.asdict(self)
         data["sans"] = list(self.sans)
         data["not_after"] = self.not_after.isoformat() if self.not_after else None
         return data

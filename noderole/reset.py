@@ -13,8 +13,7 @@ import contextlib
 import os
 from typing import TYPE_CHECKING, Any
 
-import attrs
-
+from noderole import recordclass
 from noderole.manifest import Removal, apply_reset, plan_reset
 
 if TYPE_CHECKING:
@@ -28,7 +27,7 @@ if TYPE_CHECKING:
 __all__ = ["ResetReport", "reset"]
 
 
-@attrs.frozen(kw_only=True)
+@recordclass.frozen(kw_only=True)
 class ResetReport:
     """What a reset did (or, with ``dry_run``, would do)."""
 

@@ -23,8 +23,7 @@ import re
 from collections.abc import Iterable
 from typing import Literal
 
-import attrs
-
+from noderole import recordclass
 from noderole.errors import CertificateError
 
 __all__ = ["SubjectAltName", "parse_sans"]
@@ -38,7 +37,7 @@ _MAX_NAME = 253
 _MAX_LABEL = 63
 
 
-@attrs.frozen
+@recordclass.frozen
 class SubjectAltName:
     """One normalised subject alternative name."""
 

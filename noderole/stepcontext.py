@@ -12,8 +12,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-import attrs
-
+from noderole import recordclass
 from noderole.clock import Clock, SystemClock
 from noderole.errors import WaitCancelled
 from noderole.root import NodeRoot
@@ -50,7 +49,7 @@ class Cancel:
             raise WaitCancelled(self.reason)
 
 
-@attrs.define(kw_only=True)
+@recordclass.define(kw_only=True)
 class StepContext:
     """What a step (and a plugin's :class:`noderole.Call` function) gets to work with."""
 
@@ -58,11 +57,11 @@ class StepContext:
     """Name of the service whose steps run."""
     root: NodeRoot
     """The node root; use :meth:`resolve` for every node path."""
-    clock: Clock = attrs.field(factory=SystemClock)
+    clock: Clock = recordclass.field(factory=SystemClock)
     """The clock: never call ``time.sleep`` in a step, call ``ctx.clock.sleep``."""
-    progress: Callable[[str], None] = attrs.field(default=lambda text: None)
+    progress: Callable[[str], None] = recordclass.field(default=lambda text: None)
     """Report what the step is waiting for (shown by ``apply``'s console output)."""
-    written: list[str] = attrs.field(factory=list)
+    written: list[str] = recordclass.field(factory=list)
     """Node paths the steps wrote so far (for reports and the plugin-author kit). A
     :class:`noderole.Call` function that writes a file appends its node path here, so
     ``noderole reset`` removes it."""

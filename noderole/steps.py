@@ -16,8 +16,7 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
-import attrs
-
+from noderole import recordclass
 from noderole.errors import NoderoleError, StepError
 from noderole.manifest import record
 from noderole.records import (
@@ -39,7 +38,7 @@ if TYPE_CHECKING:
 __all__ = ["StepContext", "StepResult", "run_step", "run_steps", "warm_certificates"]
 
 
-@attrs.frozen(kw_only=True)
+@recordclass.frozen(kw_only=True)
 class StepResult:
     """What one step did."""
 

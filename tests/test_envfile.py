@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import attrs
 import pytest
 from click.testing import CliRunner
 
+from noderole import recordclass
 from noderole.cli._app import App
 from noderole.cli._env import env
 from noderole.envfile import EnvFile, parse_env_text, read_env_file
@@ -76,7 +76,7 @@ class TestAssignments:
 
     def test_record_is_frozen(self) -> None:
         """EnvFile is an immutable record."""
-        with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        with pytest.raises(recordclass.FrozenInstanceError):
             parse("A=1\n").exists = False  # type: ignore[misc]
 
 

@@ -424,6 +424,39 @@ class TestTrailingNewline:
             noderole.Service(**fields)  # type: ignore[arg-type]
 
 
+class TestFieldMessages:
+    """Fields checked against a fixed form say the form in noderole's words, naming the record."""
+
+    @pytest.mark.parametrize(
+        ("build", "message"),
+        [
+            (
+                lambda: WaitForPaths(paths=["/a"], timeout=1, require="most"),  # type: ignore[arg-type]
+                "WaitForPaths: field 'require' must be one of 'all', 'any', got 'most'",
+            ),
+            (lambda: Fail(message=""), "Fail: field 'message' must be a non-empty string, got ''"),
+            (
+                lambda: Call(function=print, description=""),
+                "Call: field 'description' must be a non-empty string, got ''",
+            ),
+            (
+                lambda: Setting(name="Bad", type=int, default=1),
+                "Setting 'Bad': field 'name' must be lower case letters, digits and '_', "
+                "starting with a letter, got 'Bad'",
+            ),
+            (
+                lambda: SettingsTable(table="t\n", settings=[]),
+                "SettingsTable: field 'table' must be lower case letters, digits, '_' and '-', "
+                "starting with a letter, got 't\\n'",
+            ),
+        ],
+    )
+    def test_the_form_is_named(self, build: Callable[[], object], message: str) -> None:
+        with pytest.raises(noderole.DefinitionError) as caught:
+            build()
+        assert str(caught.value) == message
+
+
 def _samples() -> list[object]:
     """One record of each class, with repr-hidden, eq-excluded and unhashable fields set."""
     setting = Setting(name="x", type=int, default=1, description="d")

@@ -19,8 +19,7 @@ import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, ClassVar
 
-import attrs
-
+from noderole import recordclass
 from noderole.errors import BackendError
 
 if TYPE_CHECKING:
@@ -34,7 +33,7 @@ __all__ = ["FINGERPRINTS", "InitStatus", "InitSystemBackend"]
 FINGERPRINTS = "/var/lib/noderole/init-fingerprints.json"
 
 
-@attrs.frozen(kw_only=True)
+@recordclass.frozen(kw_only=True)
 class InitStatus:
     """A service's state as the init system reports it."""
 
@@ -141,7 +140,7 @@ class InitSystemBackend:
         """Each service's state as the init system reports it, with its remembered fingerprint."""
         remembered = self._fingerprints()
         return {
-            name: attrs.evolve(
+            name: recordclass.evolve(
                 self._with_readiness(self.query(name)), fingerprint=remembered.get(name, "")
             )
             for name in names
@@ -158,7 +157,9 @@ class InitSystemBackend:
             return status
         from noderole.waits import missing
 
-        return status if missing(check, root=self.root) else attrs.evolve(status, state="ready")
+        return (
+            status if missing(check, root=self.root) else recordclass.evolve(status, state="ready")
+        )
 
     def start(self, service: Service, *, fingerprint: str) -> InitStatus:
         """Render, enable and start ``service``; restart it when it already runs."""
@@ -174,7 +175,7 @@ class InitSystemBackend:
             # Only a start that took is remembered: otherwise the next apply would find the
             # fingerprint and call a dead service "already running".
             self._remember(service.name, fingerprint)
-        return attrs.evolve(status, fingerprint=fingerprint)
+        return recordclass.evolve(status, fingerprint=fingerprint)
 
     def stop(self, names: Sequence[str]) -> list[InitStatus]:
         """Stop in order through the init system."""

@@ -48,8 +48,7 @@ LOG_PATH = "/var/log/noderole/supervisor.log"
 def process_spec(service: Service, *, root: NodeRoot, fingerprint: str) -> ProcessSpec:
     """The supervisor's view of ``service`` under ``root``."""
     # Imported here: `status` and `stop` use this backend without records, attrs or probes.
-    import attrs
-
+    from noderole import recordclass
     from noderole.supervisor import ProcessSpec, ReadinessSpec, SupervisionSpec
     from noderole.waits import probe_for
 
@@ -75,7 +74,7 @@ def process_spec(service: Service, *, root: NodeRoot, fingerprint: str) -> Proce
         pidfile=local(service.pidfile),
         stdout_log=local(service.output_log),
         stderr_log=local(service.error_log),
-        supervision=SupervisionSpec(**attrs.asdict(service.supervision)),
+        supervision=SupervisionSpec(**recordclass.asdict(service.supervision)),
         readiness=readiness,
         fingerprint=fingerprint,
     )

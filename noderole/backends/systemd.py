@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import attrs
-
+from noderole import recordclass
 from noderole.backends._initsystem import InitStatus, InitSystemBackend
 
 if TYPE_CHECKING:
@@ -121,7 +120,7 @@ class SystemdBackend(InitSystemBackend):
             if not job.stdout.strip() or status.state not in ("stopped", "crashed"):
                 return status
             if self.clock.monotonic() >= deadline:
-                return attrs.evolve(
+                return recordclass.evolve(
                     status, state="starting", reason=f"start job still queued after {timeout:g}s"
                 )
             self.clock.sleep(0.02)

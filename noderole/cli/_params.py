@@ -15,8 +15,8 @@ import click
 __all__ = ["MAX_SECONDS", "Seconds", "seconds_text"]
 
 MAX_SECONDS = 366 * 24 * 3600.0
-"""Same bound as ``noderole.records.MAX_SECONDS`` (repeated: records import attrs, which
-``noderole --help`` must not)."""
+"""Same bound as ``noderole.records.MAX_SECONDS`` (repeated: ``noderole --help``
+must not build the record classes)."""
 
 
 class Seconds(click.ParamType[float]):

@@ -10,8 +10,7 @@ import stat
 from collections.abc import Iterable
 from pathlib import Path, PurePosixPath
 
-import attrs
-
+from noderole import recordclass
 from noderole.atomic import write_atomic
 from noderole.errors import BackendError
 from noderole.manifest import record
@@ -21,29 +20,29 @@ from noderole.supervisor import _safeopen
 __all__ = ["Rendered", "RenderedFile", "RenderedLink", "sync_rendered", "write_rendered"]
 
 
-def _node_path(inst: object, attribute: attrs.Attribute[str], value: str) -> None:
+def _node_path(inst: object, attribute: recordclass.Attribute[str], value: str) -> None:
     pure = PurePosixPath(value)
     if not value.startswith("/") or ".." in pure.parts or str(pure) != value:
         raise ValueError(f"{attribute.name} must be a normalised absolute node path, got {value!r}")
 
 
-@attrs.frozen(kw_only=True)
+@recordclass.frozen(kw_only=True)
 class RenderedFile:
     """A file a backend renders: where it goes on the node, what it holds, its permission bits."""
 
-    path: str = attrs.field(validator=_node_path)
+    path: str = recordclass.field(validator=_node_path)
     """Node path (``/etc/init.d/NAME``), never a path under ``--root``."""
-    content: str = attrs.field(repr=lambda s: f"<{len(s)} chars>")
+    content: str = recordclass.field(repr=lambda s: f"<{len(s)} chars>")
     """The complete text (UTF-8)."""
     mode: int
     """Permission bits, exactly (``0o755`` for a runscript, ``0o600`` for a secrets file)."""
 
 
-@attrs.frozen(kw_only=True)
+@recordclass.frozen(kw_only=True)
 class RenderedLink:
     """A symbolic link a backend renders (runlevel enablement, a ``.wants`` entry, an alias)."""
 
-    path: str = attrs.field(validator=_node_path)
+    path: str = recordclass.field(validator=_node_path)
     """Node path of the link itself."""
     target: str
     """What the link points to, written as is (absolute, or relative to the link's directory)."""

@@ -19,8 +19,7 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import attrs
-
+from noderole import recordclass
 from noderole.testing._root import RootLike, as_node_root
 
 if TYPE_CHECKING:
@@ -47,7 +46,7 @@ subjectKeyIdentifier = hash
 """
 
 
-@attrs.frozen(kw_only=True)
+@recordclass.frozen(kw_only=True)
 class ClusterCA:
     """A CA written into a node root: where its files are and how to check what it signed."""
 

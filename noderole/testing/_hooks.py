@@ -7,8 +7,7 @@ import tempfile
 from collections.abc import Iterator
 from typing import Any
 
-import attrs
-
+from noderole import recordclass
 from noderole.clock import Clock
 from noderole.config import CONFIG_PATH, load_config
 from noderole.context import NodeContext
@@ -117,7 +116,7 @@ def _call(node: NodeContext, plugin: PluginArg | str, hook_name: str, kwargs: An
     results: list[Any] = []
     for impl in impls:
         for item in plugin_set._call(impl, name, hook_name, {"node": node, **kwargs}):
-            if attrs.has(type(item)) and hasattr(item, "origin"):
-                item = attrs.evolve(item, origin=name)
+            if recordclass.has(type(item)) and hasattr(item, "origin"):
+                item = recordclass.evolve(item, origin=name)
             results.append(item)
     return results

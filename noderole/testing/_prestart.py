@@ -5,8 +5,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-import attrs
-
+from noderole import recordclass
 from noderole.clock import Clock, FakeClock
 from noderole.errors import StepError
 from noderole.records import (
@@ -39,7 +38,7 @@ def new_fake_clock() -> FakeClock:
     return FakeClock(wall=time.time())
 
 
-@attrs.define(kw_only=True)
+@recordclass.define(kw_only=True)
 class PrestartOutcome:
     """What running a service's pre-start steps did."""
 

@@ -12,9 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-import attrs
-
-from noderole import NoderoleError
+from noderole import NoderoleError, recordclass
 from noderole_k3s import _yaml
 from noderole_k3s.records import ConfigFile, ConfigKeys, Manifest
 
@@ -33,7 +31,7 @@ __all__ = [
 R = TypeVar("R")
 
 
-@attrs.frozen(kw_only=True)
+@recordclass.frozen(kw_only=True)
 class Contributions:
     """Everything the other plugins contribute to one k3s, merged, plus the problems found."""
 

@@ -14,9 +14,7 @@ import types
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-import attrs
-
-from noderole import DefinitionError
+from noderole import DefinitionError, recordclass
 from noderole.records import RecordBase
 
 __all__ = ["APPLIES_TO", "ConfigFile", "ConfigKeys", "Manifest"]
@@ -37,7 +35,9 @@ def _documents(value: Iterable[Mapping[str, Any]] | Mapping[str, Any]) -> tuple[
     )
 
 
-def _check_documents(inst: Any, attribute: attrs.Attribute[Any], value: tuple[Any, ...]) -> None:
+def _check_documents(
+    inst: Any, attribute: recordclass.Attribute[Any], value: tuple[Any, ...]
+) -> None:
     kind = type(inst).__name__
     if not value:
         raise DefinitionError(f"{kind}: field 'documents' must hold at least one YAML document")
@@ -48,7 +48,7 @@ def _check_documents(inst: Any, attribute: attrs.Attribute[Any], value: tuple[An
             )
 
 
-def _check_applies_to(inst: Any, attribute: attrs.Attribute[Any], value: str) -> None:
+def _check_applies_to(inst: Any, attribute: recordclass.Attribute[Any], value: str) -> None:
     if value not in APPLIES_TO:
         raise DefinitionError(
             f"{type(inst).__name__}: field 'applies_to' must be one of "
@@ -68,7 +68,7 @@ def _keys(value: Mapping[str, Any]) -> Mapping[str, Any]:
     )
 
 
-def _check_keys(inst: Any, attribute: attrs.Attribute[Any], value: Mapping[str, Any]) -> None:
+def _check_keys(inst: Any, attribute: recordclass.Attribute[Any], value: Mapping[str, Any]) -> None:
     for key, item in value.items():
         if not isinstance(key, str) or not key:
             raise DefinitionError(f"ConfigKeys: field 'keys' has key {key!r}; keys are strings")
@@ -80,7 +80,7 @@ def _check_keys(inst: Any, attribute: attrs.Attribute[Any], value: Mapping[str, 
             )
 
 
-@attrs.frozen(kw_only=True, repr=False, eq=False)
+@recordclass.frozen(kw_only=True, repr=False, eq=False)
 class ConfigKeys(RecordBase):
     """Keys to merge into k3s's configuration (``config.yaml`` syntax), for server or agent.
 
@@ -94,15 +94,15 @@ class ConfigKeys(RecordBase):
         ConfigKeys(keys={"kubelet-arg": ["max-pods=200"]}, applies_to="all")
     """
 
-    keys: Mapping[str, Any] = attrs.field(converter=_keys, validator=_check_keys, hash=False)
+    keys: Mapping[str, Any] = recordclass.field(converter=_keys, validator=_check_keys, hash=False)
     """Flag names (without ``--``) and their values: scalars, or lists of scalars."""
-    applies_to: str = attrs.field(default="server", validator=_check_applies_to)
+    applies_to: str = recordclass.field(default="server", validator=_check_applies_to)
     """``server`` (the ``k3s`` service), ``agent`` (``k3s-agent``) or ``all``."""
-    origin: str = attrs.field(default="", eq=False, repr=False)
+    origin: str = recordclass.field(default="", eq=False, repr=False)
     """The plugin that returned it (stamped by noderole)."""
 
 
-@attrs.frozen(kw_only=True, repr=False, eq=False)
+@recordclass.frozen(kw_only=True, repr=False, eq=False)
 class Manifest(RecordBase):
     """A Kubernetes manifest staged into k3s's auto-deploy directory.
 
@@ -116,17 +116,17 @@ class Manifest(RecordBase):
                  "metadata": {"name": "my-agent", "namespace": "kube-system"}}])
     """
 
-    name: str = attrs.field()
+    name: str = recordclass.field()
     """File name in the manifests directory (lower case, ends in ``.yaml`` or ``.yml``)."""
-    documents: tuple[Mapping[str, Any], ...] = attrs.field(
+    documents: tuple[Mapping[str, Any], ...] = recordclass.field(
         converter=_documents, validator=_check_documents, hash=False
     )
     """The YAML documents, in order (one file, separated by ``---``)."""
-    origin: str = attrs.field(default="", eq=False, repr=False)
+    origin: str = recordclass.field(default="", eq=False, repr=False)
     """The plugin that returned it (stamped by noderole)."""
 
     @name.validator
-    def _check_name(self, attribute: attrs.Attribute[Any], value: str) -> None:
+    def _check_name(self, attribute: recordclass.Attribute[Any], value: str) -> None:
         if not isinstance(value, str) or not _MANIFEST_NAME.match(value):
             raise DefinitionError(
                 f"Manifest: field 'name' must be a file name such as 'konnectivity-agent.yaml' "
@@ -134,7 +134,7 @@ class Manifest(RecordBase):
             )
 
 
-@attrs.frozen(kw_only=True, repr=False, eq=False)
+@recordclass.frozen(kw_only=True, repr=False, eq=False)
 class ConfigFile(RecordBase):
     """A file the k3s server reads at start (an egress selector or audit policy configuration).
 
@@ -142,21 +142,21 @@ class ConfigFile(RecordBase):
     (``kube-apiserver-arg: ["egress-selector-config-file=PATH"]``).
     """
 
-    path: str = attrs.field()
+    path: str = recordclass.field()
     """Absolute node path."""
-    documents: tuple[Mapping[str, Any], ...] = attrs.field(
+    documents: tuple[Mapping[str, Any], ...] = recordclass.field(
         converter=_documents, validator=_check_documents, hash=False
     )
     """The YAML documents."""
     mode: int = 0o600
     """File mode (k3s's own configuration files are private to root)."""
-    applies_to: str = attrs.field(default="server", validator=_check_applies_to)
+    applies_to: str = recordclass.field(default="server", validator=_check_applies_to)
     """``server`` (written before ``k3s``), ``agent`` (before ``k3s-agent``) or ``all``."""
-    origin: str = attrs.field(default="", eq=False, repr=False)
+    origin: str = recordclass.field(default="", eq=False, repr=False)
     """The plugin that returned it (stamped by noderole)."""
 
     @path.validator
-    def _check_path(self, attribute: attrs.Attribute[Any], value: str) -> None:
+    def _check_path(self, attribute: recordclass.Attribute[Any], value: str) -> None:
         if not isinstance(value, str) or not value.startswith("/"):
             raise DefinitionError(
                 f"ConfigFile: field 'path' must be an absolute path, got {value!r}"

@@ -1,0 +1,676 @@
+"""Record classes as attrs declares them, built without generating code at import.
+
+Every record class of noderole (and of its shipped plugins) is declared with the keyword API of
+attrs' ``frozen``/``define``/``field``: annotated fields, ``converter=``, ``validator=`` (and the
+``@field.validator`` decorator), ``default=``/``factory=``, ``repr``/``eq``/``hash`` per field,
+``init=False``, ``metadata``, ``alias``, ``__attrs_post_init__``. attrs turns each declaration into
+source code for ``__init__``, ``__repr__``, ``__eq__`` and ``__hash__`` and compiles it when the
+class is created: about half a millisecond per class, paid by every command that loads a plugin,
+plus attrs' own import. This module builds the same classes from one generic ``__init__`` and
+generic methods that read a per-class table of fields: no source, no compilation, and attrs is not
+imported.
+
+What a class gets is what attrs gives it (a test builds an attrs twin of every record class and
+compares them field by field and value by value):
+
+- ``__slots__`` of its fields; frozen classes refuse assignment with :class:`FrozenInstanceError`,
+  mutable ones run a field's converter and validators on assignment, as attrs' ``define`` does;
+- ``__init__``: keyword-only where asked, positional otherwise, in field order; a default or a
+  factory for a missing argument; each converter applied (to defaults too), then, once every
+  field is set, each validator called as ``validator(instance, field, value)`` in field order;
+  then ``__attrs_post_init__``;
+- ``__repr__``, ``__eq__``/``__ne__`` and ``__hash__`` where asked and not written in the class
+  body (a class body's own method wins, like attrs' ``auto_detect``); ``hash=None`` follows attrs:
+  frozen and compared classes hash their compared fields, mutable compared classes are unhashable;
+- copy and pickle support, ``__match_args__`` for positional classes.
+
+Type checkers see attrs itself (its mypy plugin types converters, which PEP 681's
+``dataclass_transform`` cannot). Code outside noderole that calls attrs' own functions on a record
+(``attrs.evolve``, ``attrs.asdict``, ``attrs.fields``) still works: a class's
+``__attrs_attrs__`` is made on first use, importing attrs then.
+
+Not supported (a clear ``TypeError`` at class creation, never a silent difference): any other
+option of ``frozen``/``define``/``field``, ``order``, ``on_setattr``, ``@field.default``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import operator
+import sys
+import types
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar, cast
+
+__all__ = [
+    "NOTHING",
+    "Attribute",
+    "Factory",
+    "Field",
+    "FrozenInstanceError",
+    "asdict",
+    "define",
+    "evolve",
+    "field",
+    "fields",
+    "frozen",
+    "has",
+]
+
+T = TypeVar("T")
+Validator = Callable[[Any, Any, Any], Any]
+
+
+class _Nothing:
+    """The sentinel of "no default": one instance, :data:`NOTHING`."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "NOTHING"
+
+    def __bool__(self) -> bool:
+        return False
+
+
+_NOTHING = _Nothing()
+
+
+class _FrozenInstanceError(AttributeError):
+    """A field of a frozen record was assigned or deleted."""
+
+    msg = "can't set attribute"
+
+    def __init__(self, name: str = "") -> None:
+        super().__init__(self.msg if not name else f"{self.msg}: {name!r} of a frozen record")
+
+
+_FrozenInstanceError.__name__ = _FrozenInstanceError.__qualname__ = "FrozenInstanceError"
+
+
+class _Factory:
+    """A default made anew for every instance: ``field(factory=list)`` stores ``Factory(list)``."""
+
+    __slots__ = ("factory",)
+
+    def __init__(self, factory: Callable[[], Any]) -> None:
+        self.factory = factory
+
+    def __repr__(self) -> str:
+        return f"Factory({self.factory!r})"
+
+
+class Field:
+    """One field of a record class: what ``field()`` declared, completed when the class is built.
+
+    Read by :func:`fields` (``name``, ``alias``, ``default``, ``metadata``, ``repr``, ``eq``,
+    ``hash``, ``init``, ``kw_only``, ``converter``, ``validator``); passed to validators as their
+    second argument, as attrs passes its ``Attribute``.
+    """
+
+    __slots__ = (
+        "alias",
+        "converter",
+        "default",
+        "eq",
+        "hash",
+        "init",
+        "kw_only",
+        "metadata",
+        "name",
+        "repr",
+        "validators",
+    )
+
+    def __init__(
+        self,
+        *,
+        default: Any,
+        validators: list[Validator],
+        converter: Callable[[Any], Any] | None,
+        repr: bool | Callable[[Any], str],
+        eq: bool,
+        hash: bool | None,
+        init: bool,
+        metadata: Mapping[Any, Any] | None,
+        alias: str,
+        kw_only: bool,
+    ) -> None:
+        self.name = ""
+        self.default = default
+        self.validators = validators
+        self.converter = converter
+        self.repr = repr
+        self.eq = eq
+        self.hash = hash
+        self.init = init
+        self.metadata: Mapping[Any, Any] = types.MappingProxyType(dict(metadata or {}))
+        self.alias = alias
+        self.kw_only = kw_only
+
+    @property
+    def validator(self) -> Validator | None:
+        """The field's validators as one callable (None without any)."""
+        checks = tuple(self.validators)
+        if not checks:
+            return None
+        if len(checks) == 1:
+            return checks[0]
+
+        def all_of(inst: Any, attribute: Any, value: Any) -> None:
+            for check in checks:
+                check(inst, attribute, value)
+
+        return all_of
+
+    def __repr__(self) -> str:
+        return f"Field(name={self.name!r}, default={self.default!r}, alias={self.alias!r})"
+
+
+class _Declared:
+    """What ``field()`` returns in a class body: the declaration of a :class:`Field`, and a
+    decorator of validator methods (``@name.validator``)."""
+
+    __slots__ = ("options", "validators")
+
+    def __init__(self, validators: list[Validator], options: dict[str, Any]) -> None:
+        self.validators = validators
+        self.options = options
+
+    def validator(self, method: Validator) -> Validator:
+        """Add ``method`` (``def _check(self, attribute, value)``) to this field's validators."""
+        self.validators.append(method)
+        return method
+
+
+def _field(
+    *,
+    default: Any = _NOTHING,
+    validator: Validator | Iterable[Validator] | None = None,
+    repr: bool | Callable[[Any], str] = True,
+    hash: bool | None = None,
+    init: bool = True,
+    metadata: Mapping[Any, Any] | None = None,
+    converter: Callable[[Any], Any] | None = None,
+    factory: Callable[[], Any] | None = None,
+    kw_only: bool = False,
+    eq: bool = True,
+    alias: str | None = None,
+) -> Any:
+    """Declare a field (attrs' ``field``, with the options noderole's records use)."""
+    if factory is not None:
+        if default is not _NOTHING:
+            raise ValueError("The `default` and `factory` arguments are mutually exclusive.")
+        default = _Factory(factory)
+    if validator is None:
+        validators: list[Validator] = []
+    elif callable(validator):
+        validators = [validator]
+    else:
+        validators = list(validator)
+    options = {
+        "default": default,
+        "converter": converter,
+        "repr": repr,
+        "eq": eq,
+        "hash": hash,
+        "init": init,
+        "metadata": metadata,
+        "alias": alias,
+        "kw_only": kw_only,
+    }
+    return _Declared(validators, options)
+
+
+class _Fields(tuple[Field, ...]):
+    """A class's fields, in order; each also reachable by name (``fields(C).name``)."""
+
+    __slots__ = ()
+
+    def __getattr__(self, name: str) -> Field:
+        for item in self:
+            if item.name == name:
+                return item
+        raise AttributeError(name)
+
+
+def _fields(cls: type) -> _Fields:
+    """The fields of a record class, in order (attrs' ``fields``; an attrs class's own too)."""
+    if not isinstance(cls, type):
+        raise TypeError("Passed object must be a class.")
+    found = getattr(cls, "__record_fields__", None)
+    if found is None:
+        import attrs
+
+        found = _Fields(attrs.fields(cls))
+    result: _Fields = found
+    return result
+
+
+def _has(cls: type) -> bool:
+    """Whether ``cls`` is a record class (built here, or by attrs itself)."""
+    if getattr(cls, "__record_fields__", None) is not None:
+        return True
+    attr = sys.modules.get("attr")  # no attrs class can exist before attrs is imported
+    return attr is not None and bool(attr.has(cls))
+
+
+def _evolve(inst: T, **changes: Any) -> T:
+    """A copy of ``inst`` with ``changes``, made through its ``__init__`` (attrs' ``evolve``)."""
+    cls = type(inst)
+    if getattr(cls, "__record_fields__", None) is None:
+        import attrs
+
+        evolved: T = attrs.evolve(cast(Any, inst), **changes)
+        return evolved
+    for item in _fields(cls):
+        if item.init and item.alias not in changes:
+            changes[item.alias] = getattr(inst, item.name)
+    return cls(**changes)
+
+
+def _asdict(inst: Any, *, recurse: bool = True) -> dict[str, Any]:
+    """The fields of ``inst`` as a dict (``attrs.asdict`` with its defaults).
+
+    Nested records become dicts too, also inside tuples, lists, sets and dicts, which keep their
+    own type (a dict subclass becomes a dict); other values (mapping proxies included) are kept.
+    """
+    cls = type(inst)
+    if getattr(cls, "__record_fields__", None) is None:
+        import attrs
+
+        return attrs.asdict(inst, recurse=recurse)
+    result = {}
+    for item in _fields(cls):
+        value = getattr(inst, item.name)
+        result[item.name] = _as_data(value) if recurse else value
+    return result
+
+
+def _as_data(value: Any) -> Any:
+    kind = type(value)
+    if kind in _ATOMS:
+        return value
+    if _has(kind):
+        return _asdict(value)
+    if issubclass(kind, tuple | list | set | frozenset):
+        items = [_as_data(item) for item in value]
+        if hasattr(kind, "_fields"):
+            return kind(*items)  # a named tuple takes its items one by one
+        return kind(items)
+    if issubclass(kind, dict):
+        return {_as_data(key): _as_data(item) for key, item in value.items()}
+    return value
+
+
+_ATOMS = frozenset({type(None), bool, int, float, complex, str, bytes, range, type})
+
+
+# --------------------------------------------------------------------------- building
+
+_OPTIONS = frozenset({"kw_only", "repr", "eq", "hash", "slots"})
+
+
+def _frozen(maybe_cls: type[T] | None = None, **options: Any) -> Any:
+    """A frozen, slotted record class (attrs' ``frozen``)."""
+    return _decorate(maybe_cls, options, frozen=True)
+
+
+def _define(maybe_cls: type[T] | None = None, **options: Any) -> Any:
+    """A mutable, slotted record class (attrs' ``define``)."""
+    return _decorate(maybe_cls, options, frozen=False)
+
+
+def _decorate(maybe_cls: type[T] | None, options: dict[str, Any], *, frozen: bool) -> Any:
+    unknown = sorted(set(options) - _OPTIONS)
+    if unknown:
+        raise TypeError(f"record classes do not support the option(s) {', '.join(unknown)}")
+    if options.get("slots", True) is not True:
+        raise TypeError("record classes are always slotted (slots=False is not supported)")
+
+    def wrap(cls: type[T]) -> type[T]:
+        return _build(
+            cls,
+            frozen=frozen,
+            kw_only=bool(options.get("kw_only", False)),
+            repr=bool(options.get("repr", True)),
+            eq=bool(options.get("eq", True)),
+            hash=options.get("hash"),
+        )
+
+    return wrap if maybe_cls is None else wrap(maybe_cls)
+
+
+def _is_classvar(annotation: object) -> bool:
+    text = annotation if isinstance(annotation, str) else repr(annotation)
+    return text.startswith(
+        ("ClassVar", "typing.ClassVar", "t.ClassVar", "typing_extensions.ClassVar")
+    )
+
+
+def _collect(cls: type, kw_only: bool) -> tuple[list[Field], list[str], list[str]]:
+    """The class's fields (its bases' first, as attrs orders them), the names it declares and
+    those of them no base has a slot for."""
+    inherited: dict[str, Field] = {}
+    for base in reversed(cls.__mro__[1:]):
+        for item in base.__dict__.get("__record_fields__", ()):
+            inherited[item.name] = item
+    own: dict[str, Field] = {}
+    annotations = inspect.get_annotations(cls)
+    for name, annotation in annotations.items():
+        if _is_classvar(annotation):
+            continue
+        value = cls.__dict__.get(name, _NOTHING)
+        declared = value if isinstance(value, _Declared) else _field(default=value)
+        options = dict(declared.options)
+        options["alias"] = options["alias"] or name.lstrip("_")
+        options["kw_only"] = options["kw_only"] or kw_only
+        if options["hash"] is None:
+            options["hash"] = options["eq"]
+        made = Field(validators=list(declared.validators), **options)
+        made.name = name
+        own[name] = made
+        inherited.pop(name, None)
+    for name, value in cls.__dict__.items():
+        if isinstance(value, _Declared) and name not in own:
+            raise TypeError(f"{cls.__qualname__}.{name}: a field needs a type annotation")
+    every = [*inherited.values(), *own.values()]
+    seen_default = False
+    for item in every:
+        if item.kw_only or not item.init:
+            continue
+        if item.default is _NOTHING and seen_default:
+            raise ValueError(
+                f"No mandatory attributes allowed after an attribute with a default value or "
+                f"factory.  Attribute in question: {item.name!r}"
+            )
+        seen_default = seen_default or item.default is not _NOTHING
+    added = [name for name in own if name not in _slot_names(cls.__mro__[1:])]
+    return every, list(own), added
+
+
+def _slot_names(bases: Iterable[type]) -> set[str]:
+    names: set[str] = set()
+    for base in bases:
+        slots = base.__dict__.get("__slots__", ())
+        names.update((slots,) if isinstance(slots, str) else slots)
+    return names
+
+
+def _build(
+    cls: type[T], *, frozen: bool, kw_only: bool, repr: bool, eq: bool, hash: bool | None
+) -> type[T]:
+    every, declared, added = _collect(cls, kw_only)
+    body = cls.__dict__
+    namespace = {
+        key: value
+        for key, value in body.items()
+        if key not in ("__dict__", "__weakref__") and not isinstance(value, _Declared)
+    }
+    for name in declared:
+        namespace.pop(name, None)  # a plain default lives in the field, not on the class
+    table = _Fields(every)
+    namespace["__slots__"] = tuple(added)
+    namespace["__record_fields__"] = table
+    namespace["__attrs_attrs__"] = _AttrsView()
+    namespace["__init__"] = _make_init(cls.__qualname__, table, body)
+    if not any(item.kw_only for item in table):
+        namespace["__match_args__"] = tuple(item.name for item in table if item.init)
+    if repr and "__repr__" not in body:
+        namespace["__repr__"] = _make_repr(table)
+    if eq and "__eq__" not in body:
+        namespace["__eq__"], namespace["__ne__"] = _make_eq(table)
+    if "__hash__" not in body:
+        if hash is True or (hash is None and eq and frozen):
+            namespace["__hash__"] = _make_hash(table)
+        elif hash is None and eq:
+            namespace["__hash__"] = None
+    if frozen:
+        namespace["__setattr__"] = _refuse_set
+        namespace["__delattr__"] = _refuse_delete
+    elif any(item.converter or item.validators for item in table):
+        namespace["__setattr__"] = _make_setattr(table)
+    namespace["__getstate__"] = _getstate
+    namespace["__setstate__"] = _setstate
+    metaclass: Any = type(cls)
+    built: type[T] = metaclass(cls.__name__, cls.__bases__, namespace)
+    return built
+
+
+def _make_init(qualname: str, table: _Fields, body: Mapping[str, Any]) -> Callable[..., None]:
+    setter = object.__setattr__
+    positional = tuple(item.alias for item in table if item.init and not item.kw_only)
+    known = frozenset(item.alias for item in table if item.init)
+    steps: tuple[tuple[str, str | None, Callable[[], Any] | None, Any, Any], ...] = tuple(
+        (
+            item.name,
+            item.alias if item.init else None,
+            item.default.factory if isinstance(item.default, _Factory) else None,
+            item.default,
+            item.converter,
+        )
+        for item in table
+    )
+    checks = tuple(
+        (item, check) for item in table for check in (item.validator,) if check is not None
+    )
+    post_init = body.get("__attrs_post_init__")
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        if args:
+            if len(args) > len(positional):
+                raise TypeError(f"{qualname}.__init__() {_too_many(table, len(args))}")
+            for alias, value in zip(positional, args, strict=False):
+                if alias in kwargs:
+                    raise TypeError(
+                        f"{qualname}.__init__() got multiple values for argument {alias!r}"
+                    )
+                kwargs[alias] = value
+        if not known.issuperset(kwargs):
+            extra = next(key for key in kwargs if key not in known)
+            raise TypeError(f"{qualname}.__init__() got an unexpected keyword argument {extra!r}")
+        for name, key, factory, default, converter in steps:
+            if key is not None and key in kwargs:
+                value = kwargs[key]
+            elif factory is not None:
+                value = factory()
+            elif default is not _NOTHING:
+                value = default
+            elif key is None:
+                continue  # init=False without a default: left unset, as attrs does
+            else:
+                raise TypeError(f"{qualname}.__init__() {_missing(table, kwargs)}")
+            if converter is not None:
+                value = converter(value)
+            setter(self, name, value)
+        for item, check in checks:
+            check(self, item, getattr(self, item.name))
+        if post_init is not None:
+            post_init(self)
+
+    __init__.__qualname__ = f"{qualname}.__init__"
+    return __init__
+
+
+def _missing(table: _Fields, given: Mapping[str, Any]) -> str:
+    """Python's own words for missing arguments (positional ones first, as it reports them)."""
+    absent = [f for f in table if f.init and f.default is _NOTHING and f.alias not in given]
+    positional = [f.alias for f in absent if not f.kw_only]
+    names, kind = (
+        (positional, "positional")
+        if positional
+        else (
+            [f.alias for f in absent],
+            "keyword-only",
+        )
+    )
+    quoted = [repr(name) for name in names]
+    if len(quoted) == 1:
+        listed = quoted[0]
+    elif len(quoted) == 2:
+        listed = f"{quoted[0]} and {quoted[1]}"
+    else:
+        listed = f"{', '.join(quoted[:-1])}, and {quoted[-1]}"
+    plural = "s" if len(names) > 1 else ""
+    return f"missing {len(names)} required {kind} argument{plural}: {listed}"
+
+
+def _too_many(table: _Fields, given: int) -> str:
+    """Python's own words for too many positional arguments (``self`` counted, as it does)."""
+    positional = [f for f in table if f.init and not f.kw_only]
+    most = len(positional) + 1
+    least = most - sum(f.default is not _NOTHING for f in positional)
+    takes = f"{most}" if least == most else f"from {least} to {most}"
+    plural = "" if most == 1 else "s"
+    were = "was" if given + 1 == 1 else "were"
+    return f"takes {takes} positional argument{plural} but {given + 1} {were} given"
+
+
+def _make_repr(table: _Fields) -> Callable[[Any], str]:
+    shown = tuple((item.name, item.repr) for item in table if item.repr)
+
+    def __repr__(self: Any) -> str:
+        parts = []
+        for name, how in shown:
+            value = getattr(self, name, _NOTHING)
+            text = how(value) if callable(how) else repr(value)
+            parts.append(f"{name}={text}")
+        return f"{type(self).__qualname__.rsplit('>.', 1)[-1]}({', '.join(parts)})"
+
+    return __repr__
+
+
+def _make_eq(table: _Fields) -> tuple[Callable[[Any, Any], Any], Callable[[Any, Any], Any]]:
+    values = _getter(tuple(item.name for item in table if item.eq))
+
+    def __eq__(self: Any, other: Any) -> Any:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return values(self) == values(other)  # tuples: an identical nan equals itself, as in attrs
+
+    def __ne__(self: Any, other: Any) -> Any:
+        result = __eq__(self, other)
+        return result if result is NotImplemented else not result
+
+    return __eq__, __ne__
+
+
+def _make_hash(table: _Fields) -> Callable[[Any], int]:
+    values = _getter(tuple(item.name for item in table if item.hash))
+
+    def __hash__(self: Any) -> int:
+        return hash((type(self).__qualname__, *values(self)))
+
+    return __hash__
+
+
+def _getter(names: tuple[str, ...]) -> Callable[[Any], tuple[Any, ...]]:
+    """The values of ``names`` of an instance, as a tuple."""
+    if not names:
+        return lambda _: ()
+    get = operator.attrgetter(*names)
+    if len(names) == 1:
+        return lambda obj: (get(obj),)
+    return get
+
+
+def _make_setattr(table: _Fields) -> Callable[[Any, str, Any], None]:
+    by_name = {item.name: item for item in table}
+
+    def __setattr__(self: Any, name: str, value: Any) -> None:
+        item = by_name.get(name)
+        if item is not None:
+            if item.converter is not None:
+                value = item.converter(value)
+            check = item.validator
+            if check is not None:
+                check(self, item, value)
+        object.__setattr__(self, name, value)
+
+    return __setattr__
+
+
+def _refuse_set(self: Any, name: str, value: Any) -> None:
+    raise _FrozenInstanceError(name)
+
+
+def _refuse_delete(self: Any, name: str) -> None:
+    raise _FrozenInstanceError(name)
+
+
+def _getstate(self: Any) -> dict[str, Any]:
+    return {
+        item.name: getattr(self, item.name)
+        for item in _fields(type(self))
+        if hasattr(self, item.name)
+    }
+
+
+def _setstate(self: Any, state: Mapping[str, Any]) -> None:
+    for name, value in state.items():
+        object.__setattr__(self, name, value)
+
+
+class _AttrsView:
+    """``__attrs_attrs__`` made on first use, so attrs' own functions accept a record class."""
+
+    def __get__(self, instance: object, owner: type) -> Any:
+        import attrs
+
+        twin = attrs.make_class(
+            owner.__name__,
+            {
+                item.name: attrs.field(
+                    default=(
+                        attrs.Factory(item.default.factory)
+                        if isinstance(item.default, _Factory)
+                        else item.default
+                        if item.default is not _NOTHING
+                        else attrs.NOTHING
+                    ),
+                    validator=item.validator,
+                    converter=item.converter,
+                    repr=item.repr,
+                    eq=item.eq,
+                    hash=item.hash,
+                    init=item.init,
+                    metadata=dict(item.metadata),
+                    alias=item.alias,
+                    kw_only=item.kw_only,
+                )
+                for item in _fields(owner)
+            },
+            slots=True,
+            frozen=True,
+        )
+        view = attrs.fields(twin)
+        type.__setattr__(owner, "__attrs_attrs__", view)
+        return view
+
+
+if TYPE_CHECKING:
+    from attrs import (
+        NOTHING,
+        Attribute,
+        Factory,
+        asdict,
+        define,
+        evolve,
+        field,
+        fields,
+        frozen,
+        has,
+    )
+    from attrs.exceptions import FrozenInstanceError
+else:
+    Attribute = Field
+    NOTHING = _NOTHING
+    Factory = _Factory
+    FrozenInstanceError = _FrozenInstanceError
+    asdict = _asdict
+    define = _define
+    evolve = _evolve
+    field = _field
+    fields = _fields
+    frozen = _frozen
+    has = _has
