@@ -1,6 +1,6 @@
 """``python -m noderole``: the same as the ``noderole`` command."""
 
-from noderole.cli import run
+from noderole._start import run
 
 if __name__ == "__main__":
     run()

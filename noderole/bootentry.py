@@ -23,12 +23,12 @@ Nodes enabled by an earlier version kept a record of their own,
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Sequence
 from pathlib import Path
 
 from noderole import manifest, recordclass
+from noderole.digest import sha256
 from noderole.errors import BackendError
 from noderole.paths import ROLE_FILE
 from noderole.root import NodeRoot
@@ -164,7 +164,7 @@ def boot_entry(
 
 
 def _digest(text: str) -> str:
-    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+    return "sha256:" + sha256(text.encode()).hexdigest()
 
 
 def _fold_legacy(root: NodeRoot) -> None:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import hashlib
 import json
 import os
 import stat
@@ -29,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from noderole import recordclass
+from noderole.digest import sha256
 
 if TYPE_CHECKING:
     from noderole.records import MintCertificate
@@ -74,7 +74,7 @@ def _paths(request: MintCertificate, root: NodeRoot) -> list[Path]:
 
 
 def _stamp_path(request: MintCertificate, root: NodeRoot) -> Path:
-    name = hashlib.sha256(request.directory.encode()).hexdigest()[:32]
+    name = sha256(request.directory.encode()).hexdigest()[:32]
     return root.resolve(f"{STAMP_DIR}/{name}.json")
 
 
@@ -92,7 +92,7 @@ def _request_key(request: MintCertificate) -> list[Any]:
 def file_parts(paths: list[Path]) -> list[Any] | None:
     """Each file's [inode, size, mtime_ns, mode] and one digest of all their contents; None when
     one is missing, unreadable, a symbolic link or not a regular file (then check in full)."""
-    digest = hashlib.sha256()
+    digest = sha256()
     parts: list[Any] = []
     for path in paths:
         try:

@@ -16,7 +16,6 @@ its certificate only at start, so a re-minted certificate must restart it.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -25,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 from noderole import recordclass
 from noderole.backends import Backend, BackendStatus
 from noderole.clock import Clock
+from noderole.digest import sha256
 from noderole.errors import NoderoleError, StepError
 from noderole.plan import Plan, PlannedService
 from noderole.records import Service
@@ -156,7 +156,7 @@ def definition_digests(service: Service) -> dict[str, str]:
         "supervision": recordclass.asdict(service.supervision),
     }
     return {
-        key: hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:16]
+        key: sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:16]
         for key, value in parts.items()
     }
 
@@ -171,7 +171,7 @@ def definition_shown(service: Service) -> str:
     from noderole.records import Secret
 
     environment = {
-        key: "***" + hashlib.sha256(value.reveal().encode()).hexdigest()[:12]
+        key: "***" + sha256(value.reveal().encode()).hexdigest()[:12]
         if isinstance(value, Secret)
         else value
         for key, value in service.environment.items()
@@ -234,7 +234,7 @@ DEFINITION_PARTS = {  # digest key -> what a restart reason calls it
 
 def _fingerprint(digests: Mapping[str, str], certificates: Sequence[str]) -> str:
     blob = json.dumps({"definition": digests, "certificates": list(certificates)}, sort_keys=True)
-    return hashlib.sha256(blob.encode()).hexdigest()
+    return sha256(blob.encode()).hexdigest()
 
 
 class _Run:

@@ -37,7 +37,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
-import hashlib
 import json
 import os
 from collections.abc import Callable, Iterable
@@ -45,6 +44,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from noderole import recordclass
+from noderole.digest import sha256
 from noderole.paths import LOCK_FILE, RUN_DIR, STATE_DIR
 from noderole.root import NodeRoot
 
@@ -151,7 +151,7 @@ def digest_at(local: Path, kind: str = "file") -> str | None:
     if not os.path.isfile(local) or info.st_size > 16 * 1024 * 1024:
         return _ANY
     try:
-        return "sha256:" + hashlib.sha256(local.read_bytes()).hexdigest()
+        return "sha256:" + sha256(local.read_bytes()).hexdigest()
     except OSError:
         return _ANY
 

@@ -53,15 +53,16 @@ def jitter_offset(root: NodeRoot, jitter: float) -> int:
     nodes (from ``/etc/machine-id``, else the host name)."""
     if jitter < 1:
         return 0
-    import hashlib  # here, not at the top: `plan` loads this module and never needs a digest
     import socket
+
+    from noderole.digest import sha256  # here: `plan` loads this module, never needs a digest
 
     try:
         seed = root.resolve("/etc/machine-id").read_text().strip()
     except OSError:
         seed = ""
     seed = seed or socket.gethostname()
-    number = int.from_bytes(hashlib.sha256(seed.encode()).digest()[:8], "big")
+    number = int.from_bytes(sha256(seed.encode()).digest()[:8], "big")
     return number % int(jitter)
 
 

@@ -51,3 +51,28 @@ class TestExit:
         """SystemExit's code maps to the status Python would exit with; a message is printed."""
         assert _exit_status(code) == status
         assert capsys.readouterr().err.strip() == printed
+
+
+class TestStart:
+    def test_the_console_script_sets_the_collectors_pace_before_anything_loads(self) -> None:
+        """``noderole`` (and ``python -m noderole``) enter through noderole._start, which imports
+        only gc before raising the first generation's threshold: the start-up's allocations
+        trigger no collection, while later ones still do."""
+        import tomllib
+
+        from noderole._start import GC_THRESHOLD
+
+        project = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+        assert project["project"]["scripts"]["noderole"] == "noderole._start:run"
+        probe = (
+            "import gc, sys\n"
+            "import noderole._start\n"
+            "print(sorted({'typing', 'click', 'noderole.cli'} & set(sys.modules)))\n"
+            "import noderole.cli\n"
+            "noderole.cli.run = lambda: print(gc.get_threshold(), gc.isenabled())\n"
+            "noderole._start.run()\n"
+        )
+        done = subprocess.run(
+            [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
+        )
+        assert done.stdout.splitlines() == ["[]", f"{GC_THRESHOLD} True"]

@@ -87,6 +87,7 @@ class TestRootEnvName:
 
 
 PLAN_FORBIDDEN = (
+    "attr",
     "noderole.engine",
     "noderole.steps",
     "noderole.state",
@@ -99,12 +100,12 @@ PLAN_FORBIDDEN = (
     "noderole.rehearsal_records",
     "signal",
 )
-"""What ``plan`` must not import: it starts nothing, so it needs no engine, no applied state and
-no supervisor client (it shows only the backend's name); the k3s plugin reads a flat
-config.yaml and writes its drop-ins and manifests without PyYAML; its ``after: firewall`` (a
-service of no shipped role) is warned about without difflib, since nothing is close to it; and
-the rehearsal's records (stand-ins, input files) are not built; a SIGTERM stop signal is
-checked without the signal module."""
+"""What ``plan`` must not import: attrs (noderole.recordclass builds the records); and, as it starts
+nothing, no engine, no applied state and no supervisor client (it shows only the backend's name);
+the k3s plugin reads a flat config.yaml and writes its drop-ins and manifests without PyYAML; its
+``after: firewall`` (a service of no shipped role) is warned about without difflib, since nothing
+is close to it; and the rehearsal's records (stand-ins, input files) are not built; a SIGTERM
+stop signal is checked without the signal module."""
 
 
 def _modules_after_plan(root: Path, role: str) -> list[str]:

@@ -43,6 +43,8 @@ def noderole_services():
 """
 
 REAPPLY_FORBIDDEN = (
+    "attr",
+    "_hashlib",
     "ctypes",
     "noderole.supervisor.probes",
     "noderole.metrics",
@@ -51,8 +53,10 @@ REAPPLY_FORBIDDEN = (
     "tomllib",
     "yaml",
 )
-"""What this re-apply must not import: its service has no wait (inotify's ctypes, the probes),
-the node no metrics directory, the output is no terminal (shutil sizes one), temporary file
+"""What this re-apply must not import: attrs (records are built by noderole.recordclass), OpenSSL
+through hashlib (definitions and files are digested by the interpreter's own SHA-256), and, as
+its service has no wait, neither inotify's ctypes nor the probes; the node has no metrics
+directory, the output is no terminal (shutil sizes one), temporary file
 names come from os.urandom (no secrets, hmac, random), and its unchanged config.toml was parsed
 by the first apply (the parsed document is cached with its text: no TOML parser)."""
 

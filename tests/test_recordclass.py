@@ -489,3 +489,17 @@ def test_every_record_class_declares_what_its_attrs_build_declares(
 
     assert table(ours) == table(theirs)
     assert set(vars(ours)["__slots__"]) <= set(vars(theirs)["__slots__"])
+
+
+@given(st.binary(max_size=4096))
+def test_the_interpreter_s_sha256_is_hashlib_s(data: bytes) -> None:
+    """noderole.digest (no OpenSSL) gives hashlib's digest, whole and fed in pieces."""
+    import hashlib
+
+    from noderole.digest import sha256
+
+    assert sha256(data).hexdigest() == hashlib.sha256(data).hexdigest()
+    pieces = sha256()
+    for start in range(0, len(data), 7):
+        pieces.update(data[start : start + 7])
+    assert pieces.digest() == hashlib.sha256(data).digest()
