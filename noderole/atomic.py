@@ -94,8 +94,15 @@ def write_atomic(
     uid: int | None = None,
     gid: int | None = None,
     step: StepHook | None = None,
+    durable: bool = True,
 ) -> None:
     """Replace ``path`` with ``data`` atomically and durably, with permission bits ``mode``.
+
+    ``durable=False`` leaves out the two ``fsync`` calls, for a record that is only a report and
+    is made again by the next run: a reader still sees the old file or the new one, never a part,
+    but after a power loss the file may hold either, or nothing (its reader must take an empty
+    or unreadable file as no record). An ``fsync`` right after an apply wrote its files waits
+    for the journal to commit all of them (tens of milliseconds at the end of a boot's apply).
 
     The directory must exist (it may be reached through symbolic links unless ``dir_fd`` is given:
     then ``path.name`` is taken relative to that open directory). A symbolic link at ``path``
@@ -105,9 +112,9 @@ def write_atomic(
     hook = step or _no_step
     if dir_fd is None:
         with _directory_fd(path.parent, follow=True) as fd:
-            _write_in(fd, path, data, mode=mode, uid=uid, gid=gid, hook=hook)
+            _write_in(fd, path, data, mode=mode, uid=uid, gid=gid, hook=hook, durable=durable)
     else:
-        _write_in(dir_fd, path, data, mode=mode, uid=uid, gid=gid, hook=hook)
+        _write_in(dir_fd, path, data, mode=mode, uid=uid, gid=gid, hook=hook, durable=durable)
 
 
 def _write_in(
@@ -119,6 +126,7 @@ def _write_in(
     uid: int | None,
     gid: int | None,
     hook: StepHook,
+    durable: bool = True,
 ) -> None:
     name = path.name
     if not name or "/" in name:
@@ -147,8 +155,9 @@ def _write_in(
                 hook(f"{name}:write")
                 written = os.write(fd, view)
                 view = view[written:]
-            hook(f"{name}:fsync")
-            os.fsync(fd)
+            if durable:
+                hook(f"{name}:fsync")
+                os.fsync(fd)
             hook(f"{name}:close")
         finally:
             os.close(fd)
@@ -156,8 +165,9 @@ def _write_in(
         hook(f"{name}:rename")
         os.rename(temp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
         renamed = True
-        hook(f"{name}:fsync-dir")
-        os.fsync(dfd)
+        if durable:
+            hook(f"{name}:fsync-dir")
+            os.fsync(dfd)
     except BaseException:
         if not renamed:
             with contextlib.suppress(OSError):

@@ -66,8 +66,14 @@ def read_last_apply(root: NodeRoot) -> dict[str, Any]:
 
 
 def write_last_apply(root: NodeRoot, record: Mapping[str, Any]) -> None:
-    """Replace the record of the last apply (atomically, mode 0600, recorded for reset)."""
-    write_state_file(root, LAST_APPLY_FILE, json.dumps(record, indent=1, sort_keys=True).encode())
+    """Replace the record of the last apply (atomically, mode 0600, recorded for reset).
+
+    Not synced to disk: it reports what the last apply did, every apply writes it anew, and
+    :func:`read_last_apply` takes a file a power loss emptied as no record. The ``fsync`` would
+    wait for every file the apply just wrote to reach the disk, on the boot's path.
+    """
+    text = json.dumps(record, indent=1, sort_keys=True).encode()
+    write_state_file(root, LAST_APPLY_FILE, text, durable=False)
 
 
 def read_role(root: NodeRoot) -> str | None:
@@ -84,15 +90,16 @@ class StateError(NoderoleError):
     """What noderole records on the node could not be written (full disk, planted link)."""
 
 
-def write_state_file(root: NodeRoot, node_path: str, data: bytes) -> None:
+def write_state_file(root: NodeRoot, node_path: str, data: bytes, *, durable: bool = True) -> None:
     """Write one of noderole's state files: private directory, 0600, never through a link,
-    recorded for ``reset``; :class:`StateError` when the machine refuses."""
+    recorded for ``reset``; synced to disk unless not ``durable`` (see
+    :func:`noderole.atomic.write_atomic`); :class:`StateError` when the machine refuses."""
     from noderole.atomic import write_atomic
 
     path = root.resolve(node_path)
     try:
         _safeopen.private_dir(str(path.parent))
-        write_atomic(path, data, mode=0o600)
+        write_atomic(path, data, mode=0o600, durable=durable)
     except OSError as error:
         raise StateError(
             f"cannot record {node_path} (at {path}): {error.strerror or error}; free space or "

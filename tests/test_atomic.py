@@ -95,6 +95,17 @@ class TestWriteAtomic:
         assert names == ["f:create", "f:chmod", "f:write", "f:fsync", "f:close", "f:rename",
                          "f:fsync-dir"]  # fmt: skip
 
+    def test_not_durable_leaves_out_both_syncs(self, tmp_path: Path) -> None:
+        """durable=False: the same atomic replacement, without the file's and directory's fsync."""
+        target = tmp_path / "f"
+        target.write_bytes(b"old")
+        names = steps_of(
+            lambda hook: write_atomic(target, b"new", mode=0o600, step=hook, durable=False)
+        )
+        assert names == ["f:create", "f:chmod", "f:write", "f:close", "f:rename"]
+        assert target.read_bytes() == b"new"
+        assert leftovers(tmp_path) == []
+
     @pytest.mark.parametrize(
         "fail_at", ["f:create", "f:chmod", "f:write", "f:fsync", "f:close", "f:rename"]
     )
@@ -194,3 +205,25 @@ class TestWriteFiles:
             assert remove_stale_temps(fd, ["c"]) == [".c.0123456789ab.tmp"]
         finally:
             os.close(fd)
+
+
+class TestLastApplyRecord:
+    """The last apply's record is a report written without fsync: what a power loss can leave
+    of it (nothing, an empty file, a torn one) reads as no record, never as an error."""
+
+    @pytest.mark.parametrize("content", [None, b"", b'{"role": "ser', b"[1, 2]", b"\xff\xfe"])
+    def test_whatever_a_power_loss_leaves_reads_as_no_record(
+        self, tmp_path: Path, content: bytes | None
+    ) -> None:
+        from noderole.paths import LAST_APPLY_FILE
+        from noderole.root import NodeRoot
+        from noderole.state import read_last_apply, write_last_apply
+
+        root = NodeRoot(tmp_path)
+        if content is not None:
+            path = root.resolve(LAST_APPLY_FILE)
+            path.parent.mkdir(parents=True)
+            path.write_bytes(content)
+        assert read_last_apply(root) == {}
+        write_last_apply(root, {"role": "server", "ok": True})
+        assert read_last_apply(root) == {"role": "server", "ok": True}
