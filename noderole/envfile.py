@@ -19,19 +19,16 @@ Internal module: import ``EnvFile``, ``read_env_file`` and ``parse_env_text`` fr
 
 from __future__ import annotations
 
-import re
 import types
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from noderole import recordclass
 from noderole.errors import EnvFileError
+from noderole.names import is_variable_name
 
 __all__ = ["EnvFile", "parse_env_text", "read_env_file"]
 
-_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-_EXPORT = re.compile(r"export[ \t]+")
-_COMMENT = re.compile(r"[ \t]#")
 _DOUBLE_ESCAPES = {'"': '"', "\\": "\\", "$": "$", "n": "\n"}
 
 
@@ -122,14 +119,15 @@ def _parse_line(line: str) -> tuple[str, str] | None:
     stripped = line.lstrip(" \t")
     if not stripped.strip() or stripped.startswith("#"):
         return None
-    export = _EXPORT.match(stripped)
-    body = stripped[export.end() :] if export else stripped
+    # "export KEY=..." as in the shell: the word, then at least one blank.
+    exported = stripped.startswith("export") and stripped[6:7] in (" ", "\t")
+    body = stripped[6:].lstrip(" \t") if exported else stripped
     key, sep, rest = body.partition("=")
     if not sep:
         # The line's text is not quoted back: a stray line may be half of a secret.
         raise _Malformed("no '=' on this line: expected KEY=VALUE")
-    if not _KEY.match(key):
-        if key != key.rstrip(" \t") and _KEY.match(key.rstrip(" \t")):
+    if not is_variable_name(key):
+        if key != key.rstrip(" \t") and is_variable_name(key.rstrip(" \t")):
             raise _Malformed(f"space before '=' after {key.strip()}: write {key.strip()}=VALUE")
         raise _Malformed(
             f"bad key {_excerpt(key)}: keys are letters, digits and '_', not starting with a digit"
@@ -148,8 +146,8 @@ def _parse_value(rest: str, key: str) -> str:
             )
         return value
     # "a #b" is "a" with a comment; "a#b" and "=#b" keep their '#' (as in the shell).
-    comment = _COMMENT.search(rest)
-    return (rest[: comment.start()] if comment else rest).strip(" \t")
+    found = [at for at in (rest.find(" #"), rest.find("\t#")) if at >= 0]
+    return (rest[: min(found)] if found else rest).strip(" \t")
 
 
 def _quoted(text: str, key: str) -> tuple[str, str]:

@@ -356,11 +356,12 @@ def _collect(cls: type, kw_only: bool) -> tuple[list[Field], list[str], list[str
         for item in base.__dict__.get("__record_fields__", ()):
             inherited[item.name] = item
     own: dict[str, Field] = {}
+    body = cls.__dict__
     annotations = inspect.get_annotations(cls)
     for name, annotation in annotations.items():
         if _is_classvar(annotation):
             continue
-        value = cls.__dict__.get(name, _NOTHING)
+        value = body.get(name, _NOTHING)
         declared = value if isinstance(value, _Declared) else _field(default=value)
         options = dict(declared.options)
         options["alias"] = options["alias"] or name.lstrip("_")
@@ -371,7 +372,7 @@ def _collect(cls: type, kw_only: bool) -> tuple[list[Field], list[str], list[str
         made.name = name
         own[name] = made
         inherited.pop(name, None)
-    for name, value in cls.__dict__.items():
+    for name, value in body.items():
         if isinstance(value, _Declared) and name not in own:
             raise TypeError(f"{cls.__qualname__}.{name}: a field needs a type annotation")
     every = [*inherited.values(), *own.values()]
@@ -385,7 +386,8 @@ def _collect(cls: type, kw_only: bool) -> tuple[list[Field], list[str], list[str
                 f"factory.  Attribute in question: {item.name!r}"
             )
         seen_default = seen_default or item.default is not _NOTHING
-    added = [name for name in own if name not in _slot_names(cls.__mro__[1:])]
+    taken = _slot_names(cls.__mro__[1:])
+    added = [name for name in own if name not in taken]
     return every, list(own), added
 
 

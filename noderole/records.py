@@ -18,7 +18,6 @@ from __future__ import annotations
 import functools
 import math
 import operator
-import re
 import threading
 import types
 from collections.abc import Callable, Iterable, Mapping
@@ -26,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias, TypeVar
 
 from noderole import recordclass
 from noderole.errors import DefinitionError
+from noderole.names import is_lower_name, is_service_name, is_variable_name
 from noderole.root import climbs_out
 
 if TYPE_CHECKING:
@@ -58,11 +58,6 @@ __all__ = [
     "did_you_mean",
     "unknown_names",
 ]
-
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@+-]*\Z")
-_SETTING_NAME = re.compile(r"^[a-z][a-z0-9_]*\Z")
-_TABLE_NAME = re.compile(r"^[a-z][a-z0-9_-]*\Z")
-_ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
 # --------------------------------------------------------------------------- helpers
@@ -207,7 +202,7 @@ def _checked(cls: type[T]) -> type[T]:
 
 def _check_names(inst: Any, attribute: recordclass.Attribute[Any], value: tuple[str, ...]) -> None:
     for item in value:
-        if not isinstance(item, str) or not _NAME.match(item):
+        if not isinstance(item, str) or not is_service_name(item):
             raise _fail(
                 _label(inst),
                 attribute.name,
@@ -253,11 +248,15 @@ def _non_empty(inst: Any, attribute: recordclass.Attribute[Any], value: Any) -> 
         raise _fail(_label(inst), attribute.name, f"must be a non-empty string, got {value!r}")
 
 
+def _is_table_name(text: str) -> bool:
+    return is_lower_name(text, hyphen=True)
+
+
 def _matches(
-    pattern: re.Pattern[str], what: str
+    shape: Callable[[str], bool], what: str
 ) -> Callable[[Any, recordclass.Attribute[Any], Any], None]:
     def check(inst: Any, attribute: recordclass.Attribute[Any], value: Any) -> None:
-        if not isinstance(value, str) or not pattern.match(value):
+        if not isinstance(value, str) or not shape(value):
             raise _fail(_label(inst), attribute.name, f"must be {what}, got {value!r}")
 
     return check
@@ -434,7 +433,7 @@ def _check_environment(
     inst: Any, attribute: recordclass.Attribute[Any], value: Mapping[str, Any]
 ) -> None:
     for key, val in value.items():
-        if not isinstance(key, str) or not _ENV_KEY.match(key):
+        if not isinstance(key, str) or not is_variable_name(key):
             raise _fail(_label(inst), attribute.name, f"has key {key!r}, not a variable name")
         if not isinstance(val, str | Secret):
             raise _fail(
@@ -505,8 +504,19 @@ class WaitForTcp(RecordBase):
         return f"wait up to {self.timeout:g}s for tcp {self.host}:{self.port}"
 
 
+def _is_http_url(text: str) -> bool:
+    r"""``https?://[^/\s]+`` at the start of the text: a scheme, then a host's first character."""
+    scheme, sep, rest = text.partition("://")
+    return (
+        bool(sep)
+        and scheme in ("http", "https")
+        and rest[:1] not in ("", "/")
+        and not rest[0].isspace()
+    )
+
+
 def _check_url(inst: Any, attribute: recordclass.Attribute[Any], value: str) -> None:
-    if not isinstance(value, str) or not re.match(r"^https?://[^/\s]+", value):
+    if not isinstance(value, str) or not _is_http_url(value):
         raise _fail(
             _label(inst), attribute.name, f"must be an http:// or https:// URL, got {value!r}"
         )
@@ -869,7 +879,7 @@ class Service(RecordBase):
 
     @name.validator
     def _check_name(self, attribute: recordclass.Attribute[Any], value: str) -> None:
-        if not isinstance(value, str) or not _NAME.match(value):
+        if not isinstance(value, str) or not is_service_name(value):
             raise _fail("Service", "name", f"must be a non-empty service name, got {value!r}")
 
     @command.validator
@@ -960,7 +970,7 @@ class Setting(RecordBase):
 
     name: str = recordclass.field(
         validator=_matches(
-            _SETTING_NAME, "lower case letters, digits and '_', starting with a letter"
+            is_lower_name, "lower case letters, digits and '_', starting with a letter"
         )
     )
     """Key in the table (lower case, underscores)."""
@@ -1046,7 +1056,7 @@ class SettingsTable(RecordBase):
 
     table: str = recordclass.field(
         validator=_matches(
-            _TABLE_NAME, "lower case letters, digits, '_' and '-', starting with a letter"
+            _is_table_name, "lower case letters, digits, '_' and '-', starting with a letter"
         )
     )
     """Table name in config.toml, usually the plugin's name."""

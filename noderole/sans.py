@@ -25,12 +25,13 @@ from typing import Literal
 
 from noderole import recordclass
 from noderole.errors import CertificateError
+from noderole.names import is_dns_label
 
 __all__ = ["SubjectAltName", "parse_sans"]
 
-_LABEL = re.compile(r"^[a-z0-9](?:[a-z0-9-]*[a-z0-9])?\Z")
-_HOST_PORT = re.compile(r"^[^:\[\]]+:\d*\Z")
-_BRACKETED = re.compile(r"^\[(?P<inner>[^\]]*)\](?P<rest>.*)\Z")
+_HOST_PORT = r"^[^:\[\]]+:\d*\Z"
+_BRACKETED = r"^\[(?P<inner>[^\]]*)\](?P<rest>.*)\Z"
+"""Patterns compiled only for an entry with ``[`` or ``:`` in it (``re`` caches them)."""
 # IDNA 2003 treats these as label separators too (ideographic and full-width full stops).
 _UNICODE_DOTS = str.maketrans({"\u3002": ".", "\uff0e": ".", "\uff61": "."})
 _MAX_NAME = 253
@@ -97,7 +98,7 @@ def _parse_entry(entry: str) -> SubjectAltName:
         raise _reject(entry, "'/' is not allowed in a name (a URL or path?)")
     if "%" in entry and ":" in entry:
         raise _reject(entry, "IPv6 zone ids ('%eth0') cannot appear in a certificate")
-    bracketed = _BRACKETED.match(entry)
+    bracketed = re.match(_BRACKETED, entry) if entry.startswith("[") else None
     if bracketed:
         inner, rest = bracketed.group("inner"), bracketed.group("rest")
         if rest:
@@ -112,7 +113,7 @@ def _parse_entry(entry: str) -> SubjectAltName:
     if address is not None:
         return SubjectAltName("ip", str(address))
     if ":" in entry:
-        if _HOST_PORT.match(entry):
+        if re.match(_HOST_PORT, entry):
             raise _reject(entry, "a port is not part of a name; drop ':PORT'")
         raise _reject(entry, "not a valid IP address, and ':' is not allowed in a DNS name")
     return SubjectAltName("dns", _dns_name(entry))
@@ -172,7 +173,7 @@ def _label(entry: str, label: str) -> str:
         raise _reject(entry, f"label {label[:20]!r}... is {len(label)} characters (at most 63)")
     if "_" in label:
         raise _reject(entry, f"label {label!r} contains '_' (not allowed in a DNS name)")
-    if not _LABEL.match(label):
+    if not is_dns_label(label):
         raise _reject(
             entry,
             f"label {label!r} may hold only letters, digits and hyphens, "
