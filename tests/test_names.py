@@ -81,3 +81,32 @@ def test_env_lines_split_as_with_the_expressions(line: str) -> None:
     if expected == ("quoted", ""):
         return  # a quoted value is parsed by code that did not change
     assert got == expected
+
+
+@settings(max_examples=600)
+@given(
+    text=_TEXT | st.builds(lambda s, x: s + x, _TEXT, st.sampled_from([".yaml", ".yml", "yaml"]))
+)
+@example(text=".yaml")
+@example(text="a-.yml")
+@example(text="a.yml.yaml")
+def test_manifest_names_as_the_expression_said(text: str) -> None:
+    from noderole_k3s.records import _is_manifest_name
+
+    assert _is_manifest_name(text) == bool(
+        re.match(r"[a-z0-9]([a-z0-9.-]*[a-z0-9])?\.ya?ml\Z", text)
+    )
+
+
+@given(text=_TEXT)
+@example(text="0")
+@example(text="٣")
+@example(text="²")
+def test_a_server_count_is_ascii_digits(text: str) -> None:
+    from noderole_konnectivity.plugin import server_count
+
+    valid = bool(re.fullmatch(r"[0-9]+", text.strip())) and int(text.strip()) > 0
+    count, problem = server_count(text, source="first-boot.env")
+    assert (problem is None) == (valid or not text.strip())
+    if valid:
+        assert count == int(text.strip())

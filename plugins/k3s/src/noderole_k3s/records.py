@@ -9,7 +9,6 @@ needs).
 
 from __future__ import annotations
 
-import re
 import types
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -24,7 +23,22 @@ APPLIES_TO = ("server", "agent", "all")
 
 _SCALARS = (str, int, float, bool, type(None))
 
-_MANIFEST_NAME = re.compile(r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?\.ya?ml\Z")
+_NAME_EDGE = "abcdefghijklmnopqrstuvwxyz0123456789"
+
+
+def _is_manifest_name(text: str) -> bool:
+    """``[a-z0-9]([a-z0-9.-]*[a-z0-9])?\\.ya?ml``, the whole text, checked without compiling a
+    regular expression on every start-up."""
+    for suffix in (".yaml", ".yml"):
+        if text.endswith(suffix):
+            stem = text[: -len(suffix)]
+            return (
+                stem[:1] != ""
+                and stem[0] in _NAME_EDGE
+                and stem[-1] in _NAME_EDGE
+                and not stem.strip(_NAME_EDGE + ".-")
+            )
+    return False
 
 
 def _documents(value: Iterable[Mapping[str, Any]] | Mapping[str, Any]) -> tuple[Any, ...]:
@@ -127,7 +141,7 @@ class Manifest(RecordBase):
 
     @name.validator
     def _check_name(self, attribute: recordclass.Attribute[Any], value: str) -> None:
-        if not isinstance(value, str) or not _MANIFEST_NAME.match(value):
+        if not isinstance(value, str) or not _is_manifest_name(value):
             raise DefinitionError(
                 f"Manifest: field 'name' must be a file name such as 'konnectivity-agent.yaml' "
                 f"(lower case letters, digits, '.' and '-', ending in .yaml), got {value!r}"
