@@ -7,8 +7,8 @@ They look at the real machine (``/sys``, ``/proc``), never under ``--root``.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from noderole.context import NodeContext
@@ -180,17 +180,18 @@ def _wait_for(
 
 
 def network_up(
-    sys_net: Path = Path("/sys/class/net"), inet6: Path = Path("/proc/net/if_inet6")
+    sys_net: str | os.PathLike[str] = "/sys/class/net",
+    inet6: str | os.PathLike[str] = "/proc/net/if_inet6",
 ) -> bool:
     """True when some interface other than loopback is up and has an IPv4 or global IPv6 address."""
     try:
-        names = sorted(p.name for p in sys_net.iterdir())
+        names = sorted(os.listdir(sys_net))
     except OSError:
         return False
     up = []
     for name in names:
         try:
-            flags = int((sys_net / name / "flags").read_text().strip(), 16)
+            flags = int(_read_text(os.path.join(sys_net, name, "flags")).strip(), 16)
         except (OSError, ValueError):
             continue
         if flags & _IFF_UP and not flags & _IFF_LOOPBACK:
@@ -216,11 +217,17 @@ def _has_ipv4(interface: str) -> bool:
     return True
 
 
-def _global_ipv6_interfaces(inet6: Path) -> set[str]:
+def _read_text(path: str | os.PathLike[str]) -> str:
+    # Not through pathlib: the built-in plugin is loaded by every `plan`, which imports none.
+    with open(path, encoding="utf-8") as file:
+        return file.read()
+
+
+def _global_ipv6_interfaces(inet6: str | os.PathLike[str]) -> set[str]:
     """Interfaces with a global-scope IPv6 address (scope 00 in /proc/net/if_inet6)."""
     found: set[str] = set()
     try:
-        lines = inet6.read_text().splitlines()
+        lines = _read_text(inet6).splitlines()
     except OSError:
         return found
     for line in lines:
@@ -230,10 +237,10 @@ def _global_ipv6_interfaces(inet6: Path) -> set[str]:
     return found
 
 
-def cgroups_mounted(mounts: Path = Path("/proc/self/mounts")) -> bool:
+def cgroups_mounted(mounts: str | os.PathLike[str] = "/proc/self/mounts") -> bool:
     """True when a cgroup or cgroup2 filesystem is mounted."""
     try:
-        text = mounts.read_text()
+        text = _read_text(mounts)
     except OSError:
         return False
     return any(line.split()[2:3] in (["cgroup"], ["cgroup2"]) for line in text.splitlines())

@@ -136,9 +136,11 @@ def check_config(
     Each problem is one line naming ``file:table.key`` and why, with the fix when it is known.
     The configuration is None when the file cannot be read or parsed at all.
     """
-    local = root.resolve(CONFIG_PATH)
     try:
-        raw = local.read_bytes()
+        with open(
+            root.local(CONFIG_PATH), "rb"
+        ) as file:  # not through pathlib: `plan` imports none
+            raw = file.read()
     except FileNotFoundError:
         return _build(tables, {}, found=False)
     except OSError as exc:
@@ -146,7 +148,7 @@ def check_config(
     from noderole.tomlcache import CONFIG_CACHE, parse_config_text
 
     try:
-        document = parse_config_text(raw.decode("utf-8"), root.resolve(CONFIG_CACHE))
+        document = parse_config_text(raw.decode("utf-8"), root.local(CONFIG_CACHE))
     except UnicodeDecodeError as exc:
         return None, [f"{CONFIG_PATH}: not UTF-8 text ({exc.reason} at byte {exc.start})"]
     except ValueError as exc:  # tomllib.TOMLDecodeError

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from noderole.clock import Clock, SystemClock
 from noderole.root import NodeRoot
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     import pluggy
 
     from noderole.config import Config
@@ -100,6 +102,17 @@ class NodeContext:
         """Where a node path lives on this machine (under ``--root`` when one is given)."""
         return self.root.resolve(node_path)
 
+    def exists(self, node_path: str) -> bool:
+        """Whether the node path exists (``resolve(node_path).exists()``, without pathlib: hooks
+        run on every ``plan`` and ``apply``, which otherwise import none)."""
+        return os.path.exists(self.root.local(node_path))
+
+    def read_text(self, node_path: str) -> str:
+        """The node file's text, read as UTF-8 (``resolve(node_path).read_text("utf-8")``,
+        without pathlib); raises ``OSError`` or ``UnicodeDecodeError`` as that does."""
+        with open(self.root.local(node_path), encoding="utf-8") as file:
+            return file.read()
+
     def read_env(self, node_path: str) -> EnvFile:
         """Parse a ``KEY=VALUE`` environment file; a missing file reads as empty.
 
@@ -110,6 +123,6 @@ class NodeContext:
         if cached is None:
             from noderole.envfile import read_env_file
 
-            cached = read_env_file(self.resolve(node_path), display_path=node_path)
+            cached = read_env_file(self.root.local(node_path), display_path=node_path)
             self._env_cache[node_path] = cached
         return cached

@@ -7,6 +7,7 @@ or started.
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any
 
 from noderole.errors import NoderoleError
@@ -78,7 +79,9 @@ def _step_failure(plan: Plan, name: str, root: NodeRoot | None, produced: set[st
         if isinstance(step, Fail):
             return step.message
         if isinstance(step, WaitForPaths) and root is not None:
-            missing = [p for p in step.paths if p not in produced and not root.resolve(p).exists()]
+            missing = [
+                p for p in step.paths if p not in produced and not os.path.exists(root.local(p))
+            ]
             if missing and not _upstream_runs_a_process(plan, name):
                 return (
                     f"waits up to {step.timeout:g}s for {', '.join(missing)}, which "

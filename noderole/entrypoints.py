@@ -21,7 +21,6 @@ import os
 import sys
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 __all__ = ["CACHE_FILE", "SETTLE_SECONDS", "FoundEntryPoint", "discover", "load_target"]
@@ -122,9 +121,10 @@ def _scan(group: str) -> list[FoundEntryPoint]:
     return [seen[name] for name in sorted(seen)]
 
 
-def _read(cache: Path) -> list[dict[str, Any]]:
+def _read(cache: str) -> list[dict[str, Any]]:
     try:
-        document = json.loads(cache.read_text(encoding="utf-8"))
+        with open(cache, encoding="utf-8") as file:  # not through pathlib: `plan` imports none
+            document = json.loads(file.read())
     except (OSError, ValueError):
         return []
     if not isinstance(document, dict) or document.get("format") != _FORMAT:
@@ -135,19 +135,23 @@ def _read(cache: Path) -> list[dict[str, Any]]:
     return [e for e in entries if isinstance(e, dict) and isinstance(e.get("groups"), dict)]
 
 
-def _write(cache: Path, entries: list[dict[str, Any]]) -> None:
+def _write(cache: str, entries: list[dict[str, Any]]) -> None:
+    from pathlib import Path
+
     from noderole.atomic import write_atomic
 
     try:
-        cache.parent.mkdir(parents=True, exist_ok=True)
+        os.makedirs(os.path.dirname(cache), exist_ok=True)
         data = json.dumps({"format": _FORMAT, "entries": entries[:_KEEP]}).encode()
-        write_atomic(cache, data, mode=0o644)
+        write_atomic(Path(cache), data, mode=0o644)
     except OSError:
         pass  # a read-only /var/cache, an unprivileged user: scan again next time
 
 
-def discover(group: str, cache: Path | None) -> list[FoundEntryPoint]:
-    """The entry points of ``group`` sorted by name, from ``cache`` when the key still matches."""
+def discover(group: str, cache: str | os.PathLike[str] | None) -> list[FoundEntryPoint]:
+    """The entry points of ``group`` sorted by name, from the file ``cache`` when the key still
+    matches."""
+    cache = None if cache is None else os.fspath(cache)
     paths = list(sys.path)
     key, settled = _key(paths, time.time())
     key = json.loads(json.dumps(key))  # as it reads back: lists, not tuples

@@ -19,9 +19,9 @@ Internal module: import ``EnvFile``, ``read_env_file`` and ``parse_env_text`` fr
 
 from __future__ import annotations
 
+import os
 import types
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 
 from noderole import recordclass
 from noderole.errors import EnvFileError
@@ -76,16 +76,17 @@ def parse_env_text(text: str, *, source: str) -> EnvFile:
     return EnvFile(path=source, exists=True, values=values, warnings=tuple(warnings))
 
 
-def read_env_file(path: Path, *, display_path: str | None = None) -> EnvFile:
+def read_env_file(path: str | os.PathLike[str], *, display_path: str | None = None) -> EnvFile:
     """Read and parse ``path``; a missing file reads as empty with ``exists=False``.
 
     ``display_path`` is how messages name the file (the node path when ``path`` is under
     ``--root``). Raises :class:`EnvFileError` when the file exists but cannot be read, is not
     UTF-8, or contains NUL bytes (a binary file, or one truncated by a crash).
     """
-    name = display_path if display_path is not None else str(path)
+    name = display_path if display_path is not None else os.fspath(path)
     try:
-        data = path.read_bytes()
+        with open(path, "rb") as file:  # not through pathlib: `plan` imports none
+            data = file.read()
     except FileNotFoundError:
         return EnvFile(path=name, exists=False, values={})
     except OSError as error:

@@ -127,7 +127,7 @@ class Operations:
             plugins=self.plugin_objects,
             autoload=self.autoload,
             builtin=self.builtin,
-            entry_point_cache=self.root.resolve(CACHE_FILE),
+            entry_point_cache=self.root.local(CACHE_FILE),
         )
 
     @functools.cached_property

@@ -18,7 +18,6 @@ import os
 import threading
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
-from pathlib import Path
 from typing import Any, TypeVar
 
 import pluggy
@@ -300,7 +299,7 @@ def load_plugins(
     plugins: Sequence[tuple[str, object]] = (),
     builtin: bool = True,
     hook_timeout: float | None = None,
-    entry_point_cache: Path | None = None,
+    entry_point_cache: str | os.PathLike[str] | None = None,
 ) -> PluginSet:
     """Build this invocation's plugin manager and register plugins.
 
@@ -455,7 +454,7 @@ def _exception_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-def _entry_points(cache: Path | None = None) -> list[FoundEntryPoint]:
+def _entry_points(cache: str | os.PathLike[str] | None = None) -> list[FoundEntryPoint]:
     # Sorted by name: load order never depends on the order distributions were installed in.
     return discover(PLUGIN_GROUP, cache)
 

@@ -200,7 +200,7 @@ def noderole_resolve_role(node: NodeContext) -> str | None:
     """The role from first-boot.env's role key; ``agent`` when only agent.env exists."""
     cfg = node.settings(TABLE)
     env_path, key = cfg["first_boot_env"], cfg["role_key"]
-    if node.resolve(env_path).exists():
+    if node.exists(env_path):
         role = node.read_env(env_path).values.get(key, "").strip()
         if role in ROLES:
             return role
@@ -208,12 +208,12 @@ def noderole_resolve_role(node: NodeContext) -> str | None:
             raise EnvFileError(
                 f"{key}={role!r} in {env_path} is not a role: set it to one of {', '.join(ROLES)}"
             )
-        if not node.resolve(cfg["agent_env"]).exists():
+        if not node.exists(cfg["agent_env"]):
             raise EnvFileError(
                 f"{key} missing from {env_path}: set it to one of {', '.join(ROLES)}, or pass "
                 "the role to apply"
             )
-    if node.resolve(cfg["agent_env"]).exists():
+    if node.exists(cfg["agent_env"]):
         return "agent"
     return None
 
@@ -342,11 +342,11 @@ def _base_config(
     source = config
     steps: list[Step] = []
     try:
-        text = node.resolve(config).read_text(encoding="utf-8")
+        text = node.read_text(config)
     except FileNotFoundError:
         source = skel
         try:
-            text = node.resolve(skel).read_text(encoding="utf-8")
+            text = node.read_text(skel)
         except FileNotFoundError:
             return (
                 {},
@@ -452,7 +452,7 @@ def _agent_base(node: NodeContext, cfg: Mapping[str, Any]) -> tuple[Mapping[str,
     """config.yaml's keys when an agent has one (k3s agent reads it too; no skeleton here)."""
     config = cfg["config"]
     try:
-        text = node.resolve(config).read_text(encoding="utf-8")
+        text = node.read_text(config)
     except FileNotFoundError:
         return {}, []
     except (OSError, UnicodeDecodeError) as exc:
