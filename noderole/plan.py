@@ -433,7 +433,8 @@ class _Graph:
 
     def closure(self, role: str) -> tuple[bytearray, list[int]]:
         """The role's services plus everything they need or want, transitively (a flag per
-        service); and who pulled each one in (-1 for the role's and unplanned services)."""
+        service); and who pulled each one in (-1 for the role's and unplanned services).
+        PlanError for a role no service declares, or a need that nothing satisfies."""
         seed = list(itertools.compress(itertools.count(), self.in_seed))
         if not seed:
             known = sorted({r for svc in self.records for r in svc.roles})
