@@ -269,9 +269,8 @@ def _build_plan(services: Iterable[Service], role: str, plugins: Sequence[str]) 
     # appending to lists in scattered order: at 100,000 services those miss the CPU caches at
     # every step, and plan time grew faster than the graph (13-17x per tenfold step). Numbers in
     # name order also make "sorted by name" a sort of integers, or no sort at all.
-    graph = _Graph(services, plugins)
-    seed = graph.seed(role)
-    member, pulled_in_by = graph.closure(seed, role)
+    graph = _Graph(services, role, plugins)
+    member, pulled_in_by = graph.closure(role)
     edges = graph.resolve(member)
     levels = _levels(edges.predecessors, member)
     names = graph.names
@@ -287,32 +286,35 @@ def _build_plan(services: Iterable[Service], role: str, plugins: Sequence[str]) 
     # then deal them, still by name, into their waves: start order.
     records = graph.records
     in_seed = graph.in_seed
-    parts = edges.parts
+    resolved_of, unresolved_of, provided_by_of = edges.resolved, edges.unresolved, edges.provided_by
     predecessors_of = edges.predecessors
     name_of = names.__getitem__
-    planned_at: dict[int, PlannedService] = {}
-    for i, flag in enumerate(member):
-        if not flag:
-            continue
-        resolved, unresolved, provided_by = parts[i]
+    by_wave: list[list[int]] = [[] for _ in range(max(itertools.compress(levels, member)) + 1)]
+    planned_by_wave: list[list[PlannedService]] = [[] for _ in by_wave]
+    for i in itertools.compress(itertools.count(), member):
+        resolved = resolved_of[i]
+        before = predecessors_of[i]
+        if len(before) > 1:
+            before = sorted(set(before))  # a pair declared twice (need x, after x) counts once
         by = pulled_in_by[i]
-        planned_at[i] = PlannedService(
-            service=records[i],
-            wave=levels[i],
-            in_role=bool(in_seed[i]),
-            pulled_in_by=None if by < 0 else names[by],
-            needs=resolved.get("need", ()),
-            wants=resolved.get("want", ()),
-            uses=resolved.get("use", ()),
-            after=tuple(map(name_of, sorted(set(predecessors_of[i])))),
-            provided_by=provided_by,
-            resolved=resolved,
-            unresolved=unresolved,
+        wave = levels[i]
+        by_wave[wave].append(i)
+        planned_by_wave[wave].append(
+            PlannedService(
+                service=records[i],
+                wave=wave,
+                in_role=bool(in_seed[i]),
+                pulled_in_by=None if by < 0 else names[by],
+                needs=resolved.get("need", ()),
+                wants=resolved.get("want", ()),
+                uses=resolved.get("use", ()),
+                after=tuple(map(name_of, before)),
+                provided_by=provided_by_of[i],
+                resolved=resolved,
+                unresolved=unresolved_of[i],
+            )
         )
-    by_wave: list[list[int]] = [[] for _ in range(max(levels) + 1)]
-    for i in planned_at:
-        by_wave[levels[i]].append(i)
-    planned = [planned_at[i] for wave in by_wave for i in wave]
+    planned = list(itertools.chain.from_iterable(planned_by_wave))
     waves = [tuple(map(name_of, wave)) for wave in by_wave]
     # Only a service that declares a name nobody has gets a warning: look at those alone.
     suspects = edges.suspects
@@ -324,30 +326,41 @@ def _build_plan(services: Iterable[Service], role: str, plugins: Sequence[str]) 
     return Plan(role=role, services=planned, waves=waves, warnings=tuple(warnings))
 
 
-_Parts: TypeAlias = tuple[
-    Mapping[str, tuple[str, ...]], Mapping[str, tuple[str, ...]], Mapping[str, tuple[str, ...]]
-]
-"""What resolving one service's declarations produced: resolved, unresolved, provided_by."""
-
-_NO_PARTS: Final[_Parts] = (_NO_NAMES, _NO_NAMES, _NO_NAMES)
+_Names: TypeAlias = Mapping[str, tuple[str, ...]]
 
 
 class _Edges:
-    """The planned services' edges, each service by its number (a plain class: attrs would
-    compile methods nothing calls, on every import)."""
+    """The planned services' edges and resolved declarations, each service by its number (a
+    plain class: attrs would compile methods nothing calls, on every import)."""
 
-    __slots__ = ("parts", "predecessors", "suspects")
+    __slots__ = ("predecessors", "provided_by", "resolved", "suspects", "unresolved")
 
     def __init__(
-        self, *, predecessors: list[list[int]], parts: list[_Parts], suspects: set[int]
+        self,
+        *,
+        predecessors: list[list[int]],
+        resolved: list[_Names],
+        unresolved: list[_Names],
+        provided_by: list[_Names],
+        suspects: set[int],
     ) -> None:
         self.predecessors = predecessors
         """Per service, the services it starts after (a pair declared twice is listed twice)."""
-        self.parts = parts
-        """Per service, its resolved declarations."""
+        self.resolved = resolved
+        """Per service, ``PlannedService.resolved``."""
+        self.unresolved = unresolved
+        """Per service, ``PlannedService.unresolved``."""
+        self.provided_by = provided_by
+        """Per service, ``PlannedService.provided_by``."""
         self.suspects = suspects
         """Planned services that declare an after/before/use/want name no service has or
         provides."""
+
+
+# One C call reads a record's five declarations, in the order of KINDS.
+_declared: Final = operator.attrgetter(*KINDS)
+_provide_of: Final = operator.attrgetter("provide")
+_roles_of: Final = operator.attrgetter("roles")
 
 
 class _Graph:
@@ -358,7 +371,7 @@ class _Graph:
     (a virtual name without providers).
     """
 
-    def __init__(self, services: Iterable[Service], plugins: Sequence[str]) -> None:
+    def __init__(self, services: Iterable[Service], role: str, plugins: Sequence[str]) -> None:
         self.plugins = tuple(plugins)
         given = list(services)
         records = sorted(given, key=_name_of)
@@ -368,9 +381,15 @@ class _Graph:
             ids = dict(zip(map(_name_of, records), itertools.count()))
         self.records: list[Service] = records
         self.names: list[str] = list(ids)
+        # The loops below run in C over every record and stop in Python only where there is
+        # something to do: few services provide a virtual name, and every role test is a flag.
+        self.in_seed = bytearray(
+            map(operator.contains, map(_roles_of, records), itertools.repeat(role))
+        )
+        """1 for each service whose ``roles`` contain the plan's role."""
         providers: dict[str, list[int]] = {}
-        for number, service in enumerate(records):
-            for virtual in service.provide:
+        for number in itertools.compress(itertools.count(), map(_provide_of, records)):
+            for virtual in records[number].provide:
                 # A real service of the same name wins: the virtual spelling is never consulted.
                 if virtual not in ids:
                     providers.setdefault(virtual, []).append(number)
@@ -385,7 +404,6 @@ class _Graph:
         self.unknown = ~len(self.provider_ids)
         self.provider_ids.append(())
         self.ids = ids
-        self.in_seed = bytearray(len(records))
         # Every declaration, resolved once: per service, one tuple of numbers per word of KINDS.
         unknown = itertools.repeat(self.unknown)
         get = ids.get
@@ -412,9 +430,11 @@ class _Graph:
 
     # ----------------------------------------------------------------- the role and its closure
 
-    def seed(self, role: str) -> list[int]:
-        """The services whose ``roles`` contain ``role``, sorted by name."""
-        seed = [number for number, svc in enumerate(self.records) if role in svc.roles]
+    def closure(self, role: str) -> tuple[bytearray, list[int]]:
+        """The role's services plus everything they need or want, transitively (a flag per
+        service); and who pulled each one in (-1 for the role's and unplanned services).
+        PlanError for a role no service declares, or a need that nothing satisfies."""
+        seed = list(itertools.compress(itertools.count(), self.in_seed))
         if not seed:
             known = sorted({r for svc in self.records for r in svc.roles})
             raise PlanError(
@@ -422,14 +442,6 @@ class _Graph:
                 f"No service of the installed plugins ({self._plugin_list()}) declares role "
                 f"{role!r}: pass one of the known roles, or install the plugin that defines it."
             )
-        self.in_seed = bytearray(len(self.records))
-        for number in seed:
-            self.in_seed[number] = 1
-        return seed
-
-    def closure(self, seed: list[int], role: str) -> tuple[bytearray, list[int]]:
-        """The seed plus everything it needs or wants, transitively (a flag per service); and
-        who pulled each one in (-1 for the seed and services outside the plan)."""
         member = bytearray(self.in_seed)
         pulled_in_by = [-1] * len(member)
         # Which providers a virtual pulls in depends on the seed only, never on visiting order,
@@ -440,8 +452,8 @@ class _Graph:
         queue = deque(seed)
         while queue:
             number = queue.popleft()
-            need, want = refs[number][:2]
-            for targets, strict in ((need, True), (want, False)):
+            declared = refs[number]
+            for targets, strict in ((declared[0], True), (declared[1], False)):
                 for target in targets:
                     if target >= 0:
                         if not member[target]:
@@ -508,52 +520,70 @@ class _Graph:
         names = self.names
         count = len(names)
         predecessors: list[list[int]] = [[] for _ in range(count)]
-        parts: list[_Parts] = [_NO_PARTS] * count
+        resolved_of: list[_Names] = [_NO_NAMES] * count
+        unresolved_of: list[_Names] = [_NO_NAMES] * count
+        provided_by_of: list[_Names] = [_NO_NAMES] * count
         suspects: set[int] = set()
         unknown = self.unknown
         # A virtual name resolves the same way for every service that declares it: resolve it once.
         in_plan: dict[int, tuple[int, ...]] = {}
         refs = self.refs
+        records = self.records
         name_of = names.__getitem__
-        is_member = member.__getitem__
-        for number, service in enumerate(self.records):  # in sequence: see _build_plan
-            if not member[number]:
-                continue
+        # Virtual and unknown names are negative numbers, which index the zero tail: one test
+        # tells "a planned service, by its own name" from everything else.
+        is_planned = (member + bytes(len(self.provider_ids))).__getitem__
+        for number in itertools.compress(itertools.count(), member):  # in sequence
+            service = records[number]
             resolved: dict[str, tuple[str, ...]] = {}
             unresolved: dict[str, tuple[str, ...]] | None = None
             provided_by: dict[str, tuple[str, ...]] | None = None
             own_predecessors = predecessors[number]
-            for kind, targets in zip(KINDS, refs[number], strict=True):
+            for kind, targets, declared in zip(
+                KINDS, refs[number], _declared(service), strict=True
+            ):
                 if not targets:
                     continue
                 found: Sequence[int]
-                if min(targets) >= 0 and all(map(is_member, targets)):
-                    found = targets  # the common case: planned services, by their own names
+                if all(map(is_planned, targets)):
+                    # The common case: planned services, by their own names. The declared tuple
+                    # is the resolved one unless it names a service twice.
+                    found = targets
+                    if len(targets) == 1 or len(set(targets)) == len(targets):
+                        resolved[kind] = declared
+                    else:
+                        resolved[kind] = tuple(map(name_of, dict.fromkeys(targets)))
                 else:
                     if unresolved is None or provided_by is None:  # made when first needed
                         unresolved, provided_by = {}, {}
                     found, missing = self._resolve_names(
-                        getattr(service, kind), targets, member, in_plan, provided_by
+                        declared, targets, member, in_plan, provided_by
                     )
                     if missing:
                         unresolved[kind] = missing
                     if kind != "need" and unknown in targets:
                         suspects.add(number)
+                    if found:
+                        resolved[kind] = tuple(map(name_of, dict.fromkeys(found)))
                 if kind == "before":
                     for other in found:  # rare enough that the scattered appends are cheap
                         predecessors[other].append(number)
                 else:
                     own_predecessors.extend(found)
-                if found:
-                    resolved[kind] = tuple(map(name_of, dict.fromkeys(found)))
-            if resolved or unresolved or provided_by:
-                # Values are tuples already: wrap the dicts rather than copy them.
-                parts[number] = (
-                    types.MappingProxyType(resolved) if resolved else _NO_NAMES,
-                    types.MappingProxyType(unresolved) if unresolved else _NO_NAMES,
-                    types.MappingProxyType(provided_by) if provided_by else _NO_NAMES,
-                )
-        return _Edges(predecessors=predecessors, parts=parts, suspects=suspects)
+            # Values are tuples already: wrap the dicts rather than copy them.
+            if resolved:
+                resolved_of[number] = types.MappingProxyType(resolved)
+            if unresolved:
+                unresolved_of[number] = types.MappingProxyType(unresolved)
+            if provided_by:
+                provided_by_of[number] = types.MappingProxyType(provided_by)
+        return _Edges(
+            predecessors=predecessors,
+            resolved=resolved_of,
+            unresolved=unresolved_of,
+            provided_by=provided_by_of,
+            suspects=suspects,
+        )
 
     def _resolve_names(
         self,
@@ -709,30 +739,35 @@ def _levels(predecessors: Sequence[list[int]], member: bytearray) -> list[int] |
     A depth-first walk over predecessors: it reads each service's own list, where Kahn's
     algorithm needs every service's successors, gathered by appends in scattered order.
     """
-    levels = [-1] * len(predecessors)  # -1: not reached yet; -2: on the current path
+    count = len(predecessors)
+    # Marks above any wave (a wave is below the service count), so that one max() over a
+    # service's predecessors both says whether all are placed and gives its wave.
+    unplaced, on_path = count, count + 1
+    levels = [unplaced] * count
     level_of = levels.__getitem__
-    for root, flag in enumerate(member):
-        if not flag or levels[root] != -1:
+    for root in itertools.compress(itertools.count(), member):
+        if levels[root] != unplaced:
             continue
         before = predecessors[root]
         if not before:
             levels[root] = 0
             continue
-        if min(map(level_of, before)) >= 0:  # all placed already: no walk needed
-            levels[root] = max(map(level_of, before)) + 1
+        latest = max(map(level_of, before))
+        if latest < unplaced:  # all placed already: no walk needed
+            levels[root] = latest + 1
             continue
-        levels[root] = -2
+        levels[root] = on_path
         path = [root]
-        pending = [iter(predecessors[root])]
+        pending = [iter(before)]
         while path:
             for predecessor in pending[-1]:
                 level = levels[predecessor]
-                if level == -1:
-                    levels[predecessor] = -2
+                if level == unplaced:
+                    levels[predecessor] = on_path
                     path.append(predecessor)
                     pending.append(iter(predecessors[predecessor]))
                     break
-                if level == -2:
+                if level == on_path:
                     return None  # back on the current path: a cycle
             else:
                 done = path.pop()

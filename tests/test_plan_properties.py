@@ -89,6 +89,65 @@ def _model_edges(services: list[Service]) -> set[tuple[str, str]]:
     return edges
 
 
+def _assert_resolved_by_the_rules(services: list[Service]) -> None:
+    """Each planned service's ``resolved``, ``unresolved`` and ``provided_by`` against a model
+    built from the declarations alone."""
+    plan = build_plan(services, ROLE)
+    members = set(plan.names())
+    real = {s.name for s in services}
+    providers = _providers(services)
+    for planned in plan.services:
+        resolved: dict[str, tuple[str, ...]] = {}
+        unresolved: dict[str, tuple[str, ...]] = {}
+        provided_by: dict[str, tuple[str, ...]] = {}
+        for kind in KINDS:
+            found: list[str] = []
+            missing: list[str] = []
+            for target in getattr(planned.service, kind):
+                if target in real:
+                    hits = [target] if target in members else []
+                else:
+                    hits = sorted(providers.get(target, set()) & members)
+                    if hits:
+                        provided_by[target] = tuple(hits)
+                found.extend(hits)
+                if not hits:
+                    missing.append(target)
+            if found:
+                resolved[kind] = tuple(dict.fromkeys(found))
+            if missing:
+                unresolved[kind] = tuple(missing)
+        assert list(planned.resolved.items()) == list(resolved.items())
+        assert list(planned.unresolved.items()) == list(unresolved.items())
+        assert list(planned.provided_by.items()) == list(provided_by.items())
+        assert planned.needs == resolved.get("need", ())
+        assert planned.wants == resolved.get("want", ())
+        assert planned.uses == resolved.get("use", ())
+
+
+def _with_repeats(service: Service, rng: random.Random) -> Service:
+    """``service`` with some declared names repeated, within a word or in another word that
+    orders the same way (a ``want`` repeated as an ``after``)."""
+    words = {kind: list(getattr(service, kind)) for kind in KINDS}
+    for kind in KINDS:
+        for name in list(words[kind]):
+            if rng.random() < 0.5:
+                words[kind].insert(rng.randrange(len(words[kind]) + 1), name)
+    for name in service.want:
+        if rng.random() < 0.5:
+            words["after"].append(name)
+    return Service(
+        name=service.name,
+        roles=service.roles,
+        provide=service.provide,
+        need=words["need"],
+        want=words["want"],
+        use=words["use"],
+        after=words["after"],
+        before=words["before"],
+    )
+
+
 class TestAcyclicGraphs:
     @settings(max_examples=80, deadline=None)
     @given(acyclic_services())
@@ -171,37 +230,28 @@ class TestPlanContents:
         """A declared name resolves to its planned service, or to a virtual name's planned
         providers by name (recorded in ``provided_by``), or lands in ``unresolved``; ``resolved``
         keeps declared order without repeats."""
-        plan = build_plan(services, ROLE)
-        members = set(plan.names())
-        real = {s.name for s in services}
-        providers = _providers(services)
-        for planned in plan.services:
-            resolved: dict[str, tuple[str, ...]] = {}
-            unresolved: dict[str, tuple[str, ...]] = {}
-            provided_by: dict[str, tuple[str, ...]] = {}
-            for kind in KINDS:
-                found: list[str] = []
-                missing: list[str] = []
-                for target in getattr(planned.service, kind):
-                    if target in real:
-                        hits = [target] if target in members else []
-                    else:
-                        hits = sorted(providers.get(target, set()) & members)
-                        if hits:
-                            provided_by[target] = tuple(hits)
-                    found.extend(hits)
-                    if not hits:
-                        missing.append(target)
-                if found:
-                    resolved[kind] = tuple(dict.fromkeys(found))
-                if missing:
-                    unresolved[kind] = tuple(missing)
-            assert list(planned.resolved.items()) == list(resolved.items())
-            assert list(planned.unresolved.items()) == list(unresolved.items())
-            assert list(planned.provided_by.items()) == list(provided_by.items())
-            assert planned.needs == resolved.get("need", ())
-            assert planned.wants == resolved.get("want", ())
-            assert planned.uses == resolved.get("use", ())
+        _assert_resolved_by_the_rules(services)
+
+    @settings(max_examples=80, deadline=None)
+    @given(acyclic_services(), st.randoms(use_true_random=False))
+    def test_a_name_declared_twice_resolves_once(
+        self, services: list[Service], rng: random.Random
+    ) -> None:
+        """Names repeated within a word (``need: [a, a]``) or in another word that orders the
+        same way (a want repeated as an after) resolve by the same rules (each word's
+        ``resolved`` names a service once), and leave ``after``, the waves and ``provided_by``
+        as they were."""
+        repeated = [_with_repeats(service, rng) for service in services]
+        _assert_resolved_by_the_rules(repeated)
+        plan, reference = build_plan(repeated, ROLE), build_plan(services, ROLE)
+        for planned, expected in zip(plan.services, reference.services, strict=True):
+            assert (planned.name, planned.wave, planned.after) == (
+                expected.name,
+                expected.wave,
+                expected.after,
+            )
+            assert planned.provided_by == expected.provided_by
+        assert plan.waves == reference.waves
 
     @settings(max_examples=80, deadline=None)
     @given(acyclic_services())
