@@ -415,7 +415,7 @@ def _build(
     namespace["__slots__"] = tuple(added)
     namespace["__record_fields__"] = table
     namespace["__attrs_attrs__"] = _AttrsView()
-    namespace["__init__"] = _make_init(cls.__qualname__, table, body)
+    namespace["__init__"], bind = _make_init(cls.__qualname__, table, body)
     if not any(item.kw_only for item in table):
         namespace["__match_args__"] = tuple(item.name for item in table if item.init)
     if repr and "__repr__" not in body:
@@ -436,27 +436,36 @@ def _build(
     namespace["__setstate__"] = _setstate
     metaclass: Any = type(cls)
     built: type[T] = metaclass(cls.__name__, cls.__bases__, namespace)
+    bind(built)
     return built
 
 
-def _make_init(qualname: str, table: _Fields, body: Mapping[str, Any]) -> Callable[..., None]:
-    setter = object.__setattr__
+def _make_init(
+    qualname: str, table: _Fields, body: Mapping[str, Any]
+) -> tuple[Callable[..., None], Callable[[type], None]]:
+    """The class's ``__init__``, and what binds it to the built class's slots."""
     positional = tuple(item.alias for item in table if item.init and not item.kw_only)
     known = frozenset(item.alias for item in table if item.init)
-    steps: tuple[tuple[str, str | None, Callable[[], Any] | None, Any, Any], ...] = tuple(
-        (
-            item.name,
-            item.alias if item.init else None,
-            item.default.factory if isinstance(item.default, _Factory) else None,
-            item.default,
-            item.converter,
-        )
-        for item in table
-    )
+    required = frozenset(item.alias for item in table if item.init and item.default is _NOTHING)
     checks = tuple(
         (item, check) for item in table for check in (item.validator,) if check is not None
     )
     post_init = body.get("__attrs_post_init__")
+    steps: list[tuple[Callable[[Any, Any], None], str | None, Any, Any, Any]] = []
+
+    def bind(built: type) -> None:
+        # Each slot's own descriptor sets it: no lookup by name, and past a frozen __setattr__.
+        for item in table:
+            slot = next(k.__dict__[item.name] for k in built.__mro__ if item.name in k.__dict__)
+            steps.append(
+                (
+                    slot.__set__,
+                    item.alias if item.init else None,
+                    item.default.factory if isinstance(item.default, _Factory) else None,
+                    item.default,
+                    item.converter,
+                )
+            )
 
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         if args:
@@ -471,27 +480,27 @@ def _make_init(qualname: str, table: _Fields, body: Mapping[str, Any]) -> Callab
         if not known.issuperset(kwargs):
             extra = next(key for key in kwargs if key not in known)
             raise TypeError(f"{qualname}.__init__() got an unexpected keyword argument {extra!r}")
-        for name, key, factory, default, converter in steps:
-            if key is not None and key in kwargs:
-                value = kwargs[key]
-            elif factory is not None:
-                value = factory()
-            elif default is not _NOTHING:
-                value = default
-            elif key is None:
-                continue  # init=False without a default: left unset, as attrs does
-            else:
-                raise TypeError(f"{qualname}.__init__() {_missing(table, kwargs)}")
+        if not required.issubset(kwargs):
+            raise TypeError(f"{qualname}.__init__() {_missing(table, kwargs)}")
+        for assign, key, factory, default, converter in steps:
+            value = kwargs.get(key, _NOTHING)  # type: ignore[arg-type]
+            if value is _NOTHING:
+                if factory is not None:
+                    value = factory()
+                elif default is _NOTHING:
+                    continue  # init=False without a default: left unset, as attrs does
+                else:
+                    value = default
             if converter is not None:
                 value = converter(value)
-            setter(self, name, value)
+            assign(self, value)
         for item, check in checks:
             check(self, item, getattr(self, item.name))
         if post_init is not None:
             post_init(self)
 
     __init__.__qualname__ = f"{qualname}.__init__"
-    return __init__
+    return __init__, bind
 
 
 def _missing(table: _Fields, given: Mapping[str, Any]) -> str:

@@ -132,6 +132,33 @@ class TestConstruction:
         with pytest.raises(TypeError, match="unexpected keyword argument 'z'"):
             R(a=1, z=2)  # type: ignore[call-arg]
 
+    def test_argument_errors_come_before_any_converter_runs(self) -> None:
+        """An unexpected or missing argument is reported before a converter can fail, in the
+        order Python reports them for attrs' generated __init__ (unexpected first)."""
+
+        def refuse(value: Any) -> Any:
+            raise ValueError("converter ran")
+
+        def build(decorate: Any, make: Any) -> Any:
+            @decorate(kw_only=True)
+            class R:
+                a: Any = make(converter=refuse)
+                b: int
+
+            return R
+
+        ours, theirs = (
+            build(recordclass.frozen, recordclass.field),
+            build(attrs.frozen, attrs.field),
+        )
+        for kwargs in ({"a": 1}, {"a": 1, "c": 2}, {"c": 2}, {"a": 1, "b": 2}):
+            outcomes = []
+            for cls in (ours, theirs):
+                with pytest.raises((TypeError, ValueError)) as caught:
+                    cls(**kwargs)
+                outcomes.append((type(caught.value), str(caught.value).split(".__init__")[-1]))
+            assert outcomes[0] == outcomes[1], kwargs
+
     def test_a_mandatory_field_after_a_default_is_refused_unless_keyword_only(self) -> None:
         with pytest.raises(ValueError, match="No mandatory attributes allowed"):
 
