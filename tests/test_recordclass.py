@@ -195,6 +195,16 @@ class TestConstruction:
             class R:
                 a: int
 
+        with pytest.raises(TypeError, match="factory"):
+
+            @recordclass.frozen
+            class D:
+                a: int = recordclass.field()
+
+                @a.default  # type: ignore[untyped-decorator, unused-ignore]
+                def _a(self) -> int:
+                    return 1
+
         with pytest.raises(TypeError, match="slotted"):
 
             @recordclass.define(slots=False)
