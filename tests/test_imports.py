@@ -134,6 +134,24 @@ class TestPlanImports:
 
 
 class TestRepeatedConstants:
+    def test_the_probes_import_sockets_and_processes_only_to_probe(self) -> None:
+        """An apply turns readiness checks into probes for the supervisor's spec and runs none:
+        building them imports neither socket, subprocess nor signal (the probe that connects or
+        runs a command imports what it uses)."""
+        probe = (
+            "import sys\n"
+            "from noderole.supervisor import probes\n"
+            "probes.TcpProbe(host='127.0.0.1', port=1)\n"
+            "probes.CommandProbe(argv=('/bin/true',))\n"
+            "print(sorted({'socket', 'subprocess', 'signal'} & set(sys.modules)))\n"
+            "probes.attempt(probes.TcpProbe(host='127.0.0.1', port=1), left=0.5)\n"
+            "print(sorted({'socket'} & set(sys.modules)))\n"
+        )
+        done = subprocess.run(
+            [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
+        )
+        assert done.stdout.splitlines() == ["[]", "['socket']"]
+
     def test_waits_repeats_the_probes_attempt_timeout(self) -> None:
         """waits' copy of ATTEMPT_TIMEOUT (kept so an apply need not import the probes) matches."""
         from noderole import waits

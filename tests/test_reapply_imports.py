@@ -50,15 +50,17 @@ REAPPLY_FORBIDDEN = (
     "noderole.metrics",
     "secrets",
     "shutil",
+    "subprocess",
     "tomllib",
     "yaml",
 )
 """What this re-apply must not import: attrs (records are built by noderole.recordclass), OpenSSL
 through hashlib (definitions and files are digested by the interpreter's own SHA-256), and, as
-its service has no wait, neither inotify's ctypes nor the probes; the node has no metrics
-directory, the output is no terminal (shutil sizes one), temporary file
-names come from os.urandom (no secrets, hmac, random), and its unchanged config.toml was parsed
-by the first apply (the parsed document is cached with its text: no TOML parser)."""
+its service has no wait, neither inotify's ctypes nor the probes; the supervisor runs, so nothing
+is spawned (no subprocess); the node has no metrics directory, the output is no terminal (shutil
+sizes one), temporary file names come from os.urandom (no secrets, hmac, random), and its
+unchanged config.toml was parsed by the first apply (the parsed document is cached with its text:
+no TOML parser)."""
 
 STATUS_FORBIDDEN = (
     "attr",

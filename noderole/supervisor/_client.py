@@ -154,10 +154,12 @@ class Supervisor:
         the daemon's start-up off its critical path. :meth:`discard` ends an unused standby.
         Never raises: whatever goes wrong here, :meth:`ensure_running` starts a daemon as usual.
         """
-        import subprocess  # here: `status` and `stop` of a running supervisor spawn nothing
-
         if self._standby is not None or self._holds_name():
             return
+        # Imported only to spawn: `status`, `stop` and a re-apply of a running supervisor spawn
+        # nothing.
+        import subprocess
+
         with contextlib.suppress(OSError, subprocess.SubprocessError):
             self._standby = _Standby(self._run)
 

@@ -29,15 +29,13 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import signal
-import socket
-import subprocess
 from collections.abc import Callable, Mapping
 
 from noderole.supervisor._record import fields, record
 
 TYPE_CHECKING = False  # typing is not imported at run time: the daemon stays small
 if TYPE_CHECKING:
+    import subprocess
     from typing import Literal, TypeAlias
 
 __all__ = [
@@ -170,6 +168,10 @@ def _paths(probe: PathProbe) -> Outcome:
 
 
 def _socket(probe: SocketProbe, timeout: float) -> Outcome:
+    # socket, subprocess and signal are imported by the probes that use them: an apply turns
+    # every readiness check into a probe for the supervisor's spec and runs none of them.
+    import socket
+
     label = f"unix socket {probe.label or probe.path}"
     if not os.path.lexists(probe.path):
         # Nothing can accept before the socket file exists: wait for it by inotify, not polling.
@@ -184,6 +186,8 @@ def _socket(probe: SocketProbe, timeout: float) -> Outcome:
 
 
 def _tcp(probe: TcpProbe, timeout: float) -> Outcome:
+    import socket
+
     host, port = probe.host, probe.port
     label = f"tcp {f'[{host}]' if ':' in host else host}:{port}"
     try:
@@ -241,6 +245,8 @@ def _command(
     environment: Mapping[str, str] | None,
     started: Callable[[subprocess.Popen[bytes]], None] | None,
 ) -> Outcome:
+    import subprocess
+
     label = f"`{' '.join(probe.shown or probe.argv)}`"
     try:
         proc = subprocess.Popen(
@@ -275,6 +281,9 @@ def _command(
 
 def kill_group(proc: subprocess.Popen[bytes]) -> None:
     """SIGKILL a command attempt's process group and reap it."""
+    import signal
+    import subprocess
+
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
     try:
