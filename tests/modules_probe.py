@@ -12,7 +12,7 @@ import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 
-__all__ = ["run_and_list_modules"]
+__all__ = ["run_and_list_modules", "run_snippet"]
 
 _PROBE = """
 import json, sys
@@ -48,3 +48,13 @@ def run_and_list_modules(
     assert done.returncode == 0, done.stderr
     modules: list[str] = json.loads(done.stderr.strip().splitlines()[-1])
     return done.stdout, modules
+
+
+def run_snippet(code: str) -> list[str]:
+    """Run ``code`` in a new interpreter (nothing imported yet, as at a command's start) and
+    return the lines it printed; fails the test when it does not exit 0."""
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.splitlines()

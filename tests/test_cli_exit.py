@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from noderole.cli import _exit_status
+from tests.modules_probe import run_snippet
 
 
 def _noderole(*args: str) -> subprocess.CompletedProcess[str]:
@@ -72,7 +73,4 @@ class TestStart:
             "noderole.cli.run = lambda: print(gc.get_threshold(), gc.isenabled())\n"
             "noderole._start.run()\n"
         )
-        done = subprocess.run(
-            [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
-        )
-        assert done.stdout.splitlines() == ["[]", f"{GC_THRESHOLD} True"]
+        assert run_snippet(probe) == ["[]", f"{GC_THRESHOLD} True"]

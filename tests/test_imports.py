@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.modules_probe import run_and_list_modules
+from tests.modules_probe import run_and_list_modules, run_snippet
 
 FORBIDDEN_PREFIXES = (
     "cryptography",
@@ -147,10 +147,7 @@ class TestRepeatedConstants:
             "probes.attempt(probes.TcpProbe(host='127.0.0.1', port=1), left=0.5)\n"
             "print(sorted({'socket'} & set(sys.modules)))\n"
         )
-        done = subprocess.run(
-            [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
-        )
-        assert done.stdout.splitlines() == ["[]", "['socket']"]
+        assert run_snippet(probe) == ["[]", "['socket']"]
 
     def test_waits_repeats_the_probes_attempt_timeout(self) -> None:
         """waits' copy of ATTEMPT_TIMEOUT (kept so an apply need not import the probes) matches."""

@@ -13,7 +13,6 @@ import copy
 import importlib.util
 import math
 import pickle
-import subprocess
 import sys
 import types
 from collections.abc import Iterator
@@ -28,6 +27,7 @@ from hypothesis import strategies as st
 import noderole
 from noderole import recordclass
 from noderole.errors import DefinitionError
+from tests.modules_probe import run_snippet
 
 # --------------------------------------------------------------------------- the rules
 
@@ -390,10 +390,7 @@ def test_building_records_imports_neither_attrs_nor_compiles() -> None:
         "print(sorted(m for m in sys.modules if m == 'attr' or m.startswith(('attr.', 'attrs'))))\n"
         "print(compiled)\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
-    )
-    assert done.stdout.splitlines() == ["[]", "[]"]
+    assert run_snippet(probe) == ["[]", "[]"]
 
 
 # --------------------------------------------------------------------------- differential
