@@ -13,8 +13,9 @@ imported.
 What a class gets is what attrs gives it (a test builds an attrs twin of every public record class,
 noderole's and the k3s plugin's, from the same source, and compares them on generated input):
 
-- ``__slots__`` of its fields; frozen classes refuse assignment with :class:`FrozenInstanceError`,
-  mutable ones run a field's converter and validators on assignment, as attrs' ``define`` does;
+- ``__slots__`` of its fields (and ``__weakref__``); frozen classes refuse assignment with
+  :class:`FrozenInstanceError`, mutable ones run a field's converter and validators on
+  assignment, as attrs' ``define`` does;
 - ``__init__``: keyword-only where asked, positional otherwise, in field order; a default or a
   factory for a missing argument; each converter applied (to defaults too), then, once every
   field is set, each validator called as ``validator(instance, field, value)`` in field order;
@@ -416,7 +417,9 @@ def _build(
     for name in declared:
         namespace.pop(name, None)  # a plain default lives in the field, not on the class
     table = _Fields(every)
-    namespace["__slots__"] = tuple(added)
+    # Weak references to records work, as attrs' weakref_slot gives, unless a base has them.
+    weakref = () if any(base.__weakrefoffset__ for base in cls.__mro__[1:]) else ("__weakref__",)
+    namespace["__slots__"] = (*added, *weakref)
     namespace["__record_fields__"] = table
     namespace["__attrs_attrs__"] = _AttrsView()
     namespace["__init__"], bind = _make_init(cls.__qualname__, table, body)

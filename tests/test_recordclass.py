@@ -302,6 +302,21 @@ class TestInstances:
         assert repr(R(1)) == "R(a=1, shown=<3>)"
         assert repr(Own(1)) == "own"
 
+    def test_records_take_weak_references_as_attrs_ones_do(self) -> None:
+        import weakref
+
+        @recordclass.frozen
+        class Base:
+            a: int
+
+        @recordclass.frozen
+        class Child(Base):
+            b: int = 0
+
+        for record in (Base(1), Child(1, 2), noderole.Service(name="x")):
+            assert weakref.ref(record)() is record
+        assert "__weakref__" not in vars(Child)["__slots__"]  # the base's slot serves
+
     def test_copy_deepcopy_and_pickle(self) -> None:
         record = _Picklable(a=[1], b="x")
         for clone in (
@@ -522,7 +537,8 @@ def test_every_record_class_declares_what_its_attrs_build_declares(
         ]
 
     assert table(ours) == table(theirs)
-    assert set(vars(ours)["__slots__"]) <= set(vars(theirs)["__slots__"])
+    assert set(vars(ours)["__slots__"]) == set(vars(theirs)["__slots__"])
+    assert bool(ours.__weakrefoffset__) == bool(theirs.__weakrefoffset__)
 
 
 @given(st.binary(max_size=4096))
