@@ -444,7 +444,28 @@ def _build(
     metaclass: Any = type(cls)
     built: type[T] = metaclass(cls.__name__, cls.__bases__, namespace)
     bind(built)
+    _repoint_class_cells(body, cls, built)
     return built
+
+
+def _repoint_class_cells(body: Mapping[str, Any], old: type, new: type) -> None:
+    """Make ``super()`` and ``__class__`` in the class body's methods mean the rebuilt class, as
+    attrs does for the slotted classes it rebuilds (the compiler bound them to ``old``)."""
+    for value in body.values():
+        functions: tuple[Any, ...]
+        if isinstance(value, property):
+            functions = (value.fget, value.fset, value.fdel)
+        elif isinstance(value, classmethod | staticmethod):
+            functions = (value.__func__,)
+        else:
+            functions = (value,)
+        for function in functions:
+            for cell in getattr(function, "__closure__", None) or ():
+                try:
+                    if cell.cell_contents is old:
+                        cell.cell_contents = new
+                except ValueError:  # an empty cell
+                    continue
 
 
 def _make_init(

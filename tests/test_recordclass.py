@@ -317,6 +317,35 @@ class TestInstances:
             assert weakref.ref(record)() is record
         assert "__weakref__" not in vars(Child)["__slots__"]  # the base's slot serves
 
+    def test_super_and_class_in_methods_mean_the_built_class(self) -> None:
+        """A method's ``super()`` (and ``__class__``) work in the rebuilt class, as in attrs'."""
+
+        class Named:
+            __slots__ = ()
+
+            def describe(self) -> str:
+                return "named"
+
+        @recordclass.frozen
+        class R(Named):
+            a: int
+
+            def describe(self) -> str:
+                return f"{super().describe()} {self.a}"
+
+            @property
+            def kind(self) -> Any:
+                return __class__  # type: ignore[name-defined]
+
+            @classmethod
+            def make(cls) -> Any:
+                assert cls is __class__  # type: ignore[name-defined]
+                return cls(1)
+
+        assert R(2).describe() == "named 2"
+        assert R(2).kind is R
+        assert R.make() == R(1)
+
     def test_copy_deepcopy_and_pickle(self) -> None:
         record = _Picklable(a=[1], b="x")
         for clone in (
