@@ -1,25 +1,13 @@
-"""SHA-256 from the interpreter's own implementation, not OpenSSL's.
+"""SHA-256 without OpenSSL, for the framework: the supervisor's implementation, re-exported.
 
 ``hashlib`` loads OpenSSL's libcrypto when imported: a dynamic library mapped and initialised on
 every command that fingerprints a definition or a file (``apply``, ``enable``, ``reset``), for a
-few digests of a few kilobytes each. CPython's built-in module computes the same digest without it.
-The native supervisor has its own copy of this fallback (``noderole.supervisor._protocol``): the
-daemon imports nothing outside its package.
+few digests of a few kilobytes each. :mod:`noderole.supervisor._digest` holds the interpreter's
+own implementation (the daemon, which imports nothing outside its package, uses it too).
 """
 
 from __future__ import annotations
 
+from noderole.supervisor._digest import sha256
+
 __all__ = ["sha256"]
-
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from hashlib import sha256  # the same constructor, as type checkers know it
-else:
-    try:
-        from _sha256 import sha256
-    except ImportError:  # pragma: no cover - Python 3.12 renamed the module
-        try:
-            from _sha2 import sha256
-        except ImportError:
-            from hashlib import sha256

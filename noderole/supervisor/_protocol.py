@@ -119,14 +119,9 @@ def socket_address(path: str) -> tuple[str, int | None]:
 
 
 def _sha256_hex(data: bytes) -> str:
-    """SHA-256 from the interpreter's own module: ``hashlib`` would load OpenSSL's libcrypto
-    (about 3 MB resident in the daemon and its watchdog) for one digest. The same digest."""
-    try:
-        from _sha256 import sha256  # type: ignore[import-not-found, unused-ignore]
-    except ImportError:  # Python 3.12 moved it (to _sha2): there, hashlib
-        from hashlib import sha256
-    digest: str = sha256(data).hexdigest()
-    return digest
+    from noderole.supervisor._digest import sha256
+
+    return sha256(data).hexdigest()
 
 
 def abstract_address(run_dir: str) -> str:
