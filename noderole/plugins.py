@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import os
 import threading
+import types
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import pluggy
 
@@ -292,6 +293,59 @@ def _autoload_disabled() -> bool:
     return os.environ.get(AUTOLOAD_ENV, "").strip().lower() in {"1", "true", "yes", "on"}
 
 
+class _Manager(pluggy.PluginManager):
+    """pluggy's manager, finding hooks in a module without ``inspect.getattr_static``.
+
+    Registering a module makes pluggy look at every name it holds (its imports and constants
+    too: the shipped plugins hold about 200) through ``inspect.getattr_static``, which costs more
+    than the rest of loading the plugins. In a plain module, a name that is not one of the
+    module type's data descriptors is simply the module's ``__dict__`` entry: read there, a
+    value that is no function, method, staticmethod or classmethod is no hook, and a function's
+    marker is its attribute. Anything else (a class or an instance as plugin, a module whose
+    ``__dir__`` lists names it does not hold) is pluggy's own lookup, unchanged. The answers are
+    pluggy's, name for name (tests/test_plugins.py compares them).
+    """
+
+    def parse_hookimpl_opts(self, plugin: object, name: str) -> pluggy.HookimplOpts | None:
+        found = _module_marker(plugin, name, self.project_name + "_impl")
+        if found is _DEFER:
+            return super().parse_hookimpl_opts(plugin, name)
+        return cast("pluggy.HookimplOpts | None", found)
+
+    def parse_hookspec_opts(self, module_or_class: Any, name: str) -> pluggy.HookspecOpts | None:
+        found = _module_marker(module_or_class, name, self.project_name + "_spec")
+        if found is _DEFER:
+            return super().parse_hookspec_opts(module_or_class, name)
+        return cast("pluggy.HookspecOpts | None", found)
+
+
+_DEFER: Any = object()
+# The data descriptors of the module type (and object): pluggy's static lookup finds these
+# before the module's own dict, so they are left to it.
+_MODULE_DESCRIPTORS = frozenset({"__dict__", "__annotations__", "__class__"})
+_HOOKABLE = (types.FunctionType, types.MethodType, staticmethod, classmethod)
+
+
+def _module_marker(namespace: object, name: str, marker: str) -> object:
+    """The marker options of ``namespace.name`` when ``namespace`` is a plain module: a dict,
+    None (not a hook), or ``_DEFER`` (ask pluggy)."""
+    if type(namespace) is not types.ModuleType or name in _MODULE_DESCRIPTORS:
+        return _DEFER
+    value = namespace.__dict__.get(name, _DEFER)
+    if value is _DEFER:
+        return _DEFER
+    if not isinstance(value, _HOOKABLE):
+        return None
+    if type(value) is not types.FunctionType:
+        return _DEFER  # a method, staticmethod or classmethod in a module: rare, pluggy's way
+    opts = getattr(value, marker, None)
+    if opts is not None:
+        return opts if isinstance(opts, dict) else None
+    # pluggy also reads the marker of a ``__func__`` the holder has; a function has one only
+    # when someone set it.
+    return _DEFER if "__func__" in value.__dict__ else None
+
+
 def load_plugins(
     *,
     disabled: Iterable[str] = (),
@@ -322,7 +376,7 @@ def load_plugins(
             f"--disable-plugin {', '.join(sorted(unknown))}: no such plugin is installed "
             f"(installed: {', '.join(sorted(known)) or 'none'}; noderole list shows them)"
         )
-    manager = pluggy.PluginManager(hookspecs.PROJECT)
+    manager = _Manager(hookspecs.PROJECT)
     manager.add_hookspecs(hookspecs)
     # Historic: every plugin registered from now on gets the call, so plugins can add hookspecs
     # that later plugins implement, whatever the registration order.

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import types
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -501,3 +502,138 @@ class TestBaseExceptions:
         assert [s.name for s in services if s.origin == "good"] == ["ok"]
         assert list(broken) == ["bad"]
         assert "RuntimeError: disk on fire" in str(broken["bad"])
+
+
+class TestHookDiscovery:
+    """noderole's manager finds a module's hooks without pluggy's static lookup, and finds
+    exactly what pluggy finds: same options object (or None) for every name, hook or not."""
+
+    @staticmethod
+    def _odd_module() -> types.ModuleType:
+        """A module holding every kind of value pluggy treats differently."""
+        impl = noderole.hookimpl
+        module = types.ModuleType("odd_plugin")
+
+        @impl
+        def noderole_services() -> list[Service]:
+            return []
+
+        @impl(tryfirst=True)
+        def noderole_settings() -> None:
+            return None
+
+        def plain() -> None:
+            return None
+
+        def not_a_dict() -> None:
+            return None
+
+        not_a_dict.noderole_impl = True  # type: ignore[attr-defined]
+
+        def via_func() -> None:
+            return None
+
+        via_func.__func__ = noderole_services  # type: ignore[attr-defined]
+
+        class Holder:
+            @impl
+            def method(self) -> None:
+                return None
+
+            @staticmethod
+            @impl
+            def static() -> None:
+                return None
+
+            @classmethod
+            @impl
+            def klass(cls) -> None:
+                return None
+
+        marked_class = type("Marked", (), {"noderole_impl": {}})
+
+        class CallableWithMarker:
+            noderole_impl: ClassVar[dict[str, object]] = {}
+
+            def __call__(self) -> None:
+                return None
+
+        module.__dict__.update(
+            noderole_services=noderole_services,
+            noderole_settings=noderole_settings,
+            plain=plain,
+            not_a_dict=not_a_dict,
+            via_func=via_func,
+            bound=Holder().method,
+            static_in_module=Holder.__dict__["static"],
+            classmethod_in_module=Holder.__dict__["klass"],
+            marked_class=marked_class,
+            callable_instance=CallableWithMarker(),
+            lam=impl(lambda: None),
+            number=3,
+            os=os,
+            # The module type's own descriptor wins over the dict: pluggy sees no hook here.
+            __annotations__=impl(lambda: None),
+        )
+        return module
+
+    def _namespaces(self) -> list[object]:
+        import noderole_k3s.hookspecs
+        import noderole_k3s.plugin
+        import noderole_konnectivity.plugin
+        from noderole import builtin, hookspecs
+
+        class Subclassed(types.ModuleType):
+            pass
+
+        odd = self._odd_module()
+        sub = Subclassed("sub")
+        sub.__dict__.update({k: v for k, v in odd.__dict__.items() if not k.startswith("__")})
+        return [
+            builtin,
+            hookspecs,
+            noderole_k3s.plugin,
+            noderole_k3s.hookspecs,
+            noderole_konnectivity.plugin,
+            odd,
+            sub,
+            type("AsClass", (), dict(vars(odd))),
+        ]
+
+    def test_same_answers_as_pluggy(self) -> None:
+        import pluggy
+
+        from noderole import hookspecs
+        from noderole.plugins import _Manager
+
+        ours, theirs = _Manager(hookspecs.PROJECT), pluggy.PluginManager(hookspecs.PROJECT)
+        checked = 0
+        for namespace in self._namespaces():
+            for name in dir(namespace):
+                for parse in ("parse_hookimpl_opts", "parse_hookspec_opts"):
+                    expected = getattr(theirs, parse)(namespace, name)
+                    found = getattr(ours, parse)(namespace, name)
+                    assert found is expected, (namespace, name, parse, found, expected)
+                    checked += 1
+        assert checked > 400
+
+    def test_odd_module_registers_as_with_pluggy(self) -> None:
+        import pluggy
+
+        from noderole import hookspecs
+        from noderole.plugins import _Manager
+
+        hooks = []
+        for manager in (_Manager(hookspecs.PROJECT), pluggy.PluginManager(hookspecs.PROJECT)):
+            manager.add_hookspecs(hookspecs)
+            manager.register(self._odd_module(), name="odd")
+            hooks.append(
+                sorted(
+                    (name, impl.function.__name__, impl.tryfirst)
+                    for name in dir(manager.hook)
+                    if not name.startswith("_")
+                    for impl in getattr(manager.hook, name).get_hookimpls()
+                )
+            )
+        assert hooks[0] == hooks[1]
+        assert ("noderole_settings", "noderole_settings", True) in hooks[0]
