@@ -26,9 +26,12 @@ import errno
 import os
 import stat
 from collections.abc import Callable, Iterator, Sequence
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from noderole import recordclass
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 __all__ = [
     "FileSpec",
@@ -76,7 +79,7 @@ def _is_temp_of(candidate: str, name: str) -> bool:
 
 
 @contextlib.contextmanager
-def _directory_fd(path: Path, *, follow: bool) -> Iterator[int]:
+def _directory_fd(path: str, *, follow: bool) -> Iterator[int]:
     flags = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
     fd = os.open(path, flags)
     try:
@@ -86,7 +89,7 @@ def _directory_fd(path: Path, *, follow: bool) -> Iterator[int]:
 
 
 def write_atomic(
-    path: Path,
+    path: str | os.PathLike[str],
     data: bytes,
     *,
     mode: int,
@@ -104,22 +107,25 @@ def write_atomic(
     or unreadable file as no record). An ``fsync`` right after an apply wrote its files waits
     for the journal to commit all of them (tens of milliseconds at the end of a boot's apply).
 
-    The directory must exist (it may be reached through symbolic links unless ``dir_fd`` is given:
-    then ``path.name`` is taken relative to that open directory). A symbolic link at ``path``
-    itself is refused with ``OSError(ELOOP)``. ``uid``/``gid`` set the new file's owner. On any
-    error the temporary file is removed and the old ``path`` is left as it was.
+    ``path`` is a :class:`~pathlib.Path` or a string (an apply writes through strings: it imports
+    no pathlib). The directory must exist (it may be reached through symbolic links unless
+    ``dir_fd`` is given: then the file name of ``path`` is taken relative to that open directory).
+    A symbolic link at ``path`` itself is refused with ``OSError(ELOOP)``. ``uid``/``gid`` set the
+    new file's owner. On any error the temporary file is removed and the old ``path`` is left as
+    it was.
     """
     hook = step or _no_step
+    text = os.fspath(path)
     if dir_fd is None:
-        with _directory_fd(path.parent, follow=True) as fd:
-            _write_in(fd, path, data, mode=mode, uid=uid, gid=gid, hook=hook, durable=durable)
+        with _directory_fd(os.path.dirname(text) or ".", follow=True) as fd:
+            _write_in(fd, text, data, mode=mode, uid=uid, gid=gid, hook=hook, durable=durable)
     else:
-        _write_in(dir_fd, path, data, mode=mode, uid=uid, gid=gid, hook=hook, durable=durable)
+        _write_in(dir_fd, text, data, mode=mode, uid=uid, gid=gid, hook=hook, durable=durable)
 
 
 def _write_in(
     dfd: int,
-    path: Path,
+    path: str,
     data: bytes,
     *,
     mode: int,
@@ -128,9 +134,9 @@ def _write_in(
     hook: StepHook,
     durable: bool = True,
 ) -> None:
-    name = path.name
-    if not name or "/" in name:
-        raise OSError(errno.EINVAL, "not a file name", str(path))
+    name = os.path.basename(path)
+    if not name or name in (".", ".."):
+        raise OSError(errno.EINVAL, "not a file name", path)
     _refuse_symlink(dfd, path)
     temp = _temp_name(name)
     hook(f"{name}:create")
@@ -175,17 +181,18 @@ def _write_in(
         raise
 
 
-def _refuse_symlink(dfd: int, path: Path) -> None:
+def _refuse_symlink(dfd: int, path: str) -> None:
+    name = os.path.basename(path)
     try:
-        info = os.lstat(path.name, dir_fd=dfd)
+        info = os.lstat(name, dir_fd=dfd)
     except FileNotFoundError:
         return
     if stat.S_ISLNK(info.st_mode):
-        target = os.readlink(path.name, dir_fd=dfd)
+        target = os.readlink(name, dir_fd=dfd)
         raise OSError(
             errno.ELOOP,
             f"refusing to write through a symbolic link (it points to {target}); remove the link",
-            str(path),
+            path,
         )
 
 

@@ -24,13 +24,15 @@ import datetime as dt
 import json
 import os
 import stat
-from pathlib import Path
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from noderole import recordclass
 from noderole.digest import sha256
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from noderole.records import MintCertificate
     from noderole.root import NodeRoot
 
@@ -43,18 +45,27 @@ KEY_NAME = "tls.key"
 _FORMAT = 1
 
 
+def _text(path: str | os.PathLike[str]) -> str:
+    return os.fspath(path)
+
+
 @recordclass.frozen(kw_only=True)
 class CertOutcome:
-    """What :func:`noderole.certs.ensure_certificate` did."""
+    """What :func:`noderole.certs.ensure_certificate` did.
+
+    The two paths are kept as strings and handed out as :class:`~pathlib.Path` objects made
+    when asked for: a re-apply answers "reused" from the stamp on every boot, and pathlib (with
+    urllib.parse and ipaddress) would be imported for nothing else.
+    """
 
     action: Literal["minted", "reused"]
     """``minted`` when a new certificate was written, ``reused`` when the existing pair stays."""
     reason: str
     """Why: the re-mint reason (``SANs changed: +a -b``), or why the existing pair is good."""
-    cert_path: Path
-    """The certificate on this machine."""
-    key_path: Path
-    """The key on this machine."""
+    _cert_path: str = recordclass.field(alias="cert_path", converter=_text)
+    """The certificate on this machine (given as ``cert_path=``, a Path or a string)."""
+    _key_path: str = recordclass.field(alias="key_path", converter=_text)
+    """The key on this machine (given as ``key_path=``, a Path or a string)."""
     not_after: dt.datetime
     """When the certificate in place expires (UTC)."""
     fingerprint: str
@@ -62,20 +73,34 @@ class CertOutcome:
     key_kept: bool
     """True when the key file was left as it was (always on reuse; on renewal when sound)."""
 
+    @property
+    def cert_path(self) -> Path:
+        """The certificate on this machine."""
+        from pathlib import Path
 
-def _paths(request: MintCertificate, root: NodeRoot) -> list[Path]:
-    directory = root.resolve(request.directory)
+        return Path(self._cert_path)
+
+    @property
+    def key_path(self) -> Path:
+        """The key on this machine."""
+        from pathlib import Path
+
+        return Path(self._key_path)
+
+
+def _paths(request: MintCertificate, root: NodeRoot) -> list[str]:
+    directory = root.local(request.directory)
     return [
-        directory / CERT_NAME,
-        directory / KEY_NAME,
-        root.resolve(request.ca_cert),
-        root.resolve(request.ca_key),
+        os.path.join(directory, CERT_NAME),
+        os.path.join(directory, KEY_NAME),
+        root.local(request.ca_cert),
+        root.local(request.ca_key),
     ]
 
 
-def _stamp_path(request: MintCertificate, root: NodeRoot) -> Path:
+def _stamp_path(request: MintCertificate, root: NodeRoot) -> str:
     name = sha256(request.directory.encode()).hexdigest()[:32]
-    return root.resolve(f"{STAMP_DIR}/{name}.json")
+    return root.local(f"{STAMP_DIR}/{name}.json")
 
 
 def _request_key(request: MintCertificate) -> list[Any]:
@@ -89,7 +114,7 @@ def _request_key(request: MintCertificate) -> list[Any]:
     ]
 
 
-def file_parts(paths: list[Path]) -> list[Any] | None:
+def file_parts(paths: Sequence[str | os.PathLike[str]]) -> list[Any] | None:
     """Each file's [inode, size, mtime_ns, mode] and one digest of all their contents; None when
     one is missing, unreadable, a symbolic link or not a regular file (then check in full)."""
     digest = sha256()
@@ -112,7 +137,7 @@ def file_parts(paths: list[Path]) -> list[Any] | None:
 
 def _directory_is_real(request: MintCertificate, root: NodeRoot) -> bool:
     try:
-        info = os.lstat(root.resolve(request.directory))
+        info = os.lstat(root.local(request.directory))
     except OSError:
         return False
     return stat.S_ISDIR(info.st_mode)
@@ -122,7 +147,8 @@ def stamped_outcome(request: MintCertificate, *, root: NodeRoot, now: float) -> 
     """ "reused", when the stamp of the last full check still holds at ``now`` (epoch seconds);
     None when a full check is needed."""
     try:
-        stamp = json.loads(_stamp_path(request, root).read_text(encoding="utf-8"))
+        with open(_stamp_path(request, root), encoding="utf-8") as file:
+            stamp = json.loads(file.read())
     except (OSError, ValueError):
         return None
     if not isinstance(stamp, dict) or stamp.get("format") != _FORMAT:
@@ -183,9 +209,10 @@ def record_stamp(
         "fingerprint": outcome.fingerprint,
     }
     path = _stamp_path(request, root)
-    scratch = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    directory, name = os.path.split(path)
+    scratch = os.path.join(directory, f".{name}.{os.getpid()}.tmp")
     try:
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        os.makedirs(directory, mode=0o700, exist_ok=True)
         # Not fsync-ed, on purpose: this runs between the mint and the start on the boot's
         # critical path, and a stamp lost or torn by a power cut only costs a full check (a torn
         # one does not parse, and a whole one must still match every file's digest).

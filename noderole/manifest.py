@@ -40,7 +40,6 @@ import fcntl
 import json
 import os
 from collections.abc import Callable, Iterable
-from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from noderole import recordclass
@@ -136,8 +135,8 @@ class Removal:
     """Why it is kept (``kept: minted key (use --purge)``, ``changed since noderole wrote it``)."""
 
 
-def digest_at(local: Path, kind: str = "file") -> str | None:
-    """The digest of what is at ``local`` now (None: nothing there)."""
+def digest_at(local: str | os.PathLike[str], kind: str = "file") -> str | None:
+    """The digest of what is at ``local`` (a path on this machine) now (None: nothing there)."""
     try:
         info = os.lstat(local)
     except FileNotFoundError:
@@ -151,7 +150,8 @@ def digest_at(local: Path, kind: str = "file") -> str | None:
     if not os.path.isfile(local) or info.st_size > 16 * 1024 * 1024:
         return _ANY
     try:
-        return "sha256:" + sha256(local.read_bytes()).hexdigest()
+        with open(local, "rb") as file:
+            return "sha256:" + sha256(file.read()).hexdigest()
     except OSError:
         return _ANY
 
@@ -174,8 +174,8 @@ def _open_locked(root: NodeRoot) -> int:
 
     A reset replaces the file by rename: a writer that locked the old one retries on the new.
     """
-    local = root.resolve(MANIFEST)
-    local.parent.mkdir(parents=True, exist_ok=True)
+    local = root.local(MANIFEST)  # a string: an apply imports no pathlib
+    os.makedirs(os.path.dirname(local), exist_ok=True)
     while True:
         flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
         fd = os.open(local, flags, 0o600)
@@ -214,7 +214,7 @@ def _found(root: NodeRoot, kind: Kind, paths: Iterable[str]) -> list[Entry]:
     found = []
     for path in dict.fromkeys(paths):
         if path.startswith("/"):
-            digest = digest_at(root.resolve(path), kind)
+            digest = digest_at(root.local(path), kind)
             if digest is not None:
                 found.append(Entry(path=path, kind=kind, digest=digest))
     return found

@@ -565,7 +565,7 @@ class Operations:
         ``plan`` and ``status`` write nothing)."""
         from noderole.tomlcache import CONFIG_CACHE, store_parsed
 
-        if store_parsed(self.root.resolve(CONFIG_CACHE)):
+        if store_parsed(self.root.local(CONFIG_CACHE)):
             from noderole import manifest
 
             manifest.record(self.root, "state", [CONFIG_CACHE])

@@ -202,10 +202,10 @@ def write_plan(root: NodeRoot, data: Mapping[str, Any]) -> bool:
     from noderole.state import write_state_file
 
     text = json.dumps(data, indent=1, sort_keys=True).encode()
-    path = root.resolve(PLAN_FILE)
     try:
-        if path.read_bytes() == text:
-            return False
+        with open(root.local(PLAN_FILE), "rb") as f:  # not through pathlib: an apply imports none
+            if f.read() == text:
+                return False
     except OSError:
         pass
     write_state_file(root, PLAN_FILE, text)

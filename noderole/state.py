@@ -96,9 +96,9 @@ def write_state_file(root: NodeRoot, node_path: str, data: bytes, *, durable: bo
     :func:`noderole.atomic.write_atomic`); :class:`StateError` when the machine refuses."""
     from noderole.atomic import write_atomic
 
-    path = root.resolve(node_path)
+    path = root.local(node_path)  # a string: an apply imports no pathlib
     try:
-        _safeopen.private_dir(str(path.parent))
+        _safeopen.private_dir(os.path.dirname(path))
         write_atomic(path, data, mode=0o600, durable=durable)
     except OSError as error:
         raise StateError(
@@ -116,7 +116,8 @@ def write_role(root: NodeRoot, role: str) -> None:
 def read_applied(root: NodeRoot) -> dict[str, dict[str, Any]]:
     """Per-service definition digests recorded by the last apply (empty when unknown)."""
     try:
-        data = json.loads(root.resolve(APPLIED_FILE).read_text())
+        with open(root.local(APPLIED_FILE)) as f:
+            data = json.loads(f.read())
     except (FileNotFoundError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
@@ -195,9 +196,9 @@ def node_lock(root: NodeRoot, *, timeout: float, clock: Clock, what: str) -> Ite
     """
     import fcntl  # here: a reader (`status`) takes no lock
 
-    path = root.resolve(LOCK_FILE)
+    path = root.local(LOCK_FILE)
     try:
-        fd = _open_lock(str(path))
+        fd = _open_lock(path)
     except OSError as error:
         raise StateError(
             f"cannot open the node lock {LOCK_FILE} (at {path}): {error.strerror or error}; "

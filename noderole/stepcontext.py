@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from noderole import recordclass
 from noderole.clock import Clock, SystemClock
 from noderole.errors import WaitCancelled
 from noderole.root import NodeRoot
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 __all__ = ["Cancel", "StepContext"]
 

@@ -11,6 +11,7 @@ Internal module: import ``StepContext`` and ``StepResult`` from :mod:`noderole`.
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 from collections.abc import Callable, Iterable, Sequence
@@ -192,9 +193,9 @@ def _call(step: Call, ctx: StepContext) -> None:
 def _make_directories(step: MakeDirectories, ctx: StepContext) -> str:
     created = []
     for node_path in step.paths:
-        local = ctx.resolve(node_path)
-        if not local.is_dir():
-            local.mkdir(mode=step.mode, parents=True, exist_ok=True)
+        local = ctx.root.local(node_path)  # strings, not ctx.resolve: an apply imports no pathlib
+        if not os.path.isdir(local):
+            os.makedirs(local, mode=step.mode, exist_ok=True)
             created.append(node_path)
     record(ctx.root, "directory", created)
     return f"created {', '.join(created)}" if created else "already present"
@@ -203,14 +204,16 @@ def _make_directories(step: MakeDirectories, ctx: StepContext) -> str:
 def _write_file(step: WriteFile, ctx: StepContext) -> str:
     from noderole.atomic import write_atomic
 
-    local = ctx.resolve(step.path)
+    local = ctx.root.local(step.path)
     data = step.content.encode()
     try:
-        if local.read_bytes() == data and (local.stat().st_mode & 0o7777) == step.mode:
+        with open(local, "rb") as file:
+            same = file.read() == data
+        if same and (os.stat(local).st_mode & 0o7777) == step.mode:
             return "unchanged"
     except FileNotFoundError:
         pass
-    local.parent.mkdir(parents=True, exist_ok=True)
+    os.makedirs(os.path.dirname(local), exist_ok=True)
     write_atomic(local, data, mode=step.mode)
     ctx.written.append(step.path)
     record(ctx.root, "file", [step.path])

@@ -65,10 +65,12 @@ def parse_config_text(text: str, cache: str | os.PathLike[str] | None) -> dict[s
 
 def store_parsed(cache: str | os.PathLike[str]) -> bool:
     """Write to ``cache`` what this process parsed and did not find there: True when written."""
+    content = _UNSTORED.pop(os.fspath(cache), None)
+    if content is None:
+        return False  # found in the cache (every command after the first): no pathlib either
     from pathlib import Path
 
-    content = _UNSTORED.pop(os.fspath(cache), None)
-    return content is not None and _store(Path(cache), content)
+    return _store(Path(cache), content)
 
 
 def _plain(value: Any) -> bool:

@@ -30,7 +30,6 @@ import functools
 import os
 import threading
 from collections.abc import Callable, Iterable
-from pathlib import Path
 from typing import TYPE_CHECKING, TypeAlias
 
 from noderole.clock import Clock
@@ -110,6 +109,10 @@ def run_wait(
     Raises :class:`WaitCancelled` soon (within :data:`CANCEL_CHECK`) after ``cancel`` is.
     """
     start = clock.monotonic()
+    if isinstance(wait, WaitForPaths) and _paths_there(wait, root):
+        # Every re-apply: the paths are there at the first look. The probes module (and its
+        # record classes) is imported only by a wait that has to look again.
+        return clock.monotonic() - start
     deadline = start + wait.timeout
     probe = _prober(wait, root)
     cap = COMMAND_POLL_CAP if isinstance(wait, WaitForCommand) else POLL_CAP
@@ -127,7 +130,7 @@ def run_wait(
                     inotify_failed = inotify is None
                 if inotify is not None:
                     for path in state.watch:
-                        inotify.watch_around(Path(path))
+                        inotify.watch_around(path)
                     # Whatever appeared between the look and the watch sent no event we saw.
                     state = probe(deadline - clock.monotonic())
             if state.done:
@@ -187,13 +190,13 @@ def probe_for(wait: Wait, root: NodeRoot) -> probes.Probe:
 
     if isinstance(wait, WaitForPaths):
         return probes.PathProbe(
-            paths=tuple(os.fspath(root.resolve(p)) for p in wait.paths),
+            paths=tuple(root.local(p) for p in wait.paths),
             labels=wait.paths,
             require=wait.require,
             readable=wait.readable,
         )
     if isinstance(wait, WaitForSocket):
-        return probes.SocketProbe(path=os.fspath(root.resolve(wait.path)), label=wait.path)
+        return probes.SocketProbe(path=root.local(wait.path), label=wait.path)
     if isinstance(wait, WaitForTcp):
         return probes.TcpProbe(host=wait.host, port=wait.port)
     if isinstance(wait, WaitForHttp):
@@ -202,6 +205,15 @@ def probe_for(wait: Wait, root: NodeRoot) -> probes.Probe:
         argv = (_executable(root, wait.argv[0]), *wait.argv[1:])
         return probes.CommandProbe(argv=argv, shown=wait.argv)
     raise TypeError(f"not a wait record: {wait!r}")
+
+
+def _paths_there(wait: WaitForPaths, root: NodeRoot) -> bool:
+    """Whether ``wait``'s paths are there now, as its probe would say (without the probes)."""
+    from noderole.supervisor._pathcheck import lacking
+
+    local = [root.local(p) for p in wait.paths]
+    missing, _ = lacking(local, wait.paths, require=wait.require, readable=wait.readable)
+    return not missing
 
 
 def _prober(wait: Wait, root: NodeRoot) -> _Probe:
@@ -222,8 +234,8 @@ _Probe: TypeAlias = "Callable[[float], probes.Outcome]"
 
 def _executable(root: NodeRoot, node_path: str) -> str:
     """argv[0] under the root; a tool the root does not hold (``/bin/sh``) is the machine's own."""
-    local = root.resolve(node_path)
-    return os.fspath(local) if root.is_real or local.exists() else node_path
+    local = root.local(node_path)
+    return local if root.is_real or os.path.exists(local) else node_path
 
 
 def _timeout_message(wait: Wait, waited: float, lacking: Iterable[str]) -> str:
@@ -275,19 +287,20 @@ class _Inotify:
         # EMFILE (fs.inotify.max_user_instances, 128 by default) or ENOSYS: fall back to polling.
         return None if fd < 0 else cls(fd)
 
-    def watch_around(self, path: Path) -> None:
-        """Watch the directories whose events can change whether ``path`` is there."""
-        self._watch_deepest(path.parent)
-        if path.is_symlink():
+    def watch_around(self, path: str) -> None:
+        """Watch the directories whose events can change whether ``path`` (absolute, on this
+        machine) is there."""
+        self._watch_deepest(os.path.dirname(path))
+        if os.path.islink(path):
             # A dangling link becomes "there" when its target appears, maybe in another directory.
-            self._watch_deepest(Path(os.path.realpath(path)).parent)
+            self._watch_deepest(os.path.dirname(os.path.realpath(path)))
 
-    def _watch_deepest(self, directory: Path) -> None:
+    def _watch_deepest(self, directory: str) -> None:
         import ctypes
 
         libc = _libc()
         assert libc is not None
-        watched: Path | None = None
+        watched: str | None = None
         # Until stable: a directory created between the look and the watch sent its event to
         # nobody, so after each watch look again and go deeper if the tree grew meanwhile.
         for _ in range(64):
@@ -379,7 +392,7 @@ def flush_closes(timeout: float = 10.0) -> bool:
     return _CLOSER.flush(timeout)
 
 
-def _deepest_directory(path: Path) -> Path:
-    while not path.is_dir() and path != path.parent:
-        path = path.parent
+def _deepest_directory(path: str) -> str:
+    while not os.path.isdir(path) and path != os.path.dirname(path):
+        path = os.path.dirname(path)
     return path

@@ -138,6 +138,30 @@ class TestWriteAtomic:
         assert target.read_bytes() == b"old"
         assert leftovers(tmp_path) == []
 
+    def test_string_path_written_as_a_path_is(self, tmp_path: Path, umask: None) -> None:
+        """A path given as a string (as an apply gives it) is written the same way: exact mode,
+        same steps, no leftovers; a link there is refused, naming the path."""
+        target = tmp_path / "f"
+        names = steps_of(lambda hook: write_atomic(str(target), b"x", mode=0o640, step=hook))
+        assert names == ["f:create", "f:chmod", "f:write", "f:fsync", "f:close", "f:rename",
+                         "f:fsync-dir"]  # fmt: skip
+        assert (target.read_bytes(), target.stat().st_mode & 0o777) == (b"x", 0o640)
+        (tmp_path / "link").symlink_to(target)
+        with pytest.raises(OSError, match="symbolic link") as info:
+            write_atomic(str(tmp_path / "link"), b"evil", mode=0o644)
+        assert (info.value.errno, info.value.filename) == (errno.ELOOP, str(tmp_path / "link"))
+        assert target.read_bytes() == b"x"
+        assert sorted(os.listdir(tmp_path)) == ["f", "link"]
+
+    @pytest.mark.parametrize("name", [".", "..", ""])
+    def test_string_without_a_file_name_refused(self, tmp_path: Path, name: str) -> None:
+        """A string naming no file (``dir/.``, ``dir/..``, ``dir/``) is refused with EINVAL
+        before anything is written."""
+        with pytest.raises(OSError, match="not a file name") as info:
+            write_atomic(f"{tmp_path}/{name}", b"x", mode=0o600)
+        assert info.value.errno == errno.EINVAL
+        assert os.listdir(tmp_path) == []
+
 
 class TestOpenDirectory:
     def test_creates_with_mode(self, tmp_path: Path) -> None:

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from noderole.certstamp import STAMP_DIR, stamped_outcome
+from noderole import recordclass
+from noderole.certstamp import STAMP_DIR, CertOutcome, stamped_outcome
 from noderole.clock import FakeClock
 from tests.test_certs import CA_CERT, CA_KEY, DAY, Node, make_ca
 from tests.test_certs import node as node  # the fixture, used by name
@@ -39,6 +40,22 @@ class TestStamp:
         assert stamped.fingerprint == minted.fingerprint  # type: ignore[attr-defined]
         assert stamped.not_after == minted.not_after  # type: ignore[attr-defined]
         assert stamped.cert_path == minted.cert_path  # type: ignore[attr-defined]
+
+    def test_outcome_paths_are_paths_whether_given_as_paths_or_strings(self, node: Node) -> None:
+        """CertOutcome hands out Paths for cert_path and key_path, from the stamp as from a full
+        check; one built from strings equals (and hashes as) one built from Paths."""
+        minted = node.ensure()
+        stamped = _stamped(node)
+        assert isinstance(stamped, CertOutcome)
+        for outcome in (minted, stamped):
+            assert isinstance(outcome.cert_path, Path)
+            assert (outcome.cert_path, outcome.key_path) == (node.cert_file, node.key_file)
+        as_strings = recordclass.evolve(
+            minted, cert_path=str(minted.cert_path), key_path=str(minted.key_path)
+        )
+        assert as_strings == minted
+        assert hash(as_strings) == hash(minted)
+        assert recordclass.evolve(minted, cert_path="/elsewhere").cert_path == Path("/elsewhere")
 
     def test_no_stamp_before_any_check(self, node: Node) -> None:
         """With no stamp recorded there is no shortcut."""
@@ -147,11 +164,14 @@ if thread is not None:
     thread.join()
 signing = "cryptography.hazmat.backends.openssl.backend" in sys.modules
 result = run_step(request, StepContext(service="s", root=root, clock=SystemClock()))
+pathlib = "pathlib" in sys.modules
 print(json.dumps({
     "warmed": warmed,
     "action": result.certificate.action,
     "x509": "cryptography.x509" in sys.modules,
     "signing warmed": signing,
+    "pathlib": pathlib,
+    "paths": [type(result.certificate.cert_path).__name__, str(result.certificate.key_path)],
 }))
 """
 
@@ -177,7 +197,8 @@ def _probe(node: Node) -> dict[str, object]:
 
 class TestCertificateStep:
     def test_unchanged_pair_is_reused_without_importing_x509(self, node: Node) -> None:
-        """A certificate step on an unchanged, stamped pair neither warms nor imports x509."""
+        """A certificate step on an unchanged, stamped pair neither warms nor imports x509,
+        nor pathlib; its outcome's paths are still Paths, made when asked for."""
         node.clock = FakeClock(wall=node.clock.time() - 60)  # the check happened a minute ago
         node.ensure()
         assert _probe(node) == {
@@ -185,6 +206,8 @@ class TestCertificateStep:
             "action": "reused",
             "x509": False,
             "signing warmed": False,
+            "pathlib": False,
+            "paths": ["PosixPath", str(node.key_file)],
         }
 
     def test_missing_pair_warms_the_import_and_mints(self, node: Node) -> None:
@@ -195,6 +218,8 @@ class TestCertificateStep:
             "action": "minted",
             "x509": True,
             "signing warmed": True,
+            "pathlib": True,  # the full check and the mint work with Paths
+            "paths": ["PosixPath", str(node.key_file)],
         }
 
     def test_changed_pair_is_checked_in_full(self, node: Node) -> None:

@@ -1,8 +1,11 @@
-"""A re-apply that changes nothing imports neither cryptography's x509 nor importlib.metadata.
+"""A re-apply that changes nothing imports neither cryptography's x509 nor importlib.metadata,
+nor pathlib (with urllib.parse and ipaddress), nor the readiness probes.
 
 Structural, not timed: a fresh ``noderole apply`` process reports the modules it imported. The
 plugin is a real installed distribution (``.dist-info`` with an entry point, on PYTHONPATH) whose
-service mints a serving certificate from a CA before it starts.
+service mints a serving certificate from a CA before it starts; a second case re-applies the
+shipped k3s and konnectivity plugins' server role, whose services wait for paths, write files
+and mint a certificate.
 """
 
 from __future__ import annotations
@@ -42,6 +45,12 @@ def noderole_services():
     ]
 """
 
+PATHLIB = ("pathlib", "urllib", "ipaddress")
+"""pathlib and what it imports (urllib.parse, which imports ipaddress): about 17M instructions,
+a tenth of ``import click``. A re-apply reads and writes the node through ``NodeRoot.local``'s
+strings; a Path is made only when a caller asks for one (``StepContext.resolve``,
+``CertOutcome.cert_path``)."""
+
 REAPPLY_FORBIDDEN = (
     "attr",
     "_hashlib",
@@ -53,6 +62,7 @@ REAPPLY_FORBIDDEN = (
     "subprocess",
     "tomllib",
     "yaml",
+    *PATHLIB,
 )
 """What this re-apply must not import: attrs (records are built by noderole.recordclass), OpenSSL
 through hashlib (definitions and files are digested by the interpreter's own SHA-256), and, as
@@ -60,7 +70,19 @@ its service has no wait, neither inotify's ctypes nor the probes; the supervisor
 is spawned (no subprocess); the node has no metrics directory, the output is no terminal (shutil
 sizes one), temporary file names come from os.urandom (no secrets, hmac, random), and its
 unchanged config.toml was parsed by the first apply (the parsed document is cached with its text:
-no TOML parser)."""
+no TOML parser); no pathlib (see :data:`PATHLIB`), and no ipaddress for its DNS name SAN."""
+
+SHIPPED_REAPPLY_FORBIDDEN = (
+    "cryptography",
+    "importlib.metadata",
+    "noderole.supervisor.probes",
+    *PATHLIB,
+)
+"""What re-applying the shipped server role must not import: no x509 (the certificate is
+unchanged since its stamp), no entry-point scan (the cache answers), no probes (the paths
+konnectivity-server waits for are there at the first look; both services run, so no readiness
+is awaited and no spec sent), and no pathlib; its SANs (``localhost``, an IPv4 address) are
+checked without ipaddress."""
 
 STATUS_FORBIDDEN = (
     "attr",
@@ -161,3 +183,40 @@ def test_unchanged_reapply_imports_no_x509_and_no_metadata(node: object, tmp_pat
     status, modules = _apply(tmp_path, site, "status")
     assert [s["state"] for s in status["services"] if s["name"] == "tls"] == ["running"]
     assert [m for m in modules if m.startswith(STATUS_FORBIDDEN)] == []
+
+
+def test_shipped_server_role_reapply_imports_no_pathlib_and_no_probes(tmp_path: Path) -> None:
+    """The shipped k3s and konnectivity plugins' server role, staged as a rehearsal stages it:
+    the first apply starts both services (konnectivity-server waits for k3s's CA and mints);
+    the second changes nothing and imports none of SHIPPED_REAPPLY_FORBIDDEN."""
+    from noderole.operations import Operations
+    from noderole.rehearsal import stage_rehearsal
+    from noderole.root import NodeRoot
+    from noderole.testing import end_node_processes
+
+    disabled = ("node-exporter",)  # the docs' example plugin, installed beside the shipped ones
+    ops = Operations(root=NodeRoot(tmp_path), disabled_plugins=disabled)
+    stage_rehearsal(ops.root, ops.plugins, ops.node_for("server"))
+    env = {k: v for k, v in os.environ.items() if k != "NODEROLE_ROOT"}
+    env["NODEROLE_K3S_STANDIN_DELAY"] = "0"
+    argv = ["--root", str(tmp_path), "--disable-plugin", *disabled, "apply", "server", "--json"]
+    try:
+        stdout, _ = run_and_list_modules(argv, env=env)
+        first = {s["name"]: s["status"] for s in json.loads(stdout)["services"]}
+        assert (first["k3s"], first["konnectivity-server"]) == ("started", "started"), first
+
+        stdout, modules = run_and_list_modules(argv, env=env)
+        again = json.loads(stdout)["services"]
+        assert {s["name"]: s["status"] for s in again if s["name"] != "k3s-cluster-init"} == {
+            "net": "done",
+            "cgroups": "done",
+            "k3s": "running",
+            "konnectivity-server": "running",
+        }
+        konnectivity = next(s for s in again if s["name"] == "konnectivity-server")
+        details = [step["detail"] for step in konnectivity["steps"]]
+        assert any(d.startswith("waited ") for d in details), details  # its wait did run
+        assert any(d.startswith("reused: ") for d in details), details  # from the stamp
+        assert [m for m in modules if m.startswith(SHIPPED_REAPPLY_FORBIDDEN)] == []
+    finally:
+        assert end_node_processes(tmp_path) == []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import subprocess
 import sys
 
@@ -10,7 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from noderole.errors import CertificateError
-from noderole.sans import SubjectAltName, parse_sans
+from noderole.sans import SubjectAltName, _as_ip, parse_sans
+from tests.modules_probe import run_snippet
 
 
 def dns(value: str) -> SubjectAltName:
@@ -189,3 +191,42 @@ class TestImportCost:
             [sys.executable, "-c", code], capture_output=True, text=True, check=True
         )
         assert out.stdout.strip() == "False"
+
+
+def _reference_ip(text: str) -> str | None:
+    """What the parser answered before it read IPv4 itself: ``ipaddress`` for every entry."""
+    try:
+        return str(ipaddress.ip_address(text))
+    except ValueError:
+        return None
+
+
+_OCTETS = st.one_of(
+    st.integers(min_value=0, max_value=999).map(str),
+    st.text(alphabet="0123456789", max_size=5),  # leading zeros, empty, too long
+    st.sampled_from(["\u0661", "1\u0662", " 1", "+1", "0x1", "1_0"]),  # non-ASCII digits, signs
+)
+
+
+class TestAddressesWithoutIpaddress:
+    @given(st.lists(_OCTETS, min_size=1, max_size=6).map(".".join))
+    def test_dotted_texts_read_as_ipaddress_reads_them(self, text: str) -> None:
+        """A dotted text is an IPv4 address, in the same canonical form, exactly when
+        ``ipaddress.ip_address`` says so."""
+        assert _as_ip(text) == _reference_ip(text)
+
+    @given(st.text(alphabet="0123456789abcdefABCDEF.:%/[] x", max_size=24))
+    def test_any_address_like_text_read_as_ipaddress_reads_it(self, text: str) -> None:
+        """IPv4, IPv6 and neither: the same answer as ``ipaddress.ip_address``."""
+        assert _as_ip(text) == _reference_ip(text)
+
+    def test_ipv4_and_names_import_no_ipaddress(self) -> None:
+        """DNS names and IPv4 addresses are checked without importing ipaddress; an IPv6
+        address imports it."""
+        code = (
+            "import sys; from noderole.sans import parse_sans; "
+            "parse_sans('localhost,127.0.0.1,10.0.0.10,api.example.com'); "
+            "print('ipaddress' in sys.modules); parse_sans('::1'); "
+            "print('ipaddress' in sys.modules)"
+        )
+        assert run_snippet(code) == ["False", "True"]

@@ -79,6 +79,7 @@ class TestCall:
         seen: list[str] = []
 
         def record(ctx: StepContext) -> None:
+            assert isinstance(ctx.resolve("/x"), Path)  # a Path, though the module imports none
             seen.append(f"{ctx.service}:{ctx.resolve('/x')}")
 
         run_steps([Call(function=record, description="record")], _ctx(tmp_path))

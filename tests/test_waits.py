@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import http.server
+import itertools
 import os
 import socket
 import stat
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -30,6 +33,7 @@ from noderole.records import (
     WaitForTcp,
 )
 from noderole.root import NodeRoot
+from noderole.supervisor import probes
 from noderole.waits import missing, run_wait
 
 CA_KEY = "/var/lib/rancher/k3s/server/tls/server-ca.key"
@@ -201,6 +205,63 @@ class TestPathsNow:
         assert run_wait(paths_wait("/etc/hostname"), root=root, clock=FakeClock()) == 0
         with pytest.raises(WaitTimeout):
             run_wait(paths_wait("/etc/passwd", timeout=1), root=root, clock=FakeClock())
+
+
+FIRST_LOOK = """
+import sys
+from noderole.clock import FakeClock
+from noderole.errors import WaitTimeout
+from noderole.records import WaitForPaths
+from noderole.root import NodeRoot
+from noderole.waits import run_wait
+
+root = NodeRoot(sys.argv[1])
+print(run_wait(WaitForPaths(paths=["/etc/a", "/etc/b"], timeout=5), root=root, clock=FakeClock()))
+print("noderole.supervisor.probes" in sys.modules)
+try:
+    run_wait(WaitForPaths(paths=["/etc/a", "/etc/c"], timeout=5), root=root, clock=FakeClock())
+except WaitTimeout as error:
+    print(error)
+print("noderole.supervisor.probes" in sys.modules)
+"""
+
+
+class TestFirstLook:
+    def test_paths_there_answer_without_the_probes(self, root: NodeRoot, tmp_path: Path) -> None:
+        """A path wait satisfied at its first look (every re-apply's) returns without importing
+        the probes module; one that has to look again imports it and times out as before."""
+        touch(root, "/etc/a")
+        touch(root, "/etc/b")
+        done = subprocess.run(
+            [sys.executable, "-c", FIRST_LOOK, str(tmp_path)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        assert done.stdout.splitlines() == [
+            "0.0",
+            "False",
+            "still missing after 5s: /etc/c",
+            "True",
+        ]
+
+    def test_first_look_agrees_with_the_probe(
+        self, root: NodeRoot, tmp_path: Path, access_by_mode: None
+    ) -> None:
+        """For every mix of present, missing and unreadable paths, ``require`` and ``readable``,
+        the first look says "there" exactly when the wait's probe says so."""
+        touch(root, "/present")
+        touch(root, "/unreadable")
+        root.resolve("/unreadable").chmod(0)
+        states = ("/present", "/missing", "/unreadable")
+        for paths in itertools.chain.from_iterable(
+            itertools.product(states, repeat=n) for n in (1, 2, 3)
+        ):
+            for require, readable in itertools.product(("all", "any"), (True, False)):
+                wait = paths_wait(*paths, require=require, readable=readable)
+                probe = probes.attempt(waits.probe_for(wait, root), left=1.0)
+                assert waits._paths_there(wait, root) == probe.done, (paths, require, readable)
 
 
 @pytest.fixture

@@ -56,7 +56,7 @@ def process_spec(service: Service, *, root: NodeRoot, fingerprint: str) -> Proce
         raise ValueError(f"service {service.name!r} has no command")
 
     def local(path: str | None) -> str | None:
-        return None if path is None else str(root.resolve(path))
+        return None if path is None else root.local(path)
 
     environment = {**BASE_ENVIRONMENT, **root.environment(), **service.revealed_environment()}
     readiness = None
@@ -66,11 +66,11 @@ def process_spec(service: Service, *, root: NodeRoot, fingerprint: str) -> Proce
         )
     return ProcessSpec(
         name=service.name,
-        argv=(str(root.resolve(service.command[0])), *service.command[1:]),
+        argv=(root.local(service.command[0]), *service.command[1:]),
         environment=environment,
         user=service.user,
         group=service.group,
-        cwd=local(service.working_directory) or str(root.resolve("/")),
+        cwd=local(service.working_directory) or root.local("/"),
         pidfile=local(service.pidfile),
         stdout_log=local(service.output_log),
         stderr_log=local(service.error_log),

@@ -31,6 +31,7 @@ import errno
 import os
 from collections.abc import Callable, Mapping
 
+from noderole.supervisor._pathcheck import lacking
 from noderole.supervisor._record import fields, record
 
 TYPE_CHECKING = False  # typing is not imported at run time: the daemon stays small
@@ -148,23 +149,15 @@ def attempt(
 
 
 def _paths(probe: PathProbe) -> Outcome:
-    labels = probe.labels or probe.paths
-    lacking: list[str] = []
-    watch: list[str] = []
-    for local, label in zip(probe.paths, labels, strict=True):
-        if not os.path.exists(local):
-            reason = ""
-        elif probe.readable and not os.access(local, os.R_OK):
-            reason = "not readable"
-        else:
-            if probe.require == "any":
-                return _DONE
-            continue
-        lacking.append(f"{label} ({reason})" if reason else label)
-        watch.append(local)
-    if not lacking:
+    missing, watch = lacking(
+        probe.paths,
+        probe.labels or probe.paths,
+        require=probe.require,
+        readable=probe.readable,
+    )
+    if not missing:
         return _DONE
-    return Outcome(done=False, missing=tuple(lacking), watch=tuple(watch))
+    return Outcome(done=False, missing=tuple(missing), watch=tuple(watch))
 
 
 def _socket(probe: SocketProbe, timeout: float) -> Outcome:

@@ -404,7 +404,7 @@ def _restore_guard(marker: str) -> noderole.Call:
     """A step failing k3s's start while ``marker`` exists (checked when k3s is about to start)."""
 
     def check(ctx: StepContext) -> None:
-        if os.path.lexists(ctx.resolve(marker)):
+        if os.path.lexists(ctx.root.local(marker)):  # a string: an apply imports no pathlib
             raise StepError(
                 f"refusing to start k3s on an empty datastore: {marker} exists, so a restore of "
                 "the datastore from a snapshot is in progress; let the restore finish (it "
