@@ -6,7 +6,9 @@ appended under an exclusive ``flock`` with one ``write``, so concurrent writers 
 per-service threads, an init system's ``noderole hook``) never interleave, and a crash can at
 worst lose or tear the last lines, which are skipped (reset then keeps those files). The last
 line for a path wins. A line identical to the path's current entry is not appended again, so the
-file grows only when something changed.
+file grows only when something changed; the last apply's record changes on every apply, so once
+the file holds more than 64 lines, most of them superseded, it is rewritten with one line per
+path (atomically and durably, under the same lock).
 
 The digest is what the path held when noderole wrote it (``sha256:...`` of a file, ``link:TARGET``
 of a link, ``dir`` for a directory it created, ``any`` for files a process rewrites on its own:
@@ -156,6 +158,10 @@ def digest_at(local: str | os.PathLike[str], kind: str = "file") -> str | None:
         return _ANY
 
 
+_COMPACT_AFTER = 64
+"""Lines the manifest may hold before superseded ones are dropped (when they are the most)."""
+
+
 def _parse(data: bytes) -> dict[str, Entry]:
     found: dict[str, Entry] = {}
     for line in data.split(b"\n"):
@@ -232,20 +238,35 @@ def remember(root: NodeRoot, found: Iterable[Entry]) -> None:
     except OSError:
         return
     try:
-        known = _parse(_read_fd(fd))
-        lines = [
-            json.dumps(recordclass.asdict(entry), separators=(",", ":")) + "\n"
-            for entry in found
-            if known.get(entry.path) != entry
-        ]
-        if lines:
+        data = _read_fd(fd)
+        known = _parse(data)
+        new = [entry for entry in found if known.get(entry.path) != entry]
+        if not new:
+            return
+        lines = data.count(b"\n") + len(new)
+        known.update((entry.path, entry) for entry in new)
+        if lines > _COMPACT_AFTER and lines > 2 * len(known):
+            # Mostly superseded lines (the last apply's record changes on every apply): replace
+            # the file by one line per path, under the lock; writers waiting on the old file
+            # retry on the new one (see _open_locked). Durable, unlike an append: a lost
+            # manifest would make reset keep everything.
+            from noderole.atomic import write_atomic
+
+            write_atomic(root.local(MANIFEST), _text(known.values()), mode=0o600)
+        else:
             # No fsync: a record lost to a power cut only makes reset keep that file (the safe
             # side), and it would cost ~6 ms per write at boot.
-            os.write(fd, "".join(lines).encode())
+            os.write(fd, _text(new))
     except OSError:
         pass
     finally:
         os.close(fd)
+
+
+def _text(entries: Iterable[Entry]) -> bytes:
+    return "".join(
+        json.dumps(recordclass.asdict(e), separators=(",", ":")) + "\n" for e in entries
+    ).encode()
 
 
 def forget(root: NodeRoot, paths: Iterable[str]) -> None:
@@ -266,10 +287,7 @@ def _rewrite(root: NodeRoot, keep: Callable[[Entry], bool]) -> None:
         remaining = [e for e in _parse(_read_fd(fd)).values() if keep(e)]
         local = root.resolve(MANIFEST)
         if remaining:
-            text = "".join(
-                json.dumps(recordclass.asdict(e), separators=(",", ":")) + "\n" for e in remaining
-            )
-            write_atomic(local, text.encode(), mode=0o600)
+            write_atomic(local, _text(remaining), mode=0o600)
         else:
             local.unlink(missing_ok=True)
     finally:

@@ -7,6 +7,7 @@ survives, a second reset changes nothing, --purge takes the minted key and certi
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import threading
@@ -311,6 +312,55 @@ class TestManifest:
         node.write("/etc/a", "two")
         record(root, "file", ["/etc/a"])
         assert len(node.read(MANIFEST).splitlines()) == 2
+
+    def test_a_record_changing_every_apply_does_not_grow_the_file(self, tmp_path: Path) -> None:
+        """The last apply's record changes on every apply: the manifest stays a few lines per
+        path (superseded lines are dropped once they are the most), never one line per apply,
+        and it keeps every path's last entry, of every kind."""
+        root = NodeRoot(tmp_path)
+        node = ScratchRoot(tmp_path)
+        for i in range(10):
+            node.write(f"/etc/f{i}", f"file {i}")
+        record(root, "file", [f"/etc/f{i}" for i in range(10)])
+        node.write("/var/log/a.log", "log")
+        record(root, "log", ["/var/log/a.log"])
+        for i in range(1000):
+            node.write("/var/lib/noderole/last-apply.json", f'{{"apply": {i}}}')
+            record(root, "state", ["/var/lib/noderole/last-apply.json"])
+            assert len(node.read(MANIFEST).splitlines()) <= 64
+        found = entries(root)
+        assert len(found) == 12
+        assert found["/var/log/a.log"].kind == "log"
+        assert found["/etc/f9"].kind == "file"
+        last = found["/var/lib/noderole/last-apply.json"]
+        assert last.kind == "state"
+        content = b'{"apply": 999}'
+        assert last.digest == "sha256:" + hashlib.sha256(content).hexdigest()
+        assert (tmp_path / "var/lib/noderole/written.jsonl").stat().st_mode & 0o777 == 0o600
+        assert [p.name for p in (tmp_path / "var/lib/noderole").iterdir() if ".tmp" in p.name] == []
+
+    def test_compaction_under_concurrent_writers_loses_nothing(self, tmp_path: Path) -> None:
+        """Writers that wait on the lock while another one replaces the file retry on the new
+        file: every path ends with its last record."""
+        root = NodeRoot(tmp_path)
+        node = ScratchRoot(tmp_path)
+
+        def writer(n: int) -> None:
+            for i in range(60):
+                node.write(f"/etc/w{n}", f"{n}:{i}")
+                record(root, "file", [f"/etc/w{n}"])
+
+        threads = [threading.Thread(target=writer, args=(n,)) for n in range(6)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        found = entries(root)
+        assert sorted(found) == [f"/etc/w{n}" for n in range(6)]
+        for n in range(6):
+            expected = hashlib.sha256(f"{n}:59".encode()).hexdigest()
+            assert found[f"/etc/w{n}"].digest == f"sha256:{expected}"
+        assert len(node.read(MANIFEST).splitlines()) <= 64
 
     def test_missing_path_not_recorded(self, tmp_path: Path) -> None:
         """A path that holds nothing is not recorded (nothing was written there)."""
