@@ -5,9 +5,9 @@
 The answer changes only when a distribution is installed, removed or rewritten, so it is stored
 with a key made of what decides it: ``sys.path``, each directory's listing of ``*.dist-info`` and
 ``*.egg-info`` entries, and the inode, size and modification time of each ``entry_points.txt``
-(a zip on the path by its own inode, size and time). Computing the key costs a directory listing
-per path entry and one ``stat`` per distribution; a different key means a full scan and a new
-cache.
+(a zip on the path by its own inode, size and time), stored as one string. Computing the key
+costs a directory listing per path entry and one ``stat`` per distribution; a different key means
+a full scan and a new cache.
 
 A file changed within the file system's timestamp granularity of the scan could keep its time, so
 a key holding a time less than :data:`SETTLE_SECONDS` old is used but never stored (git's "racy
@@ -29,7 +29,7 @@ CACHE_FILE = "/var/cache/noderole/entry-points.json"
 """Where the cache lives, as a node path (under ``--root``)."""
 SETTLE_SECONDS = 2.0
 """A key with a time younger than this is not stored: it might change without its time changing."""
-_FORMAT = 2
+_FORMAT = 3
 _KEEP = 8
 """Keys kept: ``noderole`` and ``python -m noderole`` (from any directory) see different paths."""
 
@@ -136,14 +136,12 @@ def _read(cache: str) -> list[dict[str, Any]]:
 
 
 def _write(cache: str, entries: list[dict[str, Any]]) -> None:
-    from pathlib import Path
-
     from noderole.atomic import write_atomic
 
     try:
         os.makedirs(os.path.dirname(cache), exist_ok=True)
         data = json.dumps({"format": _FORMAT, "entries": entries[:_KEEP]}).encode()
-        write_atomic(Path(cache), data, mode=0o644)
+        write_atomic(cache, data, mode=0o644)
     except OSError:
         pass  # a read-only /var/cache, an unprivileged user: scan again next time
 
@@ -153,8 +151,10 @@ def discover(group: str, cache: str | os.PathLike[str] | None) -> list[FoundEntr
     matches."""
     cache = None if cache is None else os.fspath(cache)
     paths = list(sys.path)
-    key, settled = _key(paths, time.time())
-    key = json.loads(json.dumps(key))  # as it reads back: lists, not tuples
+    parts, settled = _key(paths, time.time())
+    # Stored as one string: the key lists every installed distribution, and reading back every
+    # stored key as nested lists cost more than the rest of the lookup.
+    key = repr(parts)
     entries = _read(cache) if cache is not None else []
     mine = next((e for e in entries if e.get("key") == key), None)
     if mine is not None:

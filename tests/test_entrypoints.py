@@ -111,7 +111,21 @@ class TestDiscover:
         cache = tmp_path / "cache.json"
         cache.write_text("{not json")
         assert "epone" in _names(cache)
-        assert json.loads(cache.read_text())["format"] == 2
+        document = json.loads(cache.read_text())
+        assert document["format"] == 3
+        # The key is one string (read back without building its lists).
+        assert [type(entry["key"]) for entry in document["entries"]] == [str]
+
+    def test_cache_of_the_previous_format_is_replaced(
+        self, install_dist: Callable[..., Path], tmp_path: Path
+    ) -> None:
+        """A format-2 cache (full keys) is not read: scanned over and replaced."""
+        _age(install_dist("ep-one", "1.0", {"epone": "ep_one"}, {"ep_one": PLUGIN}))
+        cache = tmp_path / "cache.json"
+        stale = {"format": 2, "entries": [{"key": ["x"], "groups": {GROUP: []}}]}
+        cache.write_text(json.dumps(stale))
+        assert "epone" in _names(cache)
+        assert json.loads(cache.read_text())["format"] == 3
 
     def test_matches_importlib_metadata(self, tmp_path: Path) -> None:
         """The cached answer is what importlib.metadata says, first distribution per name."""
