@@ -76,13 +76,15 @@ SHIPPED_REAPPLY_FORBIDDEN = (
     "cryptography",
     "importlib.metadata",
     "noderole.supervisor.probes",
+    "noderole_k3s.standins",
+    "noderole_konnectivity.standins",
     *PATHLIB,
 )
 """What re-applying the shipped server role must not import: no x509 (the certificate is
 unchanged since its stamp), no entry-point scan (the cache answers), no probes (the paths
 konnectivity-server waits for are there at the first look; both services run, so no readiness
 is awaited and no spec sent), and no pathlib; its SANs (``localhost``, an IPv4 address) are
-checked without ipaddress."""
+checked without ipaddress. The plugins' rehearsal stand-ins are loaded only by a rehearsal."""
 
 STATUS_FORBIDDEN = (
     "attr",

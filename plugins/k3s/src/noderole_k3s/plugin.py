@@ -38,7 +38,6 @@ from noderole_k3s.contributions import (
     render_yaml,
     with_base_lists,
 )
-from noderole_k3s.standins import K3S_STANDIN
 
 if TYPE_CHECKING:
     import pluggy
@@ -220,6 +219,8 @@ def noderole_resolve_role(node: NodeContext) -> str | None:
 
 @noderole.hookimpl
 def noderole_standins(node: NodeContext) -> list[noderole.StandIn | noderole.RehearsalFile]:
+    from noderole_k3s.standins import K3S_STANDIN  # rehearsals only
+
     cfg = node.settings(TABLE)
     return [
         noderole.StandIn(

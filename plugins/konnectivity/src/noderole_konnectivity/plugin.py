@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 
 import noderole
 from noderole_k3s import ConfigFile, ConfigKeys, Manifest
-from noderole_konnectivity.standins import KONNECTIVITY_STANDIN
 from noderole_konnectivity.wiring import (
     AGENT_NAMESPACE,
     AGENT_SERVICE_ACCOUNT,
@@ -361,6 +360,8 @@ def noderole_services(node: NodeContext) -> noderole.Service:
 
 @noderole.hookimpl
 def noderole_standins(node: NodeContext) -> list[Any]:
+    from noderole_konnectivity.standins import KONNECTIVITY_STANDIN  # rehearsals only
+
     cfg = node.settings(TABLE)
     return [
         noderole.StandIn(
