@@ -6,8 +6,9 @@ appended under an exclusive ``flock`` with one ``write``, so concurrent writers 
 per-service threads, an init system's ``noderole hook``) never interleave, and a crash can at
 worst lose or tear the last lines, which are skipped (reset then keeps those files). The last
 line for a path wins. A line identical to the path's current entry is not appended again, so the
-file grows only when something changed; the last apply's record changes on every apply, so once
-the file holds more than 64 lines, most of them superseded, it is rewritten with one line per
+file grows only when something changed (a file every run rewrites, the last apply's record, is
+recorded as ``any``: a new content adds no line). Once the file holds more than 64 lines, most of
+them superseded (certificates re-minted, drop-ins changed), it is rewritten with one line per
 path (atomically and durably, under the same lock).
 
 The digest is what the path held when noderole wrote it (``sha256:...`` of a file, ``link:TARGET``
@@ -137,8 +138,11 @@ class Removal:
     """Why it is kept (``kept: minted key (use --purge)``, ``changed since noderole wrote it``)."""
 
 
-def digest_at(local: str | os.PathLike[str], kind: str = "file") -> str | None:
-    """The digest of what is at ``local`` (a path on this machine) now (None: nothing there)."""
+def digest_at(
+    local: str | os.PathLike[str], kind: str = "file", *, any_content: bool = False
+) -> str | None:
+    """The digest of what is at ``local`` (a path on this machine) now (None: nothing there);
+    ``any`` for a file of a volatile kind, or any file with ``any_content``."""
     try:
         info = os.lstat(local)
     except FileNotFoundError:
@@ -147,7 +151,7 @@ def digest_at(local: str | os.PathLike[str], kind: str = "file") -> str | None:
         return f"link:{os.readlink(local)}"
     if os.path.isdir(local):
         return _DIR
-    if kind in _VOLATILE:
+    if kind in _VOLATILE or any_content:
         return _ANY
     if not os.path.isfile(local) or info.st_size > 16 * 1024 * 1024:
         return _ANY
@@ -206,21 +210,25 @@ def _read_fd(fd: int) -> bytes:
         offset += len(chunk)
 
 
-def record(root: NodeRoot, kind: Kind, paths: Iterable[str]) -> None:
-    """Record that noderole wrote ``paths`` (node paths), with what they hold now.
+def record(root: NodeRoot, kind: Kind, paths: Iterable[str], *, any_content: bool = False) -> None:
+    """Record that noderole wrote ``paths`` (node paths), with what they hold now; with
+    ``any_content``, as files noderole rewrites on every run (``reset`` removes them whatever
+    they hold, and a new content adds no line).
 
     Paths that hold nothing are skipped. Never raises for a manifest it cannot write: recording
     must not fail the write it follows (``reset`` then keeps what it does not know).
     """
-    remember(root, _found(root, kind, paths))
+    remember(root, _found(root, kind, paths, any_content=any_content))
 
 
-def _found(root: NodeRoot, kind: Kind, paths: Iterable[str]) -> list[Entry]:
+def _found(
+    root: NodeRoot, kind: Kind, paths: Iterable[str], *, any_content: bool = False
+) -> list[Entry]:
     """The entries :func:`record` would append for ``paths`` (those that hold something)."""
     found = []
     for path in dict.fromkeys(paths):
         if path.startswith("/"):
-            digest = digest_at(root.local(path), kind)
+            digest = digest_at(root.local(path), kind, any_content=any_content)
             if digest is not None:
                 found.append(Entry(path=path, kind=kind, digest=digest))
     return found
@@ -246,10 +254,9 @@ def remember(root: NodeRoot, found: Iterable[Entry]) -> None:
         lines = data.count(b"\n") + len(new)
         known.update((entry.path, entry) for entry in new)
         if lines > _COMPACT_AFTER and lines > 2 * len(known):
-            # Mostly superseded lines (the last apply's record changes on every apply): replace
-            # the file by one line per path, under the lock; writers waiting on the old file
-            # retry on the new one (see _open_locked). Durable, unlike an append: a lost
-            # manifest would make reset keep everything.
+            # Mostly superseded lines: replace the file by one line per path, under the lock;
+            # writers waiting on the old file retry on the new one (see _open_locked). Durable,
+            # unlike an append: a lost manifest would make reset keep everything.
             from noderole.atomic import write_atomic
 
             write_atomic(root.local(MANIFEST), _text(known.values()), mode=0o600)

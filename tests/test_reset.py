@@ -339,6 +339,18 @@ class TestManifest:
         assert (tmp_path / "var/lib/noderole/written.jsonl").stat().st_mode & 0o777 == 0o600
         assert [p.name for p in (tmp_path / "var/lib/noderole").iterdir() if ".tmp" in p.name] == []
 
+    def test_the_last_apply_record_adds_no_line_per_apply(self, tmp_path: Path) -> None:
+        """The last apply's record, rewritten by every apply, is recorded once, as a file whose
+        content does not matter to reset."""
+        from noderole.paths import LAST_APPLY_FILE
+        from noderole.state import write_last_apply
+
+        root = NodeRoot(tmp_path)
+        for i in range(5):
+            write_last_apply(root, {"apply": i})
+        assert len(ScratchRoot(tmp_path).read(MANIFEST).splitlines()) == 1
+        assert entries(root)[LAST_APPLY_FILE].digest == "any"
+
     def test_compaction_under_concurrent_writers_loses_nothing(self, tmp_path: Path) -> None:
         """Writers that wait on the lock while another one replaces the file retry on the new
         file: every path ends with its last record."""
