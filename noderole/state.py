@@ -73,7 +73,7 @@ def write_last_apply(root: NodeRoot, record: Mapping[str, Any]) -> None:
     wait for every file the apply just wrote to reach the disk, on the boot's path.
     """
     text = json.dumps(record, indent=1, sort_keys=True).encode()
-    write_state_file(root, LAST_APPLY_FILE, text, durable=False, rewritten=True)
+    write_state_file(root, LAST_APPLY_FILE, text, durable=False, any_content=True)
 
 
 def read_role(root: NodeRoot) -> str | None:
@@ -91,13 +91,13 @@ class StateError(NoderoleError):
 
 
 def write_state_file(
-    root: NodeRoot, node_path: str, data: bytes, *, durable: bool = True, rewritten: bool = False
+    root: NodeRoot, node_path: str, data: bytes, *, durable: bool = True, any_content: bool = False
 ) -> None:
     """Write one of noderole's state files: private directory, 0600, never through a link,
     recorded for ``reset``; synced to disk unless not ``durable`` (see
     :func:`noderole.atomic.write_atomic`); :class:`StateError` when the machine refuses.
 
-    A file every run writes anew (``rewritten``: the last apply's record) is recorded without
+    A file every run writes anew (``any_content``: the last apply's record) is recorded without
     its digest, so that the manifest does not gain a line on every run; reset removes it
     whatever it holds."""
     from noderole.atomic import write_atomic
@@ -111,7 +111,7 @@ def write_state_file(
             f"cannot record {node_path} (at {path}): {error.strerror or error}; free space or "
             "fix the directory, then run again"
         ) from error
-    _record(root, node_path, rewritten=rewritten)
+    _record(root, node_path, any_content=any_content)
 
 
 def write_role(root: NodeRoot, role: str) -> None:
@@ -185,11 +185,11 @@ def _open_lock(path: str) -> int:
     return fd
 
 
-def _record(root: NodeRoot, node_path: str, *, rewritten: bool = False) -> None:
+def _record(root: NodeRoot, node_path: str, *, any_content: bool = False) -> None:
     """Note the state file in the manifest ``noderole reset`` removes by."""
     from noderole.manifest import record
 
-    record(root, "state", [node_path], any_content=rewritten)
+    record(root, "state", [node_path], any_content=any_content)
 
 
 @contextmanager
