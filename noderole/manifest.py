@@ -259,11 +259,14 @@ def remember(root: NodeRoot, found: Iterable[Entry]) -> None:
             # unlike an append: a lost manifest would make reset keep everything.
             from noderole.atomic import write_atomic
 
-            write_atomic(root.local(MANIFEST), _text(known.values()), mode=0o600)
-        else:
-            # No fsync: a record lost to a power cut only makes reset keep that file (the safe
-            # side), and it would cost ~6 ms per write at boot.
-            os.write(fd, _text(new))
+            try:
+                write_atomic(root.local(MANIFEST), _text(known.values()), mode=0o600)
+                return
+            except OSError:
+                pass  # a full disk has no room for a second copy: append, as below
+        # No fsync: a record lost to a power cut only makes reset keep that file (the safe
+        # side), and it would cost ~6 ms per write at boot.
+        os.write(fd, _text(new))
     except OSError:
         pass
     finally:

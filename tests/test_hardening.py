@@ -554,6 +554,35 @@ print(json.dumps({"code": result.exit_code, "out": result.output,
 )
 
 
+_MANIFEST_FULL = (
+    """
+import json, os, subprocess, sys
+from noderole.manifest import MANIFEST, entries, record
+from noderole.root import NodeRoot
+base = sys.argv[1]
+state = os.path.join(base, "var/lib/noderole")
+os.makedirs(state)
+subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", state], check=True)
+os.makedirs(os.path.join(base, "etc"))
+manifest = os.path.join(base, MANIFEST.lstrip("/"))
+with open(manifest, "w") as f:  # 70 records of one path, 69 of them superseded
+    for i in range(70):
+        f.write(json.dumps({"path": "/etc/changing", "kind": "file", "digest": f"sha256:{i:064x}"}))
+        f.write("\\n")
+"""
+    + _FILL
+    + """
+fill(state)
+with open(os.path.join(base, "etc/new"), "w") as f:
+    f.write("new")
+record(NodeRoot(base), "file", ["/etc/new"])
+with open(manifest) as f:
+    lines = f.read().splitlines()
+print(json.dumps({"recorded": sorted(entries(NodeRoot(base))), "lines": len(lines)}))
+"""
+)
+
+
 class TestFullRun:
     def test_apply_command_on_a_full_disk_fails_clearly(self, tmp_path: Path) -> None:
         """`noderole apply` with /run and /var/lib/noderole full: exit 1, messages, no traceback."""
@@ -580,6 +609,13 @@ class TestFullRun:
         assert kind == "StateError"
         assert "/var/lib/noderole/applied.json" in message
         assert "No space left on device" in message
+
+    def test_a_full_disk_keeps_a_new_manifest_record(self, tmp_path: Path) -> None:
+        """A manifest due for compaction on a full disk: the rewrite has no room, so the new
+        record is appended as usual (into the file's last block), never dropped."""
+        result = _in_private_mounts(_MANIFEST_FULL, tmp_path / "root", timeout=60)
+        assert result["recorded"] == ["/etc/changing", "/etc/new"]
+        assert result["lines"] == 71
 
     def test_respawn_not_recorded_in_state_is_still_known_to_the_watchdog(
         self, tmp_path: Path
