@@ -575,7 +575,6 @@ class Operations:
     ) -> None:
         """Record ``plan``'s role and the plan itself (each only when it changed); services
         left out because of a broken plugin (``failures``) stay recorded as they were."""
-        from noderole.partial import PLUGIN_PREFIX
         from noderole.recorded import keeping, plan_data, write_plan
         from noderole.state import read_role, write_role
 
@@ -585,9 +584,14 @@ class Operations:
         # (and reading the setting here would make apply depend on the configuration twice).
         noderole_path = str(getattr(backend, "noderole_path", "noderole"))
         data = plan_data(plan, backend=backend.name, noderole_path=noderole_path)
-        failed = [f.name for f in failures]
-        origins = [n.removeprefix(PLUGIN_PREFIX) for n in failed if n.startswith(PLUGIN_PREFIX)]
-        names = [n for n in failed if not n.startswith(PLUGIN_PREFIX)]
+        origins: list[str] = []
+        names: list[str] = []
+        if failures:  # a broken plugin: rare, so its module is loaded only then
+            from noderole.partial import PLUGIN_PREFIX
+
+            failed = [f.name for f in failures]
+            origins = [n.removeprefix(PLUGIN_PREFIX) for n in failed if n.startswith(PLUGIN_PREFIX)]
+            names = [n for n in failed if not n.startswith(PLUGIN_PREFIX)]
         write_plan(self.root, keeping(self.root, data, origins=origins, names=names))
 
     # ---------------------------------------------------------------- fleet metrics

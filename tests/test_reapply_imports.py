@@ -76,6 +76,7 @@ SHIPPED_REAPPLY_FORBIDDEN = (
     "cryptography",
     "importlib.metadata",
     "noderole.supervisor.probes",
+    "noderole.partial",
     "noderole_k3s.standins",
     "noderole_konnectivity.standins",
     *PATHLIB,
@@ -84,7 +85,8 @@ SHIPPED_REAPPLY_FORBIDDEN = (
 unchanged since its stamp), no entry-point scan (the cache answers), no probes (the paths
 konnectivity-server waits for are there at the first look; both services run, so no readiness
 is awaited and no spec sent), and no pathlib; its SANs (``localhost``, an IPv4 address) are
-checked without ipaddress. The plugins' rehearsal stand-ins are loaded only by a rehearsal."""
+checked without ipaddress. The plugins' rehearsal stand-ins are loaded only by a rehearsal, and
+what an apply does around a broken plugin (noderole.partial) only when a plugin is broken."""
 
 STATUS_FORBIDDEN = (
     "attr",
