@@ -36,7 +36,6 @@ option of ``frozen``/``define``/``field``, ``order``, ``on_setattr``, ``@field.d
 
 from __future__ import annotations
 
-import inspect
 import operator
 import sys
 import types
@@ -145,7 +144,9 @@ class Field:
         self.eq = eq
         self.hash = hash
         self.init = init
-        self.metadata: Mapping[Any, Any] = types.MappingProxyType(dict(metadata or {}))
+        self.metadata: Mapping[Any, Any] = (
+            types.MappingProxyType(dict(metadata)) if metadata else _NO_METADATA
+        )
         self.alias = alias
         self.kw_only = kw_only
 
@@ -166,6 +167,9 @@ class Field:
 
     def __repr__(self) -> str:
         return f"Field(name={self.name!r}, default={self.default!r}, alias={self.alias!r})"
+
+
+_NO_METADATA: Mapping[Any, Any] = types.MappingProxyType({})
 
 
 class _Declared:
@@ -225,6 +229,10 @@ def _field(
         "kw_only": kw_only,
     }
     return _Declared(validators, options)
+
+
+_PLAIN_OPTIONS: dict[str, Any] = dict(_field().options)
+"""What ``field()`` declares without arguments (its default is replaced by the class body's)."""
 
 
 class _Fields(tuple[Field, ...]):
@@ -362,18 +370,22 @@ def _collect(cls: type, kw_only: bool) -> tuple[list[Field], list[str], list[str
             inherited[item.name] = item
     own: dict[str, Field] = {}
     body = cls.__dict__
-    annotations = inspect.get_annotations(cls)
+    annotations = body.get("__annotations__", {})  # as inspect.get_annotations reads a class
     for name, annotation in annotations.items():
         if _is_classvar(annotation):
             continue
         value = body.get(name, _NOTHING)
-        declared = value if isinstance(value, _Declared) else _field(default=value)
-        options = dict(declared.options)
+        if isinstance(value, _Declared):
+            options = dict(value.options)
+            validators = list(value.validators)
+        else:  # a plain default (or none): field()'s defaults
+            options = dict(_PLAIN_OPTIONS, default=value)
+            validators = []
         options["alias"] = options["alias"] or name.lstrip("_")
         options["kw_only"] = options["kw_only"] or kw_only
         if options["hash"] is None:
             options["hash"] = options["eq"]
-        made = Field(validators=list(declared.validators), **options)
+        made = Field(validators=validators, **options)
         made.name = name
         own[name] = made
         inherited.pop(name, None)
