@@ -46,6 +46,8 @@ _FORMAT = 1
 
 
 def _text(path: str | os.PathLike[str]) -> str:
+    # os.fspath itself as the converter: its overloads (str or bytes) leave the field's type to
+    # mypy's attrs plugin as a guess it then refuses.
     return os.fspath(path)
 
 
