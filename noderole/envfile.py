@@ -30,6 +30,7 @@ from noderole.names import is_variable_name
 __all__ = ["EnvFile", "parse_env_text", "read_env_file"]
 
 _DOUBLE_ESCAPES = {'"': '"', "\\": "\\", "$": "$", "n": "\n"}
+_BYTE_ORDER_MARK = b"\xef\xbb\xbf"
 
 
 def _readonly(value: Mapping[str, str]) -> Mapping[str, str]:
@@ -100,12 +101,15 @@ def read_env_file(path: str | os.PathLike[str], *, display_path: str | None = No
             f"environment file {name} contains a NUL byte (at byte {offset}): it is binary or was "
             "damaged; rewrite it as UTF-8 text with one KEY=VALUE per line"
         )
+    # A byte-order mark written by some editors is not part of the first key. It is skipped here
+    # rather than by the "utf-8-sig" codec, whose lookup imports a codec module on every apply
+    # (2M instructions) and whose errors count bytes from after the mark.
+    start = 3 if data.startswith(_BYTE_ORDER_MARK) else 0
     try:
-        # utf-8-sig: a byte-order mark written by some editors is not part of the first key.
-        text = data.decode("utf-8-sig")
+        text = str(data[start:], "utf-8")
     except UnicodeDecodeError as error:
         raise EnvFileError(
-            f"environment file {name} is not UTF-8 text (invalid byte at {error.start}); "
+            f"environment file {name} is not UTF-8 text (invalid byte at {start + error.start}); "
             "convert it to UTF-8 (e.g. iconv -f LATIN1 -t UTF-8) with one KEY=VALUE per line"
         ) from error
     return parse_env_text(text, source=name)

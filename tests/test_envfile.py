@@ -246,6 +246,23 @@ class TestReadFile:
         env_file.write_bytes(b"\xef\xbb\xbfA=1\n")
         assert read_env_file(env_file).values == {"A": "1"}
 
+    def test_byte_order_mark_only_at_the_start(self, tmp_path: Path) -> None:
+        """Only a leading mark is skipped (as utf-8-sig does): a later one is part of the text."""
+        env_file = tmp_path / "f.env"
+        env_file.write_bytes(b"\xef\xbb\xbf\xef\xbb\xbfA=1\n")
+        parsed = read_env_file(env_file)
+        assert parsed.values == {}
+        assert "bad key '\\ufeffA'" in parsed.warnings[0]
+        env_file.write_bytes(b"A=\xef\xbb\xbf1\n")
+        assert read_env_file(env_file).values == {"A": "\ufeff1"}
+
+    def test_invalid_byte_counted_from_the_file_start(self, tmp_path: Path) -> None:
+        """With a byte-order mark, the invalid byte's offset still counts the mark's three bytes."""
+        env_file = tmp_path / "f.env"
+        env_file.write_bytes(b"\xef\xbb\xbfA=caf\xe9\n")
+        with pytest.raises(EnvFileError, match=r"invalid byte at 8\)"):
+            read_env_file(env_file)
+
     def test_utf8_values(self, tmp_path: Path) -> None:
         """Non-ASCII UTF-8 values are read as text."""
         env_file = tmp_path / "f.env"
