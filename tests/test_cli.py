@@ -69,6 +69,39 @@ class TestInspect:
         )
         assert done.stdout.strip() == f"noderole, version {noderole.__version__}"
 
+    def test_root_that_is_a_file_is_refused(self, tmp_path: Path) -> None:
+        """--root naming a regular file is a usage error naming it; an absent one is not."""
+        afile = tmp_path / "not-a-dir"
+        afile.write_text("x")
+        done = CliRunner().invoke(cli, ["--root", str(afile), "list"])
+        assert done.exit_code == ExitCode.USAGE
+        assert f"'{afile}' is a file, not a directory" in done.output
+        absent = tmp_path / "new-root"
+        assert CliRunner().invoke(cli, ["--root", str(absent), "--help"]).exit_code == 0
+
+    def test_every_command_has_noderoles_help_option(self) -> None:
+        """Each command, nested ones too, is noderole's Command or Group: its -h/--help is made
+        without click's gettext lookup, prints the command's help and ends it."""
+        from noderole.cli import COMMANDS, Command, Group
+
+        pending: list[tuple[list[str], Any]] = [([], cli)]
+        seen = 0
+        while pending:
+            path, command = pending.pop()
+            assert isinstance(command, Command | Group), path
+            for flag in ("-h", "--help"):
+                done = CliRunner().invoke(cli, [*path, flag])
+                assert done.exit_code == 0, (path, done.output)
+                assert done.output.startswith(f"Usage: cli {' '.join(path)}".rstrip())
+                assert "-h, --help  " in done.output
+                assert "Show this message and exit." in done.output
+            seen += 1
+            if isinstance(command, Group):
+                ctx = command.make_context("cli", ["--help"], resilient_parsing=True)
+                for name in command.list_commands(ctx):
+                    pending.append(([*path, name], command.get_command(ctx, name)))
+        assert seen > len(COMMANDS)  # the groups' subcommands were walked too
+
     def test_list_json_names_plugins_services_and_roles(self, tmp_path: Path) -> None:
         """list --json shows each plugin with its services and roles."""
         data = json.loads(run(tmp_path, "list", "--json").stdout)

@@ -100,6 +100,7 @@ PLAN_FORBIDDEN = (
     "difflib",
     "noderole.rehearsal_records",
     "signal",
+    "locale",
 )
 """What ``plan`` must not import: attrs (noderole.recordclass builds the records), pathlib (with
 urllib.parse, 6% of `import click`: the node is read through string paths, and the shipped
@@ -108,7 +109,7 @@ state and no supervisor client (it shows only the backend's name); the k3s plugi
 config.yaml and writes its drop-ins and manifests without PyYAML; its ``after: firewall`` (a
 service of no shipped role) is warned about without difflib, since nothing is close to it; and
 the rehearsal's records (stand-ins, input files) are not built; a SIGTERM stop signal is checked
-without the signal module."""
+without the signal module; no gettext lookup imports locale (the help option is noderole's)."""
 
 
 def _modules_after_plan(root: Path, role: str) -> list[str]:

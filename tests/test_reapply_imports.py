@@ -79,6 +79,8 @@ SHIPPED_REAPPLY_FORBIDDEN = (
     "noderole.partial",
     "noderole_k3s.standins",
     "noderole_konnectivity.standins",
+    "locale",
+    "encodings.utf_8_sig",
     *PATHLIB,
 )
 """What re-applying the shipped server role must not import: no x509 (the certificate is
@@ -86,10 +88,14 @@ unchanged since its stamp), no entry-point scan (the cache answers), no probes (
 konnectivity-server waits for are there at the first look; both services run, so no readiness
 is awaited and no spec sent), and no pathlib; its SANs (``localhost``, an IPv4 address) are
 checked without ipaddress. The plugins' rehearsal stand-ins are loaded only by a rehearsal, and
-what an apply does around a broken plugin (noderole.partial) only when a plugin is broken."""
+what an apply does around a broken plugin (noderole.partial) only when a plugin is broken. No
+gettext lookup (its first imports locale, 4M instructions): noderole's commands make their own
+help and version options; and first-boot.env's byte-order mark is skipped without the utf-8-sig
+codec's module."""
 
 STATUS_FORBIDDEN = (
     "attr",
+    "locale",
     "noderole.records",
     "noderole.plan",
     "noderole.config",

@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING
 
 import click
 
+from noderole.cli import Command
 from noderole.cli._app import App
 from noderole.cli._options import backend_option, lock_timeout_option, optional_role_argument
-from noderole.cli._output import echo_status
 from noderole.cli._params import Seconds
 from noderole.errors import ExitCode, NoderoleError
 from noderole.operations import status_verdict
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 __all__ = ["apply_command", "restart_command", "status_command", "stop_command"]
 
 
-@click.command("apply")
+@click.command("apply", cls=Command)
 @optional_role_argument
 @click.option("--json", "as_json", is_flag=True, help="Print the final report as JSON.")
 @backend_option
@@ -95,7 +95,7 @@ def apply_command(
         raise SystemExit(int(ExitCode.FAILED))
 
 
-@click.command("status")
+@click.command("status", cls=Command)
 @click.argument("role", required=False, metavar="[ROLE | SERVICE]")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.option("--wait", "wait", is_flag=True, help="Block until the role is up or has failed.")
@@ -159,6 +159,8 @@ def status_command(
         rows = [r for r in rows if r["name"] == only]
         verdict = status_verdict(rows)
     _warn_config(app)  # what reading the state brought up
+    from noderole.cli._output import echo_status  # status prints tables; apply never does
+
     echo_status(
         plan.role,
         rows,
@@ -198,7 +200,7 @@ def _warn_config(app: App) -> None:
     app.warnings.clear()
 
 
-@click.command("stop")
+@click.command("stop", cls=Command)
 @click.argument("names", nargs=-1, metavar="[ROLE | SERVICE...]")
 @backend_option
 @lock_timeout_option
@@ -221,7 +223,7 @@ def stop_command(app: App, names: tuple[str, ...], backend: str, lock_timeout: f
         click.echo(f" * Not running: {', '.join(idle)}")
 
 
-@click.command("restart")
+@click.command("restart", cls=Command)
 @click.argument("services", nargs=-1, required=True)
 @backend_option
 @lock_timeout_option

@@ -14,13 +14,14 @@ import sys
 
 import click
 
+from noderole.cli import Command
 from noderole.cli._app import App
 from noderole.errors import StepError, UsageError
 
 __all__ = ["exec_command", "hook_command"]
 
 
-@click.command("hook")
+@click.command("hook", cls=Command)
 @click.argument("name")
 @click.argument("phase", type=click.Choice(["start-pre", "start-post", "stop-post"]))
 @click.pass_obj
@@ -52,7 +53,7 @@ def hook_command(app: App, name: str, phase: str) -> None:
         raise SystemExit(1) from None
 
 
-@click.command("exec", context_settings={"ignore_unknown_options": True})
+@click.command("exec", cls=Command, context_settings={"ignore_unknown_options": True})
 @click.argument("name")
 @click.pass_obj
 def exec_command(app: App, name: str) -> None:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from noderole.cli import Group
 from noderole.errors import CertificateError, DefinitionError, UsageError
 
 if TYPE_CHECKING:
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
 __all__ = ["cert"]
 
 
-@click.group(name="cert")
+@click.group(name="cert", cls=Group)
 def cert() -> None:
     """Mint or check TLS serving certificates signed by a cluster CA."""
 

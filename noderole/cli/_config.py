@@ -6,13 +6,14 @@ import json
 
 import click
 
+from noderole.cli import Command, Group
 from noderole.cli._app import App
 from noderole.errors import ConfigError
 
 __all__ = ["completion_command", "config_group"]
 
 
-@click.group("config")
+@click.group("config", cls=Group)
 def config_group() -> None:
     """Show or check the configuration (/etc/noderole/config.toml under --root)."""
 
@@ -89,7 +90,7 @@ def check_command(app: App) -> None:
     click.echo(f"ok: {path} ({set_here} values set, {tables} tables checked)")
 
 
-@click.command("completion")
+@click.command("completion", cls=Command)
 @click.argument("shell", type=click.Choice(["bash", "zsh", "fish"]))
 @click.pass_context
 def completion_command(ctx: click.Context, shell: str) -> None:

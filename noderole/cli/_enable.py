@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import click
 
+from noderole.cli import Command
 from noderole.cli._app import App
 from noderole.cli._options import optional_role_argument
 from noderole.errors import ExitCode, UsageError
@@ -35,7 +36,7 @@ def _kind(app: App, requested: str) -> str:
     return found
 
 
-@click.command("enable")
+@click.command("enable", cls=Command)
 @optional_role_argument
 @click.option(
     "--backend",
@@ -73,7 +74,7 @@ def enable_command(app: App, role: str | None, backend: str) -> None:
     click.echo(f"{recorded}; {kind} boot entry: {', '.join(written)}")
 
 
-@click.command("disable")
+@click.command("disable", cls=Command)
 @click.pass_obj
 def disable_command(app: App) -> None:
     """Remove the boot entry `noderole enable` wrote (and nothing else).

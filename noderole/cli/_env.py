@@ -8,6 +8,7 @@ import shlex
 
 import click
 
+from noderole.cli import Group
 from noderole.cli._app import App
 from noderole.errors import EnvFileError, UsageError
 from noderole.root import climbs_out
@@ -18,7 +19,7 @@ SECRET_KEY = re.compile(r"TOKEN|SECRET|PASSWORD|KEY", re.IGNORECASE)
 """Keys whose values ``env show`` hides unless ``--show-secrets``."""
 
 
-@click.group()
+@click.group(cls=Group)
 def env() -> None:
     """Environment files (KEY=VALUE), parsed as data: nothing in them is executed."""
 

@@ -7,6 +7,7 @@ from typing import Any
 
 import click
 
+from noderole.cli import Command
 from noderole.cli._app import App
 from noderole.cli._options import role_argument
 from noderole.cli._output import format_plan
@@ -14,7 +15,7 @@ from noderole.cli._output import format_plan
 __all__ = ["graph_command", "list_command", "plan_command"]
 
 
-@click.command("list")
+@click.command("list", cls=Command)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_obj
 def list_command(app: App, as_json: bool) -> None:
@@ -47,7 +48,7 @@ def list_command(app: App, as_json: bool) -> None:
     click.echo(f"roles: {', '.join(all_roles) or '(none)'}")
 
 
-@click.command("plan")
+@click.command("plan", cls=Command)
 @role_argument
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_obj
@@ -88,7 +89,7 @@ def plan_command(app: App, role: str, as_json: bool) -> None:
         raise SystemExit(int(ExitCode.WOULD_FAIL))
 
 
-@click.command("graph")
+@click.command("graph", cls=Command)
 @role_argument
 @click.option(
     "--format",

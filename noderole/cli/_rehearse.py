@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 
+from noderole.cli import Command
 from noderole.cli._app import App
 from noderole.cli._options import role_argument
 from noderole.cli._output import echo_status
@@ -18,7 +19,7 @@ from noderole.errors import ExitCode
 __all__ = ["rehearse_command"]
 
 
-@click.command("rehearse")
+@click.command("rehearse", cls=Command)
 @role_argument
 @click.option("--keep", is_flag=True, help="Keep the scratch root (and leave nothing running).")
 @click.pass_obj

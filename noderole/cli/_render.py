@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import click
 
+from noderole.cli import Command
 from noderole.cli._app import App
 from noderole.cli._options import role_argument
 
 __all__ = ["render_command"]
 
 
-@click.command("render")
+@click.command("render", cls=Command)
 @role_argument
 @click.option(
     "--backend",

@@ -9,6 +9,7 @@ import json
 
 import click
 
+from noderole.cli import Command
 from noderole.cli._app import App
 from noderole.cli._options import backend_option, lock_timeout_option
 from noderole.errors import ExitCode
@@ -16,7 +17,7 @@ from noderole.errors import ExitCode
 __all__ = ["renew_command"]
 
 
-@click.command("renew")
+@click.command("renew", cls=Command)
 @click.argument("role", required=False)
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (as apply does).")
 @backend_option

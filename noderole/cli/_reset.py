@@ -9,13 +9,14 @@ import json
 
 import click
 
+from noderole.cli import Command
 from noderole.cli._app import App
 from noderole.cli._options import backend_option, lock_timeout_option
 
 __all__ = ["reset_command"]
 
 
-@click.command("reset")
+@click.command("reset", cls=Command)
 @click.argument("role", required=False)
 @click.option(
     "--purge", is_flag=True, help="Also remove minted keys and certificates, and service logs."

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Literal, TypeAlias
 
 import click
 
+from noderole.cli import Command
 from noderole.cli._app import App
 from noderole.cli._params import Seconds, seconds_text
 from noderole.errors import DefinitionError, UsageError, WaitTimeout
@@ -23,7 +24,7 @@ _Builder: TypeAlias = "Callable[[float], Wait]"
 __all__ = ["wait"]
 
 
-@click.command("wait")
+@click.command("wait", cls=Command)
 @click.option("--path", "paths", multiple=True, metavar="P", help="A node path to wait for.")
 @click.option("--any", "any_path", is_flag=True, help="One --path is enough (default: all).")
 @click.option(
