@@ -465,19 +465,27 @@ def _repoint_class_cells(body: Mapping[str, Any], old: type, new: type) -> None:
     attrs does for the slotted classes it rebuilds (the compiler bound them to ``old``)."""
     for value in body.values():
         functions: tuple[Any, ...]
-        if isinstance(value, property):
+        if isinstance(value, types.FunctionType):
+            functions = (value,)
+        elif isinstance(value, property):
             functions = (value.fget, value.fset, value.fdel)
         elif isinstance(value, classmethod | staticmethod):
             functions = (value.__func__,)
         else:
-            functions = (value,)
+            continue  # a constant, a nested class...: no cell of its own
         for function in functions:
-            for cell in getattr(function, "__closure__", None) or ():
-                try:
-                    if cell.cell_contents is old:
-                        cell.cell_contents = new
-                except ValueError:  # an empty cell
-                    continue
+            # Only a function that uses super() or __class__ has that cell (named __class__).
+            if not isinstance(function, types.FunctionType):
+                continue
+            names, cells = function.__code__.co_freevars, function.__closure__
+            if cells is None or "__class__" not in names:
+                continue
+            cell = cells[names.index("__class__")]
+            try:
+                if cell.cell_contents is old:
+                    cell.cell_contents = new
+            except ValueError:  # an empty cell
+                continue
 
 
 def _make_init(
@@ -495,8 +503,11 @@ def _make_init(
 
     def bind(built: type) -> None:
         # Each slot's own descriptor sets it: no lookup by name, and past a frozen __setattr__.
+        own = built.__dict__
         for item in table:
-            slot = next(k.__dict__[item.name] for k in built.__mro__ if item.name in k.__dict__)
+            slot = own.get(item.name)
+            if slot is None:  # a base's field: the nearest base's slot
+                slot = next(k.__dict__[item.name] for k in built.__mro__ if item.name in k.__dict__)
             steps.append(
                 (
                     slot.__set__,

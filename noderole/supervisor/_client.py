@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from noderole.supervisor import _protocol, _safeopen, _title
+from noderole.supervisor import _protocol, _safeopen
 from noderole.supervisor._status import SchemaError, ServiceStatus
 
 if TYPE_CHECKING:  # `status` and `stop` send no spec: they need not import it (nor its probes)
@@ -616,6 +616,8 @@ def default_log_path(run_dir: Path) -> Path:
 
 def _default_log(run_dir: str) -> str:
     """:func:`default_log_path` of a run directory spelled as :func:`_posix` spells it."""
+    from noderole.supervisor import _title  # only where the log is named: not on every request
+
     root = _title.root_of(run_dir)
     if root == run_dir:
         return os.path.join(run_dir, "supervisor.log")
