@@ -102,6 +102,19 @@ class TestInspect:
                     pending.append(([*path, name], command.get_command(ctx, name)))
         assert seen > len(COMMANDS)  # the groups' subcommands were walked too
 
+    def test_help_names_follow_the_context(self) -> None:
+        """A command invoked on its own takes click's default --help only; invoked under
+        `noderole` afterwards, -h works too (the option is remade for the other names)."""
+        from noderole.cli._cert import cert
+
+        alone = CliRunner().invoke(cert, ["-h"])
+        assert alone.exit_code == ExitCode.USAGE
+        assert "No such option: -h" in alone.output or "No such option '-h'" in alone.output
+        assert CliRunner().invoke(cert, ["--help"]).exit_code == 0
+        done = CliRunner().invoke(cli, ["cert", "-h"])
+        assert done.exit_code == 0, done.output
+        assert "Usage: cli cert" in done.output
+
     def test_list_json_names_plugins_services_and_roles(self, tmp_path: Path) -> None:
         """list --json shows each plugin with its services and roles."""
         data = json.loads(run(tmp_path, "list", "--json").stdout)

@@ -134,8 +134,9 @@ class _OwnHelpOption(click.Command):
         names = self.get_help_option_names(ctx)
         if not names or not self.add_help_option:
             return None
-        if self._own_help is None:
-            # Made once and kept: click orders eager callbacks by the option's identity.
+        if self._own_help is None or self._own_help.opts != names:
+            # Kept while the names stay (click orders eager callbacks by the option's identity);
+            # remade when a context asks for other names (the command invoked on its own).
             self._own_help = click.Option(
                 [*names, "noderole_help"],  # its own name: never a command's `help` parameter
                 is_flag=True,
