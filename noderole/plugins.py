@@ -15,7 +15,6 @@ hook, is a :class:`~noderole.errors.PluginError` like any other failure, never a
 from __future__ import annotations
 
 import os
-import threading
 import types
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
@@ -24,6 +23,7 @@ from typing import Any, TypeVar, cast
 import pluggy
 
 from noderole import hookspecs, recordclass
+from noderole.bounded import run_bounded
 from noderole.entrypoints import FoundEntryPoint, discover
 from noderole.errors import DefinitionError, NoderoleError, PluginError, UsageError
 from noderole.records import RecordBase, Service, SettingsTable
@@ -227,12 +227,9 @@ class PluginSet:
             except BaseException as exc:  # reported to the caller thread below
                 outcome["error"] = exc
 
-        # A thread bounds the call: a hook that hangs (a blocking read at plan time) must not
-        # hang the boot. The thread is a daemon, so a hung hook does not keep the process alive.
-        thread = threading.Thread(target=target, name=f"{plugin}:{hook_name}", daemon=True)
-        thread.start()
-        thread.join(self.hook_timeout)
-        if thread.is_alive():
+        # A worker thread bounds the call: a hook that hangs (a blocking read at plan time) must
+        # not hang the boot; a hung hook is left behind in its daemon thread.
+        if not run_bounded(target, name=f"{plugin}:{hook_name}", timeout=self.hook_timeout):
             late = TimeoutError(f"hook {hook_name} did not return within {self.hook_timeout:g}s")
             raise PluginError(
                 f"{self._describe(plugin)} {late.args[0]}; it is probably blocked on something. "
@@ -482,10 +479,7 @@ def _import(entry_point: FoundEntryPoint, info: PluginInfo, timeout: float) -> A
         except BaseException as exc:  # the plugin's, reported to the caller thread below
             outcome["error"] = exc
 
-    thread = threading.Thread(target=target, name=f"import {info.name}", daemon=True)
-    thread.start()
-    thread.join(timeout)
-    if thread.is_alive():
+    if not run_bounded(target, name=f"import {info.name}", timeout=timeout):
         raise PluginError(
             f"{info.describe()} did not finish importing within {timeout:g}s; it is probably "
             f"blocked on something at import. Fix the plugin, raise the limit with "

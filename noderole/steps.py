@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from noderole import recordclass
+from noderole.bounded import run_bounded
 from noderole.errors import NoderoleError, StepError
 from noderole.manifest import record
 from noderole.records import (
@@ -177,10 +178,7 @@ def _call(step: Call, ctx: StepContext) -> None:
         except BaseException as exc:  # handed to the caller's thread below
             outcome["error"] = exc
 
-    thread = threading.Thread(target=target, name=f"{ctx.service}: {step.description}", daemon=True)
-    thread.start()
-    thread.join(step.timeout)
-    if thread.is_alive():
+    if not run_bounded(target, name=f"{ctx.service}: {step.description}", timeout=step.timeout):
         raise StepError(
             f"{step.description}: did not finish within {step.timeout:g}s (a hung plugin step; "
             "the plugin that defines this service must fix it)"
