@@ -152,3 +152,31 @@ def test_plain_shapes_import_no_pyyaml() -> None:
     """Writing and reading the plain shapes imports no PyYAML."""
     done = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, check=True)
     assert "yaml" not in json.loads(done.stdout)
+
+
+COMPILE_PROBE = """
+import json, re
+import noderole_k3s  # the package first: only the import of _yaml itself is counted
+
+def compiled():
+    # re.compile caches every pattern it compiles (3.12 adds a second cache); a private detail,
+    # so the probe first proves a compilation shows up there
+    return sorted(repr(key) for name in ("_cache", "_cache2") for key in getattr(re, name, {}))
+
+re.purge()
+re.compile("probe[0-9]+")
+seen = compiled()
+re.purge()
+import noderole_k3s._yaml
+print(json.dumps({"probe": seen, "compiled": compiled()}))
+"""
+
+
+def test_importing_the_yaml_module_compiles_no_regular_expression() -> None:
+    """Importing noderole_k3s._yaml in a fresh interpreter compiles no regular expression."""
+    done = subprocess.run(
+        [sys.executable, "-c", COMPILE_PROBE], capture_output=True, text=True, check=True
+    )
+    found = json.loads(done.stdout)
+    assert any("probe[0-9]+" in key for key in found["probe"])  # the cache does record them
+    assert found["compiled"] == []

@@ -10,7 +10,6 @@ is handed to PyYAML, imported then. The tests compare both paths on generated do
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -21,13 +20,10 @@ _WIDTH = 80
 _SIMPLE_KEY = 100
 """PyYAML writes a key of 128 characters or more as a complex key (``? key``)."""
 
-_WORD = r"[A-Za-z0-9_./=+,@%$()-]+(?::[A-Za-z0-9_./=+,@%$()-]+)*"
-_PLAIN = re.compile(
-    rf"(?:[A-Za-z_/]|--?[A-Za-z])(?:{_WORD})?(?: {_WORD})*\Z|[0-9]+(?:\.[0-9]+){{2,}}\Z"
-)
-"""Words PyYAML writes and reads as plain strings: a letter, ``_``, ``/`` or one or two dashes
-and a letter first (no indicator, no number, no timestamp), a ``:`` only inside a word, single
-spaces only between words; or dotted numbers with three parts or more (an address, a version)."""
+_WORD_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_./=+,@%$()-"
+"""``[A-Za-z0-9_./=+,@%$()-]``: the characters of a plain word (besides single inner ``:``)."""
+_KEY_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-"
+"""``[A-Za-z0-9_.-]``: the characters of a key :func:`load` reads without PyYAML."""
 _SPECIAL = frozenset(["yes", "no", "true", "false", "on", "off", "null", "y", "n", "~"])
 """Words (in any case) a YAML 1.1 reader may take for a boolean or a null."""
 _BOOLEANS = {
@@ -35,11 +31,89 @@ _BOOLEANS = {
     **dict.fromkeys(["no", "No", "NO", "false", "False", "FALSE", "off", "Off", "OFF"], False),
 }
 _NULLS = frozenset(["~", "null", "Null", "NULL"])
-_INT = re.compile(r"(?:0|-?[1-9][0-9]*)\Z")
-_QUOTED_NUMBER = re.compile(r"(?:0|[1-9][0-9]*|0[0-7]+)\Z")
-"""Digits that PyYAML reads as an integer (decimal or octal), so writes quoted as a string."""
-_KEY_LINE = re.compile(r"([A-Za-z_][A-Za-z0-9_.-]*):(?: +(.*))?\Z")
-_ITEM_LINE = re.compile(r"( *)- +(.*)\Z")
+
+
+# --------------------------------------------------------------------------- shapes
+#
+# The shapes below were regular expressions; compiling them cost nine tenths of this module's
+# import, on every plan and apply of a server. Each function gives exactly the expression's
+# answer (its docstring), written with ``str`` methods; the tests compare them on generated text.
+# ASCII ranges are spelled out: ``str.isdigit`` and ``str.isalpha`` accept other scripts.
+
+
+def _is_word(text: str) -> bool:
+    """``[A-Za-z0-9_./=+,@%$()-]+(?::[A-Za-z0-9_./=+,@%$()-]+)*``, the whole text: runs of
+    word characters joined by single colons (none first or last, never two together)."""
+    return all(part and not part.strip(_WORD_CHARS) for part in text.split(":"))
+
+
+def _is_plain(text: str) -> bool:
+    """Whether PyYAML writes and reads ``text`` as a plain string (unless it is a YAML 1.1
+    boolean or null): the whole text matches
+    ``(?:[A-Za-z_/]|--?[A-Za-z])(?:WORD)?(?: WORD)*|[0-9]+(?:\\.[0-9]+){2,}`` (WORD as
+    :func:`_is_word`).
+
+    A letter, ``_``, ``/`` or one or two dashes and a letter first (no indicator, no number, no
+    timestamp), a ``:`` only inside a word, single spaces only between words; or dotted numbers
+    with three parts or more (an address, a version). The first character is not part of the
+    first word, so ``a:b`` is refused (a word cannot start with ``:``) where ``ab:c`` is not.
+    """
+    first = text[:1]
+    if first == "-":
+        start = 3 if text[1:2] == "-" else 2
+        letter = text[start - 1 : start]
+        if not (letter.isascii() and letter.isalpha()):  # "".isalpha() is False
+            return False
+    elif (first.isascii() and first.isalpha()) or first in ("_", "/"):
+        start = 1
+    else:
+        parts = text.split(".")
+        return len(parts) >= 3 and all(part.isascii() and part.isdigit() for part in parts)
+    words = text[start:].split(" ")
+    # what follows the first character: a word or nothing, then words each after one space
+    return (not words[0] or _is_word(words[0])) and all(_is_word(word) for word in words[1:])
+
+
+def _is_int(text: str) -> bool:
+    """``(?:0|-?[1-9][0-9]*)``, the whole text: a decimal integer as :func:`load` reads it."""
+    digits = text[1:] if text[:1] == "-" else text
+    return text == "0" or (digits.isascii() and digits.isdigit() and digits[0] != "0")
+
+
+def _is_quoted_number(text: str) -> bool:
+    """``(?:0|[1-9][0-9]*|0[0-7]+)``, the whole text: digits PyYAML reads as an integer
+    (decimal or octal), so writes quoted as a string."""
+    if not (text.isascii() and text.isdigit()):
+        return False
+    return text[0] != "0" or ("8" not in text and "9" not in text)
+
+
+def _key_line(line: str) -> tuple[str, str | None] | None:
+    """``([A-Za-z_][A-Za-z0-9_.-]*):(?: +(.*))?``, the whole line: its two groups, the key and
+    the value after the spaces (None when nothing follows the ``:``); None for no match.
+
+    The value may be empty (spaces only) and never holds a newline (``.`` does not match one).
+    """
+    name, colon, rest = line.partition(":")  # the key's characters do not include ":"
+    first = name[:1]
+    if not colon or not ((first.isascii() and first.isalpha()) or first == "_"):
+        return None
+    if name.strip(_KEY_CHARS):
+        return None
+    if not rest:
+        return name, None
+    if rest[0] != " " or "\n" in rest:
+        return None
+    return name, rest.lstrip(" ")
+
+
+def _item_line(line: str) -> tuple[int, str] | None:
+    """``( *)- +(.*)``, the whole line: the width of its indent and the item after the spaces;
+    None for no match (the item never holds a newline)."""
+    item = line.lstrip(" ")
+    if item[:2] != "- " or "\n" in item:
+        return None
+    return len(line) - len(item), item[2:].lstrip(" ")
 
 
 class _NotPlain(Exception):
@@ -126,9 +200,9 @@ def _scalar(value: Any) -> str | None:
     if type(value) is int:
         return str(value)
     if type(value) is str:
-        if _PLAIN.match(value) and value.lower() not in _SPECIAL:
+        if _is_plain(value) and value.lower() not in _SPECIAL:
             return value
-        if value in _BOOLEANS or value in _NULLS or _QUOTED_NUMBER.match(value):
+        if value in _BOOLEANS or value in _NULLS or _is_quoted_number(value):
             return f"'{value}'"  # a string a reader would take for a boolean, null or number
     return None
 
@@ -165,19 +239,19 @@ def _flat(text: str) -> dict[str, Any] | None:
         stripped = line.lstrip(" ")
         if not stripped or stripped.startswith("#"):
             continue
-        item = _ITEM_LINE.match(line)
+        item = _item_line(line)
         if item is not None:
-            if key is None or (indent is not None and len(item.group(1)) != indent):
+            if key is None or (indent is not None and item[0] != indent):
                 raise _NotPlain
-            indent = len(item.group(1))
+            indent = item[0]
             if items is None:
                 items = document[key] = []
-            items.append(_value(item.group(2)))
+            items.append(_value(item[1]))
             continue
-        match = _KEY_LINE.match(line)
-        if match is None or match.group(1).lower() in _SPECIAL:
+        pair = _key_line(line)
+        if pair is None or pair[0].lower() in _SPECIAL:
             raise _NotPlain
-        name, value = match.group(1), match.group(2)
+        name, value = pair
         if value is None:
             key, items, indent = name, None, None
             document[name] = None
@@ -198,8 +272,8 @@ def _value(text: str) -> Any:
         return _BOOLEANS[text]
     if text in _NULLS:
         return None
-    if _INT.match(text):
+    if _is_int(text):
         return int(text)
-    if _PLAIN.match(text) and text.lower() not in _SPECIAL:
+    if _is_plain(text) and text.lower() not in _SPECIAL:
         return text
     raise _NotPlain
