@@ -124,7 +124,7 @@ class Field:
 
     def __init__(
         self,
-        *,
+        name: str,
         default: Any,
         validators: list[Validator],
         converter: Callable[[Any], Any] | None,
@@ -136,7 +136,8 @@ class Field:
         alias: str,
         kw_only: bool,
     ) -> None:
-        self.name = ""
+        # Positional, in this order: a class of twenty fields makes twenty of these at import.
+        self.name = name
         self.default = default
         self.validators = validators
         self.converter = converter
@@ -178,9 +179,11 @@ class _Declared:
 
     __slots__ = ("options", "validators")
 
-    def __init__(self, validators: list[Validator], options: dict[str, Any]) -> None:
+    def __init__(self, validators: list[Validator], options: tuple[Any, ...]) -> None:
         self.validators = validators
         self.options = options
+        """``field()``'s arguments as one tuple (no dict per field): default, converter, repr, eq,
+        hash, init, metadata, alias, kw_only."""
 
     def validator(self, method: Validator) -> Validator:
         """Add ``method`` (``def _check(self, attribute, value)``) to this field's validators."""
@@ -217,22 +220,9 @@ def _field(
         validators = [validator]
     else:
         validators = list(validator)
-    options = {
-        "default": default,
-        "converter": converter,
-        "repr": repr,
-        "eq": eq,
-        "hash": hash,
-        "init": init,
-        "metadata": metadata,
-        "alias": alias,
-        "kw_only": kw_only,
-    }
-    return _Declared(validators, options)
-
-
-_PLAIN_OPTIONS: dict[str, Any] = dict(_field().options)
-"""What ``field()`` declares without arguments (its default is replaced by the class body's)."""
+    return _Declared(
+        validators, (default, converter, repr, eq, hash, init, metadata, alias, kw_only)
+    )
 
 
 class _Fields(tuple[Field, ...]):
@@ -376,17 +366,24 @@ def _collect(cls: type, kw_only: bool) -> tuple[list[Field], list[str], list[str
             continue
         value = body.get(name, _NOTHING)
         if isinstance(value, _Declared):
-            options = dict(value.options)
-            validators = list(value.validators)
+            default, converter, shown, eq, hashed, init, metadata, alias, only = value.options
+            made = Field(
+                name,
+                default,
+                list(value.validators),
+                converter,
+                shown,
+                eq,
+                eq if hashed is None else hashed,
+                init,
+                metadata,
+                alias or name.lstrip("_"),
+                only or kw_only,
+            )
         else:  # a plain default (or none): field()'s defaults
-            options = dict(_PLAIN_OPTIONS, default=value)
-            validators = []
-        options["alias"] = options["alias"] or name.lstrip("_")
-        options["kw_only"] = options["kw_only"] or kw_only
-        if options["hash"] is None:
-            options["hash"] = options["eq"]
-        made = Field(validators=validators, **options)
-        made.name = name
+            made = Field(
+                name, value, [], None, True, True, True, True, None, name.lstrip("_"), kw_only
+            )
         own[name] = made
         inherited.pop(name, None)
     for name, value in body.items():
