@@ -79,6 +79,16 @@ class TestInspect:
         absent = tmp_path / "new-root"
         assert CliRunner().invoke(cli, ["--root", str(absent), "--help"]).exit_code == 0
 
+    def test_root_completes_directories(self) -> None:
+        """--root asks the shell for directories, as click.Path(file_okay=False) did."""
+        from noderole.cli import RootDirectory
+
+        ctx = cli.make_context("noderole", ["--help"], resilient_parsing=True)
+        root = next(p for p in cli.params if p.name == "root")
+        assert isinstance(root.type, RootDirectory)
+        (item,) = root.type.shell_complete(ctx, root, "/va")
+        assert (item.value, item.type) == ("/va", "dir")
+
     def test_every_command_has_noderoles_help_option(self) -> None:
         """Each command, nested ones too, is noderole's Command or Group: its -h/--help is made
         without click's gettext lookup, prints the command's help and ends it."""

@@ -107,8 +107,8 @@ class HelpContext(click.Context):
         return self.formatter_class(width=width, max_width=self.max_content_width)
 
 
-HELP_TEXT = "Show this message and exit."
-VERSION_TEXT = "Show the version and exit."
+_HELP_TEXT = "Show this message and exit."
+_VERSION_TEXT = "Show the version and exit."
 
 
 def _show_help(ctx: click.Context, param: click.Parameter, value: bool) -> None:
@@ -143,7 +143,7 @@ class _OwnHelpOption(click.Command):
                 expose_value=False,
                 is_eager=True,
                 callback=_show_help,
-                help=HELP_TEXT,
+                help=_HELP_TEXT,
             )
         return self._own_help
 
@@ -311,7 +311,7 @@ def _is_command_slot(args: Sequence[str], index: int) -> bool:
     expose_value=False,
     is_eager=True,
     callback=_show_version,
-    help=VERSION_TEXT,
+    help=_VERSION_TEXT,
 )
 @click.option(
     "--root",
