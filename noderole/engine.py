@@ -22,7 +22,6 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from noderole import recordclass
-from noderole.backends import Backend, BackendStatus
 from noderole.clock import Clock
 from noderole.digest import sha256
 from noderole.errors import NoderoleError, StepError
@@ -33,6 +32,7 @@ from noderole.stepcontext import StepContext
 from noderole.steps import StepResult, run_steps, warm_certificates
 
 if TYPE_CHECKING:
+    from noderole.backends import Backend, BackendStatus
     from noderole.stepcontext import Cancel
 
 __all__ = [

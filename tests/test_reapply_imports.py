@@ -81,6 +81,7 @@ SHIPPED_REAPPLY_FORBIDDEN = (
     "noderole_konnectivity.standins",
     "locale",
     "encodings.utf_8_sig",
+    "noderole.backends._protocol",
     *PATHLIB,
 )
 """What re-applying the shipped server role must not import: no x509 (the certificate is
@@ -90,8 +91,8 @@ is awaited and no spec sent), and no pathlib; its SANs (``localhost``, an IPv4 a
 checked without ipaddress. The plugins' rehearsal stand-ins are loaded only by a rehearsal, and
 what an apply does around a broken plugin (noderole.partial) only when a plugin is broken. No
 gettext lookup (its first imports locale, 4M instructions): noderole's commands make their own
-help and version options; and first-boot.env's byte-order mark is skipped without the utf-8-sig
-codec's module."""
+help and version options; first-boot.env's byte-order mark is skipped without the utf-8-sig
+codec's module; and the backends' protocol classes, read by type checkers, are not built."""
 
 STATUS_FORBIDDEN = (
     "attr",

@@ -9,9 +9,25 @@ state, starts a service with its fingerprint and stops services in order. Three 
 
 :mod:`.detect` picks one from the running init system. Writing runscripts and units is
 :mod:`noderole.render`'s job; the init-system backends call it, then drive the init system.
-This package's ``__init__`` imports only the protocol, so importing a backend stays cheap.
+This package's ``__init__`` imports nothing: importing a backend stays cheap, and the protocol
+(two ``typing.Protocol`` classes, read by type checkers) is imported on first use (PEP 562).
 """
 
-from noderole.backends._protocol import Backend, BackendStatus
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from noderole.backends._protocol import Backend, BackendStatus
 
 __all__ = ["Backend", "BackendStatus"]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in __all__:
+        raise AttributeError(f"module 'noderole.backends' has no attribute {name!r}")
+    from noderole.backends import _protocol
+
+    value = getattr(_protocol, name)
+    globals()[name] = value
+    return value
