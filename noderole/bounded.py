@@ -18,13 +18,27 @@ import _thread
 import contextlib
 import threading
 from collections.abc import Callable
+from typing import Any
 
-__all__ = ["run_bounded"]
+__all__ = ["Outcome", "run_bounded"]
 
 _IDLE = "noderole worker"
 """A worker thread's name between calls; during one it bears the call's name (for py-spy)."""
 
 _local = threading.local()
+
+
+class Outcome:
+    """What a call returned (``value``) or raised (``error``, any ``BaseException``)."""
+
+    __slots__ = ("error", "value")
+
+    def __init__(self) -> None:
+        self.value: Any = None
+        self.error: BaseException | None = None
+
+
+_Call = tuple[Callable[[], Any], str, Outcome, _thread.LockType]
 
 
 class _Worker:
@@ -35,18 +49,19 @@ class _Worker:
     def __init__(self) -> None:
         self._wake = _thread.allocate_lock()
         self._wake.acquire()
-        # The call handed over: (function, name, done); None tells the thread to end.
-        self._slot: list[tuple[Callable[[], object], str, _thread.LockType] | None] = [None]
+        # The call handed over; None tells the thread to end.
+        self._slot: list[_Call | None] = [None]
         thread = threading.Thread(target=_serve, args=(self._slot, self._wake), name=_IDLE)
         thread.daemon = True
         thread.start()
 
-    def run(self, function: Callable[[], object], name: str, timeout: float | None) -> bool:
+    def run(self, function: Callable[[], Any], name: str, timeout: float | None) -> Outcome | None:
+        outcome = Outcome()
         done = _thread.allocate_lock()
         done.acquire()
-        self._slot[0] = (function, name, done)
+        self._slot[0] = (function, name, outcome, done)
         self._wake.release()
-        return done.acquire(True, -1 if timeout is None else timeout)
+        return outcome if done.acquire(True, -1 if timeout is None else timeout) else None
 
     def __del__(self) -> None:
         # Dropped: its calling thread ended (a thread's locals go with it), or it was left to a
@@ -56,44 +71,41 @@ class _Worker:
             self._wake.release()
 
 
-def _serve(
-    slot: list[tuple[Callable[[], object], str, _thread.LockType] | None],
-    wake: _thread.LockType,
-) -> None:
+def _serve(slot: list[_Call | None], wake: _thread.LockType) -> None:
     current = threading.current_thread()
     while True:
         wake.acquire()
         call = slot[0]
         if call is None:
             return
-        function, name, done = call
+        function, name, outcome, done = call
         current.name = name
         try:
-            function()
-        except BaseException:  # the callers' functions catch their own errors; anything that
-            pass  # escapes them must not end the worker and so hang the next call
+            outcome.value = function()
+        except BaseException as error:  # the plugin's: handed to the caller, never raised here
+            outcome.error = error
         finally:
             current.name = _IDLE
             done.release()
 
 
-def run_bounded(function: Callable[[], object], *, name: str, timeout: float | None) -> bool:
-    """Run ``function()`` in the calling thread's worker; True once it returned, False if it had
-    not within ``timeout`` seconds (None: no bound).
+def run_bounded(function: Callable[[], Any], *, name: str, timeout: float | None) -> Outcome | None:
+    """Run ``function()`` in the calling thread's worker and return what it returned or raised
+    (an :class:`Outcome`), or None if it had not returned within ``timeout`` seconds (None: no
+    bound).
 
-    ``function`` keeps its own result and catches its own exceptions (what it raises is dropped):
-    the caller reads them from where ``function`` put them, once this returned True. After False
-    the call goes on in the background and the next call gets a new worker. ``name`` is the
-    worker thread's name while the call runs.
+    Whatever ``function`` raises, ``BaseException`` included (a plugin's ``SystemExit``), is in
+    the outcome, never raised here. After None the call goes on in the background and the next
+    call gets a new worker. ``name`` is the worker thread's name while the call runs.
     """
     worker: _Worker | None = getattr(_local, "worker", None)
     if worker is None:
         worker = _local.worker = _Worker()
     try:
-        if worker.run(function, name, timeout):
-            return True
+        outcome = worker.run(function, name, timeout)
     except BaseException:  # Ctrl-C while waiting: the call goes on; this worker is not reused
         _local.worker = None
         raise
-    _local.worker = None
-    return False
+    if outcome is None:
+        _local.worker = None
+    return outcome

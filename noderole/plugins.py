@@ -218,27 +218,23 @@ class PluginSet:
                 f"the caller did not pass (it passed {', '.join(sorted(kwargs)) or 'nothing'})"
             )
         args = [kwargs[name] for name in impl.argnames]
-        outcome: dict[str, Any] = {}
-
-        def target() -> None:
-            try:
-                result = impl.function(*args)
-                outcome["items"] = _flatten(result)
-            except BaseException as exc:  # reported to the caller thread below
-                outcome["error"] = exc
-
         # A worker thread bounds the call: a hook that hangs (a blocking read at plan time) must
         # not hang the boot; a hung hook is left behind in its daemon thread.
-        if not run_bounded(target, name=f"{plugin}:{hook_name}", timeout=self.hook_timeout):
+        outcome = run_bounded(
+            lambda: _flatten(impl.function(*args)),
+            name=f"{plugin}:{hook_name}",
+            timeout=self.hook_timeout,
+        )
+        if outcome is None:
             late = TimeoutError(f"hook {hook_name} did not return within {self.hook_timeout:g}s")
             raise PluginError(
                 f"{self._describe(plugin)} {late.args[0]}; it is probably blocked on something. "
                 f"Fix the plugin, raise the limit with {HOOK_TIMEOUT_ENV}=SECONDS, or disable it "
                 f"with --disable-plugin {plugin}"
             ) from late
-        error = outcome.get("error")
+        error = outcome.error
         if error is None:
-            items: list[Any] = outcome["items"]
+            items: list[Any] = outcome.value
             return items
         if isinstance(error, DefinitionError):
             # A value from config.toml that the plugin's record refuses is the operator's to fix.
@@ -471,29 +467,22 @@ def _import(entry_point: FoundEntryPoint, info: PluginInfo, timeout: float) -> A
     other ``BaseException``s raised by the plugin's code are caught in the worker, so they are
     reported as this plugin's error; a real Ctrl-C still interrupts the wait in the main thread.
     """
-    outcome: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            outcome["object"] = entry_point.load()
-        except BaseException as exc:  # the plugin's, reported to the caller thread below
-            outcome["error"] = exc
-
-    if not run_bounded(target, name=f"import {info.name}", timeout=timeout):
+    outcome = run_bounded(entry_point.load, name=f"import {info.name}", timeout=timeout)
+    if outcome is None:
         raise PluginError(
             f"{info.describe()} did not finish importing within {timeout:g}s; it is probably "
             f"blocked on something at import. Fix the plugin, raise the limit with "
             f"{HOOK_TIMEOUT_ENV}=SECONDS, or skip it with --disable-plugin {info.name} (its "
             "import stays blocked in the background until noderole exits)"
         )
-    error = outcome.get("error")
+    error = outcome.error
     if error is not None:
         raise PluginError(
             f"{info.describe()} failed to import: {_exception_line(error)}. "
             f"Reinstall or fix the distribution, or skip it with "
             f"--disable-plugin {info.name} (or {AUTOLOAD_ENV}=1 to load no plugins)"
         ) from error
-    return outcome["object"]
+    return outcome.value
 
 
 def _exception_line(exc: BaseException) -> str:

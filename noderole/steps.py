@@ -170,22 +170,16 @@ def run_step(step: Step, ctx: StepContext) -> StepResult:
 
 def _call(step: Call, ctx: StepContext) -> None:
     """Run a plugin's function in a thread bounded by ``step.timeout``; re-raise what it raised."""
-    outcome: dict[str, BaseException] = {}
-
-    def target() -> None:
-        try:
-            step.function(ctx)
-        except BaseException as exc:  # handed to the caller's thread below
-            outcome["error"] = exc
-
-    if not run_bounded(target, name=f"{ctx.service}: {step.description}", timeout=step.timeout):
+    outcome = run_bounded(
+        lambda: step.function(ctx), name=f"{ctx.service}: {step.description}", timeout=step.timeout
+    )
+    if outcome is None:
         raise StepError(
             f"{step.description}: did not finish within {step.timeout:g}s (a hung plugin step; "
             "the plugin that defines this service must fix it)"
         )
-    error = outcome.get("error")
-    if error is not None:
-        raise error
+    if outcome.error is not None:
+        raise outcome.error
 
 
 def _make_directories(step: MakeDirectories, ctx: StepContext) -> str:

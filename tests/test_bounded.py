@@ -50,14 +50,21 @@ class TestRunBounded:
         assert names == [("plugin:hook", True)]
         assert _thread_of(first).name == "noderole worker"
 
-    def test_an_error_escaping_the_call_keeps_the_worker(self) -> None:
-        """What the function raises is dropped (callers catch their own); the worker goes on."""
+    def test_result_and_error_are_handed_back_and_the_worker_goes_on(self) -> None:
+        """The call's value, or what it raised (a plugin's SystemExit too), comes back in the
+        outcome, never raised in either thread; the worker serves the next call."""
         before = _ident()
+        returned = run_bounded(lambda: 42, name="value", timeout=FOREVER)
+        assert returned is not None
+        assert (returned.value, returned.error) == (42, None)
 
         def fail() -> None:
             raise SystemExit(3)
 
-        assert run_bounded(fail, name="fail", timeout=FOREVER)
+        raised = run_bounded(fail, name="fail", timeout=FOREVER)
+        assert raised is not None
+        assert isinstance(raised.error, SystemExit)
+        assert raised.error.code == 3
         assert _ident() == before
 
     def test_a_late_call_is_left_and_the_next_gets_a_new_worker(
@@ -72,7 +79,7 @@ class TestRunBounded:
             gate.wait()
             finished.set()
 
-        assert run_bounded(hang, name="hang", timeout=0.05) is False
+        assert run_bounded(hang, name="hang", timeout=0.05) is None
         assert _ident() != late.ident
         assert late.is_alive()
         assert late.name == "hang"
