@@ -26,12 +26,8 @@ import errno
 import os
 import stat
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING
 
 from noderole import recordclass
-
-if TYPE_CHECKING:
-    from pathlib import Path
 
 __all__ = [
     "FileSpec",
@@ -197,7 +193,11 @@ def _refuse_symlink(dfd: int, path: str) -> None:
 
 
 def open_directory(
-    path: Path, *, mode: int = 0o700, create: bool = True, step: StepHook | None = None
+    path: str | os.PathLike[str],
+    *,
+    mode: int = 0o700,
+    create: bool = True,
+    step: StepHook | None = None,
 ) -> int:
     """An open file descriptor of directory ``path``, which must not be a symbolic link.
 
@@ -206,12 +206,15 @@ def open_directory(
     ``path`` raises ``OSError(ELOOP)``; the caller closes the descriptor.
     """
     hook = step or _no_step
+    path = os.fspath(path).rstrip("/") or "/"  # a trailing slash names the directory itself
     if create:
         try:
             info = os.lstat(path)
         except FileNotFoundError:
             hook("mkdir")
-            path.parent.mkdir(parents=True, exist_ok=True)
+            parent = os.path.dirname(path)
+            if parent:
+                os.makedirs(parent, exist_ok=True)
             try:
                 os.mkdir(path, mode)
                 # mkdir's mode passes through the umask; say exactly what we mean.
@@ -231,16 +234,16 @@ def open_directory(
         raise
 
 
-def _check_not_link(path: Path, info: os.stat_result) -> None:
+def _check_not_link(path: str, info: os.stat_result) -> None:
     if stat.S_ISLNK(info.st_mode):
         raise OSError(
             errno.ELOOP,
             f"refusing to use a directory that is a symbolic link (it points to "
             f"{os.readlink(path)}); make it a real directory",
-            str(path),
+            path,
         )
     if not stat.S_ISDIR(info.st_mode):
-        raise OSError(errno.ENOTDIR, "not a directory", str(path))
+        raise OSError(errno.ENOTDIR, "not a directory", path)
 
 
 def remove_stale_temps(dir_fd: int, names: Sequence[str]) -> list[str]:
@@ -255,7 +258,7 @@ def remove_stale_temps(dir_fd: int, names: Sequence[str]) -> list[str]:
 
 
 def write_files(
-    directory: Path,
+    directory: str | os.PathLike[str],
     files: Sequence[FileSpec],
     *,
     dir_mode: int = 0o700,
@@ -272,6 +275,8 @@ def write_files(
     try:
         remove_stale_temps(dfd, [spec.name for spec in files])
         for spec in files:
-            write_atomic(directory / spec.name, spec.data, mode=spec.mode, dir_fd=dfd, step=step)
+            write_atomic(
+                os.path.join(directory, spec.name), spec.data, mode=spec.mode, dir_fd=dfd, step=step
+            )
     finally:
         os.close(dfd)

@@ -23,8 +23,7 @@ import os
 import stat
 import warnings
 from collections.abc import Sequence
-from pathlib import Path
-from typing import TypeAlias
+from typing import TYPE_CHECKING, TypeAlias
 
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
@@ -41,6 +40,9 @@ from noderole.errors import CertificateError
 from noderole.records import MintCertificate
 from noderole.root import NodeRoot
 from noderole.sans import SubjectAltName, parse_sans
+
+if TYPE_CHECKING:  # a mint reads and writes through strings: pathlib costs a fresh apply 6M
+    from pathlib import Path
 
 __all__ = [
     "CERT_NAME",
@@ -82,16 +84,17 @@ def _load_certificates(data: bytes) -> list[x509.Certificate]:
         return x509.load_pem_x509_certificates(data)
 
 
-def _read(path: Path, what: str) -> bytes:
+def _read(path: str | os.PathLike[str], what: str) -> bytes:
     try:
-        return path.read_bytes()
+        with open(path, "rb") as file:
+            return file.read()
     except FileNotFoundError:
         raise CertificateError(f"{what} {path} does not exist; check the path") from None
     except OSError as error:
         raise CertificateError(f"cannot read {what} {path}: {error.strerror}") from None
 
 
-def _ca_certificates(path: Path) -> list[x509.Certificate]:
+def _ca_certificates(path: str | os.PathLike[str]) -> list[x509.Certificate]:
     try:
         return _load_certificates(_read(path, "CA certificate"))
     except ValueError as error:
@@ -111,8 +114,8 @@ class CertificateAuthority:
     """The signer's private key."""
     chain: tuple[x509.Certificate, ...]
     """Every certificate of the CA file, signer first."""
-    cert_path: Path
-    """Where the CA certificate was read (on this machine)."""
+    cert_path: str | os.PathLike[str]
+    """Where the CA certificate was read (on this machine), as :func:`load_ca` was given it."""
 
     @property
     def bundle(self) -> tuple[x509.Certificate, ...]:
@@ -120,7 +123,9 @@ class CertificateAuthority:
         return tuple(c for c in self.chain if c.issuer != c.subject)
 
 
-def _check_ca_certificate(cert: x509.Certificate, path: Path, now: dt.datetime) -> None:
+def _check_ca_certificate(
+    cert: x509.Certificate, path: str | os.PathLike[str], now: dt.datetime
+) -> None:
     try:
         constraints = cert.extensions.get_extension_for_class(x509.BasicConstraints).value
     except x509.ExtensionNotFound:
@@ -148,7 +153,9 @@ def _check_ca_certificate(cert: x509.Certificate, path: Path, now: dt.datetime) 
         )
 
 
-def load_ca(cert_path: Path, key_path: Path, *, now: dt.datetime) -> CertificateAuthority:
+def load_ca(
+    cert_path: str | os.PathLike[str], key_path: str | os.PathLike[str], *, now: dt.datetime
+) -> CertificateAuthority:
     """Load and check a CA: a CA certificate valid at ``now`` and the private key that matches it.
 
     The key is EC or RSA, PEM, SEC1/PKCS#1 or PKCS#8, unencrypted. Raises
@@ -446,7 +453,7 @@ def _mint(
 # --------------------------------------------------------------------------- the step
 
 
-def _read_existing(directory: Path) -> _Existing:
+def _read_existing(directory: str) -> _Existing:
     """The pair in ``directory`` (missing files as None), refusing symbolic links anywhere."""
     try:
         info = os.lstat(directory)
@@ -465,23 +472,24 @@ def _read_existing(directory: Path) -> _Existing:
         raise CertificateError(f"cannot read {directory}: {error.strerror}") from None
     try:
         remove_stale_temps(dfd, [CERT_NAME, KEY_NAME])
-        cert_pem, _ = _read_nofollow(dfd, directory / CERT_NAME)
-        key_pem, key_mode = _read_nofollow(dfd, directory / KEY_NAME)
+        cert_pem, _ = _read_nofollow(dfd, directory, CERT_NAME)
+        key_pem, key_mode = _read_nofollow(dfd, directory, KEY_NAME)
     finally:
         os.close(dfd)
     return _Existing(cert_pem=cert_pem, key_pem=key_pem, key_mode=key_mode)
 
 
-def _read_nofollow(dfd: int, path: Path) -> tuple[bytes | None, int | None]:
+def _read_nofollow(dfd: int, directory: str, name: str) -> tuple[bytes | None, int | None]:
+    path = os.path.join(directory, name)
     try:
-        fd = os.open(path.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
     except FileNotFoundError:
         return None, None
     except OSError as error:
         if error.errno == errno.ELOOP:
             raise CertificateError(
                 f"refusing to use {path}: it is a symbolic link (to "
-                f"{os.readlink(path.name, dir_fd=dfd)}); remove the link and run again"
+                f"{os.readlink(name, dir_fd=dfd)}); remove the link and run again"
             ) from None
         raise CertificateError(f"cannot read {path}: {error.strerror}") from None
     with os.fdopen(fd, "rb") as handle:
@@ -519,9 +527,9 @@ def ensure_certificate(
         )
     sans = parse_sans(request.sans)
     now = _now(clock)
-    directory = root.resolve(request.directory)
-    cert_path, key_path = directory / CERT_NAME, directory / KEY_NAME
-    ca = load_ca(root.resolve(request.ca_cert), root.resolve(request.ca_key), now=now)
+    directory = root.local(request.directory)
+    cert_path, key_path = os.path.join(directory, CERT_NAME), os.path.join(directory, KEY_NAME)
+    ca = load_ca(root.local(request.ca_cert), root.local(request.ca_key), now=now)
     existing = _read_existing(directory)
     verdict = _assess(
         existing,

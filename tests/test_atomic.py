@@ -170,6 +170,13 @@ class TestOpenDirectory:
         os.close(open_directory(target, mode=0o700))
         assert target.stat().st_mode & 0o777 == 0o700
 
+    @pytest.mark.parametrize("spelling", ["a/b", "a/b/", "a//b//"])
+    def test_string_paths_get_the_mode_too(self, tmp_path: Path, spelling: str) -> None:
+        """A string path (what a mint passes), with or without trailing slashes: the parents are
+        made, and the directory itself, not a parent, gets exactly the mode asked for."""
+        os.close(open_directory(f"{tmp_path}/{spelling}", mode=0o750))
+        assert (tmp_path / "a" / "b").stat().st_mode & 0o777 == 0o750
+
     def test_existing_mode_kept(self, tmp_path: Path) -> None:
         """An existing directory keeps the mode an administrator gave it."""
         target = tmp_path / "d"

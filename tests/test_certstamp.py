@@ -212,13 +212,15 @@ class TestCertificateStep:
 
     def test_missing_pair_warms_the_import_and_mints(self, node: Node) -> None:
         """Nothing stamped: the x509 import, and what signing imports on first use
-        (cryptography's OpenSSL backend), are done early; then the step mints."""
+        (cryptography's OpenSSL backend), are done early; then the step mints, reading and
+        writing through strings: a fresh apply does not import pathlib for it (6M
+        instructions on the main thread while the x509 import competes for it)."""
         assert _probe(node) == {
             "warmed": True,
             "action": "minted",
             "x509": True,
             "signing warmed": True,
-            "pathlib": True,  # the full check and the mint work with Paths
+            "pathlib": False,
             "paths": ["PosixPath", str(node.key_file)],
         }
 

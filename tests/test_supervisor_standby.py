@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -19,8 +21,8 @@ SLEEP = "exec sleep 1000"
 def _standby_pid(h: Harness) -> int:
     standby = h.supervisor._standby
     assert standby is not None
-    h.extra_pids.append(standby.process.pid)
-    return standby.process.pid
+    h.extra_pids.append(standby.pid)
+    return standby.pid
 
 
 class TestStandby:
@@ -53,8 +55,8 @@ class TestStandby:
         prepared = harness.supervisor._standby
         assert prepared is not None
         prepared.channel.close()
-        wait_for(lambda: prepared.process.poll() is not None, "the standby to exit")
-        assert prepared.process.returncode == 0
+        wait_for(lambda: prepared.poll() is not None, "the standby to exit")
+        assert prepared.poll() == 0
         assert not is_alive(standby)
         assert not harness.run_dir.exists()
 
@@ -71,7 +73,7 @@ class TestStandby:
         prepared = harness.supervisor._standby
         assert prepared is not None
         os.kill(standby, signal.SIGKILL)
-        prepared.process.wait()
+        wait_for(lambda: prepared.poll() is not None, "the standby to die")
         status = harness.supervisor.start(harness.spec("a", SLEEP))
         assert status.state == "running"
         daemon = harness.supervisor.daemon_pid()
@@ -120,3 +122,70 @@ class TestOneStartForManyThreads:
         assert answers.count(None) == threads + 1
         assert len(answers) == threads + 1
         assert len(harness.daemons()) == 1
+
+
+class TestWhatTheStandbyInherits:
+    """posix_spawn has no close_fds and no cwd: the standby settles itself before it waits."""
+
+    def test_an_inheritable_descriptor_of_the_caller_does_not_live_on(
+        self, harness: Harness
+    ) -> None:
+        """A pipe the caller's parent reads to the end (a boot script's `noderole apply | log`
+        with an inherited descriptor) sees its end: the standby keeps only stdio and its socket,
+        and sits in /, not in the caller's directory."""
+        read_end, write_end = os.pipe()
+        try:
+            os.set_inheritable(write_end, True)
+            harness.supervisor.prepare()
+            standby = _standby_pid(harness)
+        finally:
+            os.close(write_end)
+        os.set_blocking(read_end, False)
+
+        def at_end() -> bool:
+            try:
+                return os.read(read_end, 1) == b""  # nobody holds the write end any more
+            except BlockingIOError:
+                return False  # the standby still does
+
+        try:
+            wait_for(at_end, "the standby to close the pipe it inherited")
+            assert os.readlink(f"/proc/{standby}/cwd") == "/"
+            held = {
+                os.readlink(f"/proc/{standby}/fd/{fd}") for fd in os.listdir(f"/proc/{standby}/fd")
+            }
+            assert held == {os.devnull, os.readlink(f"/proc/{standby}/fd/3")}  # its socket
+        finally:
+            os.close(read_end)
+        harness.supervisor.discard()
+        assert not is_alive(standby)
+
+    def test_a_caller_without_stdin_still_hands_over_the_socket(self, harness: Harness) -> None:
+        """A caller started with fds 0 and 1 closed gets its socket pair there (the standby's
+        end on 1): that end is moved to 3 before /dev/null takes 0, 1 and 2, and the go still
+        starts the daemon from the standby."""
+        code = (
+            "import os, sys\n"
+            "from noderole.supervisor import Supervisor\n"
+            "os.close(0)\n"
+            "os.close(1)\n"
+            "s = Supervisor(sys.argv[1], log_path=sys.argv[2])\n"
+            "s.prepare()\n"
+            "assert s._standby is not None\n"
+            "print(s._standby.pid, file=sys.stderr, flush=True)\n"
+            "s.ensure_running()\n"
+            "print(s.daemon_pid(), file=sys.stderr, flush=True)\n"
+        )
+        done = subprocess.run(
+            [sys.executable, "-c", code, str(harness.run_dir), str(harness.supervisor.log_path)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        pids = [int(word) for word in done.stderr.split() if word.isdigit()]
+        harness.extra_pids.extend(pids)
+        assert done.returncode == 0, done.stderr
+        standby, daemon = pids
+        assert harness.supervisor.daemon_pid() == daemon
+        assert os.getsid(daemon) == standby  # the standby's session: it was the one that went

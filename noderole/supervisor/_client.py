@@ -135,7 +135,9 @@ class Supervisor:
         except OSError as e:
             raise SupervisorError(f"cannot use the run directory {self._run}: {e}") from None
         lock = os.open(
-            self.run_dir / _protocol.STARTER_LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600
+            os.path.join(self._run, _protocol.STARTER_LOCK_NAME),
+            os.O_RDWR | os.O_CREAT | os.O_CLOEXEC,
+            0o600,
         )
         try:
             _flock(lock, _START_TIMEOUT, "another noderole is starting the supervisor")
@@ -156,11 +158,7 @@ class Supervisor:
         """
         if self._standby is not None or self._holds_name():
             return
-        # Imported only to spawn: `status`, `stop` and a re-apply of a running supervisor spawn
-        # nothing.
-        import subprocess
-
-        with contextlib.suppress(OSError, subprocess.SubprocessError):
+        with contextlib.suppress(OSError):
             self._standby = _Standby(self._run)
 
     def discard(self) -> None:
@@ -182,8 +180,8 @@ class Supervisor:
 
     def _spawn_daemon(self) -> None:
         try:
-            _safeopen.private_dir(str(self.log_path.parent))
-            log_fd = _safeopen.open_append(str(self.log_path), mode=0o600)
+            _safeopen.private_dir(os.path.dirname(self._log) or ".")
+            log_fd = _safeopen.open_append(self._log, mode=0o600)
         except OSError as e:
             self.discard()
             raise SupervisorError(f"cannot open the supervisor log {self._log}: {e}") from None
@@ -552,25 +550,36 @@ class _Standby:
 
     It runs ``main(RUN_DIR FD standby)``: imports, then waits on a socket for the go, which
     carries the log file's descriptor; its ready word comes back on the same socket.
+
+    Spawned with :func:`os.posix_spawn`, not :mod:`subprocess`: every boot's apply starts one,
+    and importing subprocess (with signal, selectors and locale) cost it ~12M instructions on
+    the main thread. What Popen did in the child is done here or by the standby itself: stdin,
+    stdout and stderr from /dev/null and a new session (spawn actions), the socket on fd
+    :data:`STANDBY_FD` (a dup2, which clears close-on-exec); the working directory ``/`` and
+    the closing of any other inherited descriptor (the standby, first thing:
+    :func:`~noderole.supervisor._daemon.main`).
     """
 
     def __init__(self, run_dir: str) -> None:
-        import socket
-        import subprocess
-
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        # _socket, as for requests: the socket module's enums are not needed for one pair.
+        self._status: int | None = None
+        ours, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM)
+        # A dup2 onto itself would keep close-on-exec: the standby's end moves if it is on 3.
+        target = STANDBY_FD if theirs.fileno() != STANDBY_FD else STANDBY_FD + 1
         try:
-            ours.set_inheritable(False)
-            self.channel = ours
-            self.process = subprocess.Popen(
-                _launch_argv(run_dir, theirs.fileno(), "standby"),
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                pass_fds=(theirs.fileno(),),
-                start_new_session=True,
-                cwd="/",
-                env=_daemon_environment(),
+            self.channel = ours  # close-on-exec, as every socket Python makes
+            self.pid = os.posix_spawn(
+                sys.executable,
+                _launch_argv(run_dir, target, "standby"),
+                _daemon_environment(),
+                file_actions=[
+                    # The socket first: a caller without stdin may have been given fd 0 for it.
+                    (os.POSIX_SPAWN_DUP2, theirs.fileno(), target),
+                    (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDWR, 0),
+                    (os.POSIX_SPAWN_DUP2, 0, 1),
+                    (os.POSIX_SPAWN_DUP2, 0, 2),
+                ],
+                setsid=True,
             )
         except BaseException:
             ours.close()
@@ -580,10 +589,9 @@ class _Standby:
 
     def go(self, log_fd: int) -> bool:
         """Hand it the log and let it start; False if it is gone (then it is reaped here)."""
-        import socket
-
+        rights = log_fd.to_bytes(4, sys.byteorder, signed=True)  # one C int, as SCM_RIGHTS wants
         try:
-            socket.send_fds(self.channel, [b"go\n"], [log_fd])
+            self.channel.sendmsg([b"go\n"], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, rights)])
         except OSError:
             self.discard()
             return False
@@ -593,18 +601,49 @@ class _Standby:
         """Its first word after the go (``ok``, or why it could not start)."""
         try:
             message = _read_line(self.channel.fileno(), _START_TIMEOUT)
-            self.process.wait(timeout=_START_TIMEOUT)  # the session leader, after its fork
         finally:
             self.channel.close()
+        # The session leader exits right after its fork, before the daemon's word; one that has
+        # not exited by now never got as far (no word within the timeout): it is killed.
+        if self.poll(timeout=_START_TIMEOUT if message else 0.0) is None:
+            self._kill()
         return message
+
+    def poll(self, timeout: float = 0.0) -> int | None:
+        """Its exit status once it has exited (reaped), waiting up to ``timeout``; else None."""
+        deadline = time.monotonic() + timeout
+        delay = 0.0005
+        while True:
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:  # reaped already
+                return self._status
+            if pid:
+                self._status = os.waitstatus_to_exitcode(status)
+                return self._status
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(delay)
+            delay = min(delay * 2, 0.05)
 
     def discard(self) -> None:
         """End it: it has touched nothing yet, so a SIGKILL leaves nothing behind."""
         self.channel.close()
-        if self.process.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                self.process.kill()
-        self.process.wait()
+        if self.poll() is None:
+            self._kill()
+
+    def _kill(self) -> None:
+        import signal  # only for a standby nothing needed: not on an apply's way
+
+        # Not reaped yet, so the pid cannot have been reused.
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, signal.SIGKILL)
+        os.waitpid(self.pid, 0)
+        self._status = -signal.SIGKILL
+
+
+STANDBY_FD = 3
+"""Where the standby finds its end of the socket (4 when the client's own end was on 3)."""
 
 
 def default_log_path(run_dir: Path) -> Path:

@@ -590,6 +590,16 @@ def _lock(run_dir: str, timeout: float) -> int | None:
             time.sleep(0.01)
 
 
+def _settle_standby(keep: int) -> None:
+    """What subprocess would have done in the child: the client spawns a standby with
+    :func:`os.posix_spawn` (no close_fds, no cwd), so close every descriptor but stdio and
+    ``keep`` (a caller's inheritable descriptor, a pipe its own parent reads to the end, must
+    not live on in a daemon) and leave the caller's working directory."""
+    os.closerange(3, keep)
+    os.closerange(keep + 1, os.sysconf("SC_OPEN_MAX"))
+    os.chdir("/")
+
+
 def _await_go(fd: int) -> bool:
     """A standby daemon (``RUN_DIR FD standby``): its interpreter and imports are done ahead of
     need; wait on the socket ``fd`` for the client's go, which carries the log to write to.
@@ -620,8 +630,10 @@ def main(argv: list[str]) -> int:
     first (:func:`_await_go`); the ready message goes back on the same socket.
     """
     run_dir, ready_fd = argv[0], int(argv[1])
-    if argv[2:3] == ["standby"] and not _await_go(ready_fd):
-        return 0
+    if argv[2:3] == ["standby"]:
+        _settle_standby(ready_fd)
+        if not _await_go(ready_fd):
+            return 0
     # Second fork: the session leader (the client's child) exits at once; the daemon, not a
     # session leader, can never acquire a controlling terminal.
     if os.fork() > 0:
