@@ -8,7 +8,10 @@ source code for ``__init__``, ``__repr__``, ``__eq__`` and ``__hash__`` and comp
 class is created: 0.5 to 0.8 ms per class, paid by every command that loads a plugin, plus
 attrs' own import. This module builds the same classes from one generic ``__init__`` and
 generic methods that read a per-class table of fields: no source, no compilation, and attrs is not
-imported.
+imported. Only a call that ``__init__`` refuses compiles something: the class's signature, once
+called with the same arguments, so that the refusal is Python's own, word for word and in the
+order a compiled ``__init__`` checks (a positional argument given twice, an unknown keyword, too
+many positions, then what is missing).
 
 What a class gets is what attrs gives it (a test builds an attrs twin of every public record class,
 noderole's and the k3s plugin's, from the same source, and compares them on generated input):
@@ -516,22 +519,15 @@ def _make_init(
             )
 
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        if args:
-            if len(args) > len(positional):
-                raise TypeError(f"{qualname}.__init__() {_too_many(table, len(args))}")
-            for alias, value in zip(positional, args, strict=False):
-                if alias in kwargs:
-                    raise TypeError(
-                        f"{qualname}.__init__() got multiple values for argument {alias!r}"
-                    )
-                kwargs[alias] = value
-        if not known.issuperset(kwargs):
-            extra = next(key for key in kwargs if key not in known)
-            raise TypeError(f"{qualname}.__init__() got an unexpected keyword argument {extra!r}")
-        if not required.issubset(kwargs):
-            raise TypeError(f"{qualname}.__init__() {_missing(table, kwargs)}")
+        given = kwargs
+        if args:  # placed by name; a position given twice or one too many is refused below
+            given = {**kwargs, **dict(zip(positional, args, strict=False))}
+            if len(args) > len(positional) or len(given) < len(kwargs) + len(args):
+                _refuse(qualname, table, args, kwargs)
+        if not known.issuperset(given) or not required.issubset(given):
+            _refuse(qualname, table, args, kwargs)
         for assign, key, factory, default, converter in steps:
-            value = kwargs.get(key, _NOTHING)  # type: ignore[arg-type]
+            value = given.get(key, _NOTHING)  # type: ignore[arg-type]
             if value is _NOTHING:
                 if factory is not None:
                     value = factory()
@@ -551,38 +547,21 @@ def _make_init(
     return __init__, bind
 
 
-def _missing(table: _Fields, given: Mapping[str, Any]) -> str:
-    """Python's own words for missing arguments (positional ones first, as it reports them)."""
-    absent = [f for f in table if f.init and f.default is _NOTHING and f.alias not in given]
-    positional = [f.alias for f in absent if not f.kw_only]
-    names, kind = (
-        (positional, "positional")
-        if positional
-        else (
-            [f.alias for f in absent],
-            "keyword-only",
-        )
-    )
-    quoted = [repr(name) for name in names]
-    if len(quoted) == 1:
-        listed = quoted[0]
-    elif len(quoted) == 2:
-        listed = f"{quoted[0]} and {quoted[1]}"
-    else:
-        listed = f"{', '.join(quoted[:-1])}, and {quoted[-1]}"
-    plural = "s" if len(names) > 1 else ""
-    return f"missing {len(names)} required {kind} argument{plural}: {listed}"
-
-
-def _too_many(table: _Fields, given: int) -> str:
-    """Python's own words for too many positional arguments (``self`` counted, as it does)."""
-    positional = [f for f in table if f.init and not f.kw_only]
-    most = len(positional) + 1
-    least = most - sum(f.default is not _NOTHING for f in positional)
-    takes = f"{most}" if least == most else f"from {least} to {most}"
-    plural = "" if most == 1 else "s"
-    were = "was" if given + 1 == 1 else "were"
-    return f"takes {takes} positional argument{plural} but {given + 1} {were} given"
+def _refuse(qualname: str, table: _Fields, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """Raise the :class:`TypeError` attrs' compiled ``__init__`` raises for this call, in
+    Python's words and order: the class's signature is compiled (only now, for a call that is
+    refused) and called with the same arguments."""
+    params = [item for item in table if item.init]
+    spelled = [f"{f.alias}=None" if f.default is not _NOTHING else f.alias for f in params]
+    head = [text for f, text in zip(params, spelled, strict=True) if not f.kw_only]
+    tail = [text for f, text in zip(params, spelled, strict=True) if f.kw_only]
+    signature = ", ".join(["self", *head, *(["*", *tail] if tail else [])])
+    scope: dict[str, Any] = {}
+    exec(f"def __init__({signature}): pass", scope)
+    reference = scope["__init__"]
+    reference.__qualname__ = f"{qualname}.__init__"
+    reference(None, *args, **kwargs)
+    raise AssertionError(f"{qualname}: a call its signature takes was refused")  # pragma: no cover
 
 
 def _make_repr(table: _Fields) -> Callable[[Any], str]:

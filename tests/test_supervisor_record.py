@@ -144,3 +144,62 @@ class TestSupervisorRecords:
         """Probes are keyword-only and frozen; Outcome is positional."""
         assert TcpProbe(host="h", port=1) == TcpProbe(host="h", port=1)
         assert Outcome(True).missing == ()
+
+
+@record(kw_only=False)
+class _Positional:
+    a: int
+    b: int
+    c: int = 0
+
+
+@record()
+class _Keywords:
+    a: int
+    b: int
+    c: int
+    d: int = 0
+
+
+_REFERENCES = {
+    _Positional: "def __init__(self, a, b, c=0): pass",
+    _Keywords: "def __init__(self, *, a, b, c, d=0): pass",
+}
+_BAD_CALLS: list[tuple[tuple[object, ...], dict[str, object]]] = [
+    ((), {}),
+    ((1,), {}),
+    ((1, 2, 3, 4), {}),
+    ((1, 2, 3, 4, 5), {}),
+    ((1,), {"a": 2}),
+    ((), {"z": 1}),
+    ((), {"a": 1, "z": 1}),
+    ((), {"a": 1}),
+    ((), {"b": 1, "c": 2}),
+    ((1, 2), {"b": 3, "z": 4}),
+]
+
+
+class TestRefusedCalls:
+    """__init__ is made without compiling source (a tenth of the daemon's start went to
+    compiling eleven of them); a bad call is refused in the words a compiled one would use."""
+
+    @pytest.mark.parametrize("cls", list(_REFERENCES), ids=lambda cls: cls.__name__)
+    @pytest.mark.parametrize("call", _BAD_CALLS, ids=repr)
+    def test_same_words_as_a_compiled_init(
+        self, cls: type, call: tuple[tuple[object, ...], dict[str, object]]
+    ) -> None:
+        scope: dict[str, object] = {}
+        exec(_REFERENCES[cls], scope)
+        reference = scope["__init__"]
+        reference.__qualname__ = f"{cls.__qualname__}.__init__"  # type: ignore[attr-defined]
+        args, kwargs = call
+        with pytest.raises(TypeError) as expected:
+            reference(object(), *args, **kwargs)  # type: ignore[operator]
+        with pytest.raises(TypeError) as got:
+            cls(*args, **kwargs)
+        assert str(got.value) == str(expected.value)
+
+    def test_good_calls_fill_defaults_and_factories(self) -> None:
+        assert (_Positional(1, 2).c, _Positional(1, b=2, c=3).c) == (0, 3)
+        assert _Keywords(a=1, b=2, c=3) == _Keywords(c=3, b=2, a=1, d=0)
+        assert Box().items is not Box().items

@@ -4,8 +4,9 @@ The daemon's start is on the boot's critical path when apply's go finds its stan
 importing: :mod:`dataclasses` imports :mod:`inspect` (and with it ``ast``, ``dis``, ``tokenize``),
 which is most of the daemon's import time beyond what it needs anyway. :func:`record` makes what
 the supervisor used of a ``dataclass(slots=True)``: the class is rebuilt with ``__slots__``, and
-given a generated ``__init__`` (keyword-only unless asked), ``__repr__``, ``__eq__``, and, when
-frozen, ``__hash__``, assignment refused (:class:`FrozenInstanceError`) and copy support.
+given an ``__init__`` (keyword-only unless asked; a closure over the fields, not compiled source,
+which cost up to 1M instructions a class at every daemon start), ``__repr__``, ``__eq__``, and,
+when frozen, ``__hash__``, assignment refused (:class:`FrozenInstanceError`) and copy support.
 ``__post_init__`` runs after ``__init__``. Type checkers see it as a dataclass transform.
 """
 
@@ -89,31 +90,13 @@ def _build(cls: type[T], *, frozen: bool, kw_only: bool) -> type[T]:
     namespace["__slots__"] = names
     namespace["__record_fields__"] = names
     namespace["__match_args__"] = () if kw_only else names
-    scope: dict[str, object] = {"_MISSING": _MISSING, "_setattr": object.__setattr__}
-    params, lines = [], []
-    for name in names:
-        spec = specs[name]
-        value = name
-        if spec.factory is not None:
-            scope[f"_factory_{name}"] = spec.factory
-            params.append(f"{name}=_MISSING")
-            value = f"_factory_{name}() if {name} is _MISSING else {name}"
-        elif spec.default is not _MISSING:
-            scope[f"_default_{name}"] = spec.default
-            params.append(f"{name}=_default_{name}")
-        else:
-            params.append(name)
-        lines.append(f"_setattr(self, {name!r}, {value})" if frozen else f"self.{name} = {value}")
-    if "__post_init__" in namespace:
-        lines.append("self.__post_init__()")
-    star = "*, " if kw_only and params else ""
-    source = f"def __init__(self, {star}{', '.join(params)}):\n    " + "\n    ".join(
-        lines or ["pass"]
+    namespace["__init__"] = _make_init(
+        cls.__qualname__,
+        specs,
+        frozen=frozen,
+        kw_only=kw_only,
+        post_init="__post_init__" in namespace,
     )
-    exec(source, scope)
-    init = scope["__init__"]
-    init.__qualname__ = f"{cls.__qualname__}.__init__"  # type: ignore[attr-defined]
-    namespace["__init__"] = init
     shown = tuple(name for name in names if specs[name].repr)
     hashed = tuple(name for name in names if specs[name].hash)
 
@@ -159,3 +142,63 @@ def _build(cls: type[T], *, frozen: bool, kw_only: bool) -> type[T]:
     metaclass: Any = type(cls)
     built: type[T] = metaclass(cls.__name__, cls.__bases__, namespace)
     return built
+
+
+def _make_init(
+    qualname: str, specs: dict[str, _Field], *, frozen: bool, kw_only: bool, post_init: bool
+) -> Callable[..., None]:
+    """The class's ``__init__``, a closure rather than compiled source: compiling one cost up to
+    1M instructions a class, paid at every daemon start and by a boot's apply for half of them.
+    A call it cannot take is refused by Python itself (:func:`_refuse`)."""
+    names = tuple(specs)
+    positional = () if kw_only else names
+    known = frozenset(names)
+    required = frozenset(
+        name for name, spec in specs.items() if spec.default is _MISSING and spec.factory is None
+    )
+    fills = tuple((name, spec.factory, spec.default) for name, spec in specs.items())
+    assign = object.__setattr__ if frozen else setattr
+
+    def __init__(self: object, *args: object, **kwargs: object) -> None:
+        given = kwargs
+        if args:
+            given = {**kwargs, **dict(zip(positional, args, strict=False))}
+            if len(args) > len(positional) or len(given) < len(kwargs) + len(args):
+                _refuse(qualname, specs, positional, args, kwargs)
+        if not known.issuperset(given) or not required.issubset(given):
+            _refuse(qualname, specs, positional, args, kwargs)
+        for name, factory, default in fills:
+            value = given.get(name, _MISSING)
+            if value is _MISSING:
+                value = factory() if factory is not None else default
+            assign(self, name, value)
+        if post_init:
+            self.__post_init__()  # type: ignore[attr-defined]
+
+    __init__.__qualname__ = f"{qualname}.__init__"
+    return __init__
+
+
+def _refuse(
+    qualname: str,
+    specs: dict[str, _Field],
+    positional: tuple[str, ...],
+    args: tuple[object, ...],
+    kwargs: dict[str, object],
+) -> None:
+    """Raise the :class:`TypeError` a compiled ``__init__`` raises for this call, in its words
+    and order: the class's signature is compiled (only now, for a call that is refused) and
+    called with the same arguments."""
+    params = [
+        f"{name}=None" if specs[name].default is not _MISSING or specs[name].factory else name
+        for name in specs
+    ]
+    head = ", ".join(params[: len(positional)])
+    rest = ", ".join(params[len(positional) :])
+    signature = ", ".join(part for part in (head, f"*, {rest}" if rest else "") if part)
+    scope: dict[str, Any] = {}
+    exec(f"def __init__(self, {signature}): pass", scope)
+    reference = scope["__init__"]
+    reference.__qualname__ = f"{qualname}.__init__"
+    reference(None, *args, **kwargs)
+    raise AssertionError(f"{qualname}: a call its signature takes was refused")  # pragma: no cover
