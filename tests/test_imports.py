@@ -8,6 +8,7 @@ regression.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -149,6 +150,37 @@ class TestRepeatedConstants:
             "print(sorted({'socket'} & set(sys.modules)))\n"
         )
         assert run_snippet(probe) == ["[]", "['socket']"]
+
+    def test_a_spec_naming_a_common_stop_signal_imports_no_signal_module(self) -> None:
+        """A boot's apply builds a spec per service; one naming SIGTERM (or TERM) is checked
+        without the signal module's enums; an uncommon name still is, and a wrong one refused."""
+        probe = (
+            "import sys\n"
+            "from noderole.supervisor._spec import SupervisionSpec\n"
+            "SupervisionSpec(stop_signal='SIGTERM'); SupervisionSpec(stop_signal='TERM')\n"
+            "print('signal' in sys.modules)\n"
+            "print(SupervisionSpec(stop_signal='WINCH').stop_signum)\n"
+            "try:\n"
+            "    SupervisionSpec(stop_signal='SIGNOPE')\n"
+            "except ValueError as e:\n"
+            "    print(e)\n"
+        )
+        assert run_snippet(probe) == [
+            "False",
+            str(int(signal.SIGWINCH)),
+            "supervision.stop_signal must name a signal, got 'SIGNOPE'",
+        ]
+
+    def test_the_spec_repeats_the_records_common_signals(self) -> None:
+        """The supervisor's copy of the common stop signals (it imports nothing of noderole's)
+        matches the records' one, and each is a real signal."""
+        from noderole import records
+        from noderole.supervisor import _spec
+
+        assert _spec._COMMON_SIGNALS == records._COMMON_SIGNALS
+        assert all(
+            isinstance(getattr(signal, name), signal.Signals) for name in records._COMMON_SIGNALS
+        )
 
     def test_waits_repeats_the_probes_attempt_timeout(self) -> None:
         """waits' copy of ATTEMPT_TIMEOUT (kept so an apply need not import the probes) matches."""

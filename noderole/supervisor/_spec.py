@@ -11,7 +11,6 @@ checks every field and names the first bad one. From then on the daemon reads at
 from __future__ import annotations
 
 import math
-import signal
 from collections.abc import Mapping
 from types import MappingProxyType
 
@@ -57,16 +56,35 @@ class SupervisionSpec:
         if type(self.respawn_max) is not int or not 0 <= self.respawn_max < 2**31:
             raise ValueError(f"supervision.respawn_max must be a count, got {self.respawn_max!r}")
         name = self.stop_signal
-        if not isinstance(name, str) or not isinstance(
-            getattr(signal, name if name.startswith("SIG") else f"SIG{name}", None), signal.Signals
-        ):
+        if not isinstance(name, str) or not _is_signal(_full_name(name)):
             raise ValueError(f"supervision.stop_signal must name a signal, got {name!r}")
 
     @property
     def stop_signum(self) -> int:
         """``stop_signal`` as a number."""
-        name = self.stop_signal
-        return int(getattr(signal, name if name.startswith("SIG") else f"SIG{name}"))
+        import signal  # the daemon's, which has it loaded; a client's spec only names it
+
+        return int(getattr(signal, _full_name(self.stop_signal)))
+
+
+_COMMON_SIGNALS = frozenset(
+    {"SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGKILL", "SIGUSR1", "SIGUSR2"}
+)
+"""Stop signals every POSIX system has, known without the ``signal`` module: its import builds
+three enums, 3M instructions of a boot's apply, whose specs name SIGTERM nearly always (the same
+shortcut as ``noderole.records``' check; this package imports nothing of noderole's)."""
+
+
+def _full_name(name: str) -> str:
+    return name if name.startswith("SIG") else f"SIG{name}"
+
+
+def _is_signal(name: str) -> bool:
+    if name in _COMMON_SIGNALS:
+        return True
+    import signal
+
+    return isinstance(getattr(signal, name, None), signal.Signals)
 
 
 @record()
