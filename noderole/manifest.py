@@ -43,7 +43,7 @@ import fcntl
 import json
 import os
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from noderole import recordclass
 from noderole.digest import sha256
@@ -167,16 +167,39 @@ _COMPACT_AFTER = 64
 
 
 def _parse(data: bytes) -> dict[str, Entry]:
-    found: dict[str, Entry] = {}
-    for line in data.split(b"\n"):
+    return {
+        path: Entry(path=path, kind=kind, digest=digest)
+        for path, (kind, digest) in _lines(data).items()
+    }
+
+
+def _lines(data: bytes) -> dict[str, tuple[Any, Any]]:
+    """Path -> (kind, digest) of its last line. Every apply reads the manifest (up to
+    :data:`_COMPACT_AFTER` lines, about 60 on a server): one JSON array parse for all of them,
+    and plain tuples, instead of a parse and a record per line."""
+    lines = [line for line in data.split(b"\n") if line.strip()]
+    try:
+        items = json.loads(b"[" + b",".join(lines) + b"]")
+    except ValueError:
+        items = None
+    if not isinstance(items, list) or len(items) != len(lines):
+        items = [_item(line) for line in lines]  # a torn line (a crash), or one not an object
+    found: dict[str, tuple[Any, Any]] = {}
+    for item in items:
         try:
-            item = json.loads(line)
-            entry = Entry(path=item["path"], kind=item["kind"], digest=item["digest"])
-        except (ValueError, KeyError, TypeError):
+            path, kind, digest = item["path"], item["kind"], item["digest"]
+        except (KeyError, TypeError):
             continue  # a torn last line after a crash, or a line from an unknown future
-        if isinstance(entry.path, str) and entry.path.startswith("/"):
-            found[entry.path] = entry
+        if isinstance(path, str) and path.startswith("/"):
+            found[path] = (kind, digest)
     return found
+
+
+def _item(line: bytes) -> Any:
+    try:
+        return json.loads(line)
+    except ValueError:
+        return None
 
 
 def _open_locked(root: NodeRoot) -> int:
@@ -247,12 +270,12 @@ def remember(root: NodeRoot, found: Iterable[Entry]) -> None:
         return
     try:
         data = _read_fd(fd)
-        known = _parse(data)
-        new = [entry for entry in found if known.get(entry.path) != entry]
+        known = _lines(data)
+        new = [entry for entry in found if known.get(entry.path) != (entry.kind, entry.digest)]
         if not new:
             return
         lines = data.count(b"\n") + len(new)
-        known.update((entry.path, entry) for entry in new)
+        known.update((entry.path, (entry.kind, entry.digest)) for entry in new)
         if lines > _COMPACT_AFTER and lines > 2 * len(known):
             # Mostly superseded lines: replace the file by one line per path, under the lock;
             # writers waiting on the old file retry on the new one (see _open_locked). Durable,
@@ -260,7 +283,8 @@ def remember(root: NodeRoot, found: Iterable[Entry]) -> None:
             from noderole.atomic import write_atomic
 
             try:
-                write_atomic(root.local(MANIFEST), _text(known.values()), mode=0o600)
+                kept = [Entry(path=p, kind=k, digest=d) for p, (k, d) in known.items()]
+                write_atomic(root.local(MANIFEST), _text(kept), mode=0o600)
                 return
             except OSError:
                 pass  # a full disk has no room for a second copy: append, as below

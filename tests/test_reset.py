@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import noderole
 from noderole.backends import Backend
@@ -278,6 +280,26 @@ class TestRecordedRoleGone:
             bare.reset("r", bare.recorder)
 
 
+_MANIFEST_LINES = [
+    '{"path":"/etc/a","kind":"file","digest":"sha256:1"}',
+    '{"path":"/etc/a","kind":"file","digest":"sha256:2"}',
+    '{"path":"/etc/b","kind":"log","digest":"any"}',
+    '{"path":"/etc/b","kind":"fi',
+    '{"path":"relative","kind":"file","digest":"any"}',
+    '{"path":"/etc/c","kind":"file"}',
+    '{"path":"/etc/c","kind":"file","digest":"any","since":"future"}',
+    '{"path":7,"kind":"file","digest":"any"}',
+    "1,2",
+    '{"path":"/etc/d","kind":"dir","digest":"dir"},{"path":"/etc/e","kind":"dir","digest":"dir"}',
+    "null",
+    '["/etc/f"]',
+    '"text"',
+    "",
+    "   ",
+]
+"""Manifest lines, good and bad, for the parse's differential test."""
+
+
 class TestManifest:
     def test_concurrent_records_all_land(self, tmp_path: Path) -> None:
         """Records from many threads at once are all kept (one locked append each)."""
@@ -300,6 +322,29 @@ class TestManifest:
         with open(root.resolve(MANIFEST), "a") as handle:
             handle.write('{"path":"/etc/b","kind":"fi')
         assert set(entries(root)) == {"/etc/a"}
+
+    @settings(max_examples=150, deadline=None)
+    @given(lines=st.lists(st.sampled_from(_MANIFEST_LINES), max_size=12))
+    def test_read_as_line_by_line(
+        self, tmp_path_factory: pytest.TempPathFactory, lines: list[str]
+    ) -> None:
+        """The manifest is parsed as one JSON array (one parse per apply, not one per line);
+        whatever its lines hold (torn ones anywhere, lines that are not objects, two values on
+        a line, lines from an unknown future), it reads as a parse of each line alone reads."""
+        root = NodeRoot(tmp_path_factory.mktemp("node"))
+        manifest = root.resolve(MANIFEST)
+        manifest.parent.mkdir(parents=True, exist_ok=True)
+        manifest.write_text("".join(line + "\n" for line in lines))
+        expected: dict[str, tuple[object, object]] = {}
+        for line in lines:
+            try:
+                item = json.loads(line)
+                path, kind, digest = item["path"], item["kind"], item["digest"]
+            except (ValueError, KeyError, TypeError):
+                continue
+            if isinstance(path, str) and path.startswith("/"):
+                expected[path] = (kind, digest)
+        assert {p: (e.kind, e.digest) for p, e in entries(root).items()} == expected
 
     def test_unchanged_record_not_appended(self, tmp_path: Path) -> None:
         """Recording the same content twice adds one line; a new content adds another."""
