@@ -20,7 +20,7 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from noderole.supervisor import (
     _pidfile,
@@ -594,9 +594,20 @@ def _settle_standby(keep: int) -> None:
     """What subprocess would have done in the child: the client spawns a standby with
     :func:`os.posix_spawn` (no close_fds, no cwd), so close every descriptor but stdio and
     ``keep`` (a caller's inheritable descriptor, a pipe its own parent reads to the end, must
-    not live on in a daemon) and leave the caller's working directory."""
-    os.closerange(3, keep)
-    os.closerange(keep + 1, os.sysconf("SC_OPEN_MAX"))
+    not live on in a daemon) and leave the caller's working directory.
+
+    The open descriptors are listed, not every number up to the limit tried: without the
+    close_range system call (kernels before 5.9) ``os.closerange`` closes one number at a time,
+    and a container's limit can be a billion.
+    """
+    try:
+        fds: Iterable[int] = [int(name) for name in os.listdir("/proc/self/fd")]
+    except OSError:  # no /proc: the usual limits
+        fds = range(3, min(os.sysconf("SC_OPEN_MAX"), 1 << 16))
+    for fd in fds:
+        if fd > 2 and fd != keep:
+            with contextlib.suppress(OSError):  # the listing's own, closed since
+                os.close(fd)
     os.chdir("/")
 
 
