@@ -638,8 +638,8 @@ class _Standby:
         # Not reaped yet, so the pid cannot have been reused.
         with contextlib.suppress(ProcessLookupError):
             os.kill(self.pid, signal.SIGKILL)
-        os.waitpid(self.pid, 0)
-        self._status = -signal.SIGKILL
+        _, status = os.waitpid(self.pid, 0)
+        self._status = os.waitstatus_to_exitcode(status)
 
 
 STANDBY_FD = 3
