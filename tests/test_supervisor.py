@@ -5,6 +5,7 @@ from __future__ import annotations
 import http.server
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -588,6 +589,24 @@ class TestProc:
         assert st is not None
         assert is_alive(os.getpid(), st.start_ticks)
         assert not is_alive(os.getpid(), st.start_ticks + 1)
+
+    def test_a_command_name_with_spaces_and_parentheses(self, tmp_path: Path) -> None:
+        """The command name (field 2) may hold ') (' and spaces: the fields after it still
+        parse, read as bytes in one read."""
+        odd = tmp_path / "a) b (c"
+        shutil.copy("/bin/sleep", odd)
+        child = subprocess.Popen([str(odd), "30"])
+        try:
+            st = wait_for(lambda: proc_stat(child.pid), "the child's stat")
+            assert (st.pid, st.ppid) == (child.pid, os.getpid())
+            assert st.state in ("R", "S")
+            assert is_alive(child.pid, st.start_ticks)
+            with open(f"/proc/{child.pid}/stat") as f:
+                assert f.read().split()[1] == "(a)"  # the name really holds ')'
+        finally:
+            child.kill()
+            child.wait()
+        assert proc_stat(child.pid) is None
 
     def test_describe_status(self) -> None:
         """Exit statuses read like 'exit 3' and 'signal SIGKILL'."""
