@@ -17,8 +17,8 @@ following OpenRC's dependency words and making its implicit choices explicit:
 Everything is iterative (breadth-first closure, a depth-first walk over predecessors for the waves,
 a predecessor walk to find a cycle), so nothing hits the recursion limit; and everything is linear
 in services plus declarations. Services are numbered in name order and each declared name is looked
-up once; every later step reads lists indexed by number, in number order, so a graph of 100,000
-services does not turn each step into a CPU cache miss.
+up once, into one flat array of numbers; every later step reads compact arrays indexed by number,
+in number order, so a graph of 100,000 services does not turn each step into a CPU cache miss.
 docs/concepts/dependencies.md explains the rules next to OpenRC's and systemd's.
 """
 
@@ -538,17 +538,21 @@ class _Graph:
             first, last = starts[node], starts[node + 1]
             return own + sources[first:last] if first != last else own
 
-        for root in itertools.compress(itertools.count(), member):
+        # Each service's own part of the flat array and of the before-edges, read in sequence.
+        parts = zip(bounds[::_WORDS], bounds[_BEFORE::_WORDS], starts, starts[1:], strict=False)
+        for root, (low, high, first, last) in itertools.compress(enumerate(parts), member):
             if levels[root] != unplaced:
                 continue
-            before = predecessors(root)
-            latest = max(map(level_of, before), default=-1)
+            # (max() without default=: a keyword argument costs more than the maximum of a few)
+            latest = max(map(level_of, targets[low:high])) if low != high else -1
+            if first != last:
+                latest = max(latest, *map(level_of, sources[first:last]))
             if latest < unplaced:  # all placed already: no walk needed
                 levels[root] = latest + 1
                 continue
             levels[root] = on_path
             path = [root]
-            pending = [iter(before)]
+            pending = [iter(predecessors(root))]
             while path:
                 for predecessor in pending[-1]:
                     level = levels[predecessor]
@@ -562,7 +566,8 @@ class _Graph:
                 else:
                     done = path.pop()
                     pending.pop()
-                    latest = max(map(level_of, predecessors(done)), default=-1)
+                    before = predecessors(done)
+                    latest = max(map(level_of, before)) if before else -1
                     levels[done] = latest + 1 if done >= 0 else latest
         return levels
 
