@@ -475,7 +475,7 @@ class _Graph:
         name it provides), as one flat array: the only edges a service does not declare itself.
         """
         bounds = self.bounds
-        # Services that declare a ``before`` at all, found in C: few do.
+        # Only the services that declare a ``before`` at all are visited; they are found in C.
         declaring = itertools.compress(
             itertools.count(),
             map(
