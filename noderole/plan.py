@@ -17,8 +17,8 @@ following OpenRC's dependency words and making its implicit choices explicit:
 Everything is iterative (breadth-first closure, a depth-first walk over predecessors for the waves,
 a predecessor walk to find a cycle), so nothing hits the recursion limit; and everything is linear
 in services plus declarations. Services are numbered in name order and each declared name is looked
-up once; every later step reads lists indexed by number, in number order, so a graph of 100,000
-services does not turn each step into a CPU cache miss.
+up once, into one flat array of numbers; every later step reads compact arrays indexed by number,
+in number order, so a graph of 100,000 services does not turn each step into a CPU cache miss.
 docs/concepts/dependencies.md explains the rules next to OpenRC's and systemd's.
 """
 
@@ -28,8 +28,9 @@ import gc
 import itertools
 import operator
 import types
+from array import array
 from collections import deque
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Final, Literal, TypeAlias
 
 from noderole import recordclass
@@ -240,6 +241,24 @@ def _service_dict(planned: PlannedService) -> dict[str, Any]:
     }
 
 
+# The fields of PlannedService, and a setter of each slot: the planner builds its records field by
+# field (tests check this list against the class, and each record against one built by __init__).
+_PLANNED_FIELDS: Final = (
+    "service",
+    "wave",
+    "in_role",
+    "pulled_in_by",
+    "needs",
+    "wants",
+    "uses",
+    "after",
+    "provided_by",
+    "resolved",
+    "unresolved",
+)
+_PLANNED_SETTERS: Final = tuple(vars(PlannedService)[name].__set__ for name in _PLANNED_FIELDS)
+
+
 # --------------------------------------------------------------------------- building
 
 
@@ -263,104 +282,34 @@ def build_plan(services: Iterable[Service], role: str, *, plugins: Sequence[str]
 
 
 def _build_plan(services: Iterable[Service], role: str, plugins: Sequence[str]) -> Plan:
-    # Services are numbered in name order, and the graph is lists indexed by number. Each
-    # declared name is looked up in a dict once; after that, every step walks the services in
-    # number order and reads compact lists, instead of hashing names into dicts and sets or
-    # appending to lists in scattered order: at 100,000 services those miss the CPU caches at
-    # every step, and plan time grew faster than the graph (13-17x per tenfold step). Numbers in
-    # name order also make "sorted by name" a sort of integers, or no sort at all.
+    # Services are numbered in name order, every declared name is looked up once into one flat
+    # array of numbers, and each later step reads compact arrays in number order: at 100,000
+    # services, per-service lists, tuples and dicts scattered over the heap miss the CPU caches
+    # at every step, and plan time grew faster than the graph (13-17x per tenfold step). Numbers
+    # in name order also make "sorted by name" a sort of integers, or no sort at all.
     graph = _Graph(services, role, plugins)
     member, pulled_in_by = graph.closure(role)
-    edges = graph.resolve(member)
-    levels = _levels(edges.predecessors, member)
-    names = graph.names
+    providing = graph.planned_providers(member)
+    befores = graph.before_edges(member, providing)
+    levels = graph.levels(member, providing, befores)
     if levels is None:
-        predecessors = {
-            names[i]: {names[p] for p in edges.predecessors[i]}
-            for i, flag in enumerate(member)
-            if flag
-        }
-        raise PlanError(graph.describe_cycle(_find_cycle(predecessors), role))
-
-    # Build each planned service in number order (its record and parts are read in sequence),
-    # then deal them, still by name, into their waves: start order.
-    records = graph.records
-    in_seed = graph.in_seed
-    resolved_of, unresolved_of, provided_by_of = edges.resolved, edges.unresolved, edges.provided_by
-    predecessors_of = edges.predecessors
-    name_of = names.__getitem__
-    by_wave: list[list[int]] = [[] for _ in range(max(itertools.compress(levels, member)) + 1)]
-    planned_by_wave: list[list[PlannedService]] = [[] for _ in by_wave]
-    for i in itertools.compress(itertools.count(), member):
-        resolved = resolved_of[i]
-        before = predecessors_of[i]
-        if len(before) > 1:
-            before = sorted(set(before))  # a pair declared twice (need x, after x) counts once
-        by = pulled_in_by[i]
-        wave = levels[i]
-        by_wave[wave].append(i)
-        planned_by_wave[wave].append(
-            PlannedService(
-                service=records[i],
-                wave=wave,
-                in_role=bool(in_seed[i]),
-                pulled_in_by=None if by < 0 else names[by],
-                needs=resolved.get("need", ()),
-                wants=resolved.get("want", ()),
-                uses=resolved.get("use", ()),
-                after=tuple(map(name_of, before)),
-                provided_by=provided_by_of[i],
-                resolved=resolved,
-                unresolved=unresolved_of[i],
-            )
-        )
-    planned = list(itertools.chain.from_iterable(planned_by_wave))
-    waves = [tuple(map(name_of, wave)) for wave in by_wave]
-    # Only a service that declares a name nobody has gets a warning: look at those alone.
-    suspects = edges.suspects
-    warnings = (
-        unknown_names((records[i] for wave in by_wave for i in wave if i in suspects), records)
-        if suspects
-        else []
-    )
-    return Plan(role=role, services=planned, waves=waves, warnings=tuple(warnings))
+        cycle = _find_cycle(graph.predecessor_names(member, providing, befores))
+        raise PlanError(graph.describe_cycle(cycle, role))
+    return graph.plan(role, member, pulled_in_by, providing, befores, levels)
 
 
 _Names: TypeAlias = Mapping[str, tuple[str, ...]]
-
-
-class _Edges:
-    """The planned services' edges and resolved declarations, each service by its number (a
-    plain class: attrs would compile methods nothing calls, on every import)."""
-
-    __slots__ = ("predecessors", "provided_by", "resolved", "suspects", "unresolved")
-
-    def __init__(
-        self,
-        *,
-        predecessors: list[list[int]],
-        resolved: list[_Names],
-        unresolved: list[_Names],
-        provided_by: list[_Names],
-        suspects: set[int],
-    ) -> None:
-        self.predecessors = predecessors
-        """Per service, the services it starts after (a pair declared twice is listed twice)."""
-        self.resolved = resolved
-        """Per service, ``PlannedService.resolved``."""
-        self.unresolved = unresolved
-        """Per service, ``PlannedService.unresolved``."""
-        self.provided_by = provided_by
-        """Per service, ``PlannedService.provided_by``."""
-        self.suspects = suspects
-        """Planned services that declare an after/before/use/want name no service has or
-        provides."""
+_Befores: TypeAlias = tuple["array[int]", "array[int]"]
+"""Per planned service, the planned services whose ``before`` names it (or a virtual name it
+provides): where each service's part starts (one more entry than services), and the parts."""
 
 
 # One C call reads a record's five declarations, in the order of KINDS.
 _declared: Final = operator.attrgetter(*KINDS)
 _provide_of: Final = operator.attrgetter("provide")
 _roles_of: Final = operator.attrgetter("roles")
+_WORDS: Final = len(KINDS)
+_BEFORE: Final = KINDS.index("before")  # the last word: the others, together, come first
 
 
 class _Graph:
@@ -404,21 +353,17 @@ class _Graph:
         self.unknown = ~len(self.provider_ids)
         self.provider_ids.append(())
         self.ids = ids
-        # Every declaration, resolved once: per service, one tuple of numbers per word of KINDS.
-        unknown = itertools.repeat(self.unknown)
-        get = ids.get
-        self.refs: list[tuple[tuple[int, ...], ...]] = []
-        for svc in records:
-            need, want, use, after, before = svc.need, svc.want, svc.use, svc.after, svc.before
-            self.refs.append(
-                (
-                    tuple(map(get, need, unknown)) if need else (),
-                    tuple(map(get, want, unknown)) if want else (),
-                    tuple(map(get, use, unknown)) if use else (),
-                    tuple(map(get, after, unknown)) if after else (),
-                    tuple(map(get, before, unknown)) if before else (),
-                )
-            )
+        # Every declaration resolved once, all in C: one flat array of numbers (no tuple per
+        # service and word), and where each service's words start in it.
+        declared = list(itertools.chain.from_iterable(map(_declared, records)))
+        self.bounds = array("i", [0])
+        """Word k of service n is ``targets[bounds[5n + k]:bounds[5n + k + 1]]``."""
+        self.bounds.extend(itertools.accumulate(map(len, declared)))
+        self.targets = array(
+            "i",
+            map(ids.get, itertools.chain.from_iterable(declared), itertools.repeat(self.unknown)),
+        )
+        """Every declared name's number, service by service, word by word in KINDS order."""
 
     def record(self, name: str) -> Service:
         """The service called ``name``."""
@@ -427,6 +372,11 @@ class _Graph:
     def is_service(self, name: str) -> bool:
         """True when a service is called ``name`` (not a virtual name, not an unknown one)."""
         return self.ids.get(name, -1) >= 0
+
+    def word(self, number: int, kind: int) -> array[int]:
+        """The numbers that word ``kind`` (an index into KINDS) of service ``number`` names."""
+        start = number * _WORDS + kind
+        return self.targets[self.bounds[start] : self.bounds[start + 1]]
 
     # ----------------------------------------------------------------- the role and its closure
 
@@ -448,30 +398,28 @@ class _Graph:
         # so the plan is the same whatever order the plugins returned their services in.
         pulls: dict[int, tuple[int, ...]] = {}
         lacking = False
-        refs = self.refs
-        queue = deque(seed)
-        while queue:
-            number = queue.popleft()
-            declared = refs[number]
-            for targets, strict in ((declared[0], True), (declared[1], False)):
-                for target in targets:
-                    if target >= 0:
-                        if not member[target]:
-                            member[target] = 1
-                            pulled_in_by[target] = number
-                            queue.append(target)
-                        continue
-                    found = pulls.get(target)
-                    if found is None:
-                        found = pulls[target] = self._pull_targets(target)
-                    if not found:
-                        lacking = lacking or strict
-                        continue
-                    for other in found:
-                        if not member[other]:
-                            member[other] = 1
-                            pulled_in_by[other] = number
-                            queue.append(other)
+        bounds, targets = self.bounds, self.targets
+        queue = seed  # breadth first: the loop reads what it appends
+        for number in queue:
+            start = number * _WORDS  # need, then want: one run of the flat array
+            for target in targets[bounds[start] : bounds[start + 2]]:
+                if target >= 0:
+                    if not member[target]:
+                        member[target] = 1
+                        pulled_in_by[target] = number
+                        queue.append(target)
+                    continue
+                found = pulls.get(target)
+                if found is None:
+                    found = pulls[target] = self._pull_targets(target)
+                if not found:
+                    lacking = lacking or target in self.word(number, 0)  # a need, not a want
+                    continue
+                for other in found:
+                    if not member[other]:
+                        member[other] = 1
+                        pulled_in_by[other] = number
+                        queue.append(other)
         if lacking:
             raise PlanError(self._missing_message(member, pulled_in_by, role))
         return member, pulled_in_by
@@ -489,7 +437,7 @@ class _Graph:
             (names[number], target)
             for number, service in enumerate(self.records)
             if member[number]
-            for target, ref in zip(service.need, self.refs[number][0], strict=True)
+            for target, ref in zip(service.need, self.word(number, 0), strict=True)
             if ref < 0 and not self._pull_targets(ref)
         )
         pulled_in_by = {names[number]: names[by] for number, by in enumerate(pulled) if by >= 0}
@@ -513,103 +461,295 @@ class _Graph:
     def _plugin_list(self) -> str:
         return ", ".join(self.plugins) if self.plugins else "none"
 
-    # ----------------------------------------------------------------- resolution and edges
+    # ----------------------------------------------------------------- edges and waves
 
-    def resolve(self, member: bytearray) -> _Edges:
-        """The planned services' edges and resolved declarations."""
+    def planned_providers(self, member: bytearray) -> list[tuple[int, ...]]:
+        """Per virtual name (``~number``), its planned providers: what a reference to it means."""
+        return [
+            tuple(itertools.compress(numbers, map(member.__getitem__, numbers)))
+            for numbers in self.provider_ids
+        ]
+
+    def before_edges(self, member: bytearray, providing: list[tuple[int, ...]]) -> _Befores:
+        """Per planned service, the planned services whose ``before`` names it (or a virtual
+        name it provides), as one flat array: the only edges a service does not declare itself.
+        """
+        bounds = self.bounds
+        # Only the services that declare a ``before`` at all are visited; they are found in C.
+        declaring = itertools.compress(
+            itertools.count(),
+            map(
+                operator.and_,
+                member,
+                map(operator.ne, bounds[_BEFORE::_WORDS], bounds[_WORDS::_WORDS]),
+            ),
+        )
+        waited: list[int] = []
+        waiting: list[int] = []
+        for number in declaring:
+            for target in self.word(number, _BEFORE):
+                if target >= 0:
+                    if member[target]:
+                        waited.append(target)
+                        waiting.append(number)
+                    continue
+                found = providing[~target]
+                waited.extend(found)
+                waiting.extend(itertools.repeat(number, len(found)))
+        # A counting sort by the waiting-for service: each one's part is contiguous.
+        starts = array("i", [0]) * (len(member) + 1)
+        for target in waited:
+            starts[target + 1] += 1
+        starts = array("i", itertools.accumulate(starts))
+        sources = array("i", [0]) * len(waited)
+        free = array("i", starts)
+        for target, source in zip(waited, waiting, strict=True):
+            sources[free[target]] = source
+            free[target] += 1
+        return starts, sources
+
+    def levels(
+        self, member: bytearray, providing: list[tuple[int, ...]], befores: _Befores
+    ) -> list[int] | None:
+        """Each planned service's wave (0: it starts after nothing; else one more than its
+        latest predecessor's), by number; None when planned services form a cycle.
+
+        A depth-first walk over each service's own declarations, read straight from the flat
+        array: a name of an unplanned service counts as wave -1, and a virtual name is a node
+        whose wave is its latest planned provider's (-1 without one), at index ``~k`` (Python's
+        index from the end of the list). Kahn's algorithm would need every service's successors
+        first, gathered by appends in scattered order.
+        """
+        count = len(member)
+        bounds, targets = self.bounds, self.targets
+        starts, sources = befores
+        # Marks above any wave (a wave is below the service count), so that one max() over a
+        # node's predecessors both says whether all are placed and gives its wave.
+        unplaced, on_path = count, count + 1
+        levels = list(map((-1, unplaced).__getitem__, member))
+        levels.extend(unplaced if found else -1 for found in reversed(providing))
+        level_of = levels.__getitem__
+
+        def predecessors(node: int) -> Sequence[int]:
+            if node < 0:
+                return providing[~node]
+            start = node * _WORDS
+            own = targets[bounds[start] : bounds[start + _BEFORE]]
+            first, last = starts[node], starts[node + 1]
+            return own + sources[first:last] if first != last else own
+
+        # Each service's own part of the flat array and of the before-edges, read in sequence.
+        parts = zip(bounds[::_WORDS], bounds[_BEFORE::_WORDS], starts, starts[1:], strict=False)
+        for root, (low, high, first, last) in itertools.compress(enumerate(parts), member):
+            if levels[root] != unplaced:
+                continue
+            # (max() without default=: a keyword argument costs more than the maximum of a few)
+            latest = max(map(level_of, targets[low:high])) if low != high else -1
+            if first != last:
+                latest = max(latest, *map(level_of, sources[first:last]))
+            if latest < unplaced:  # all placed already: no walk needed
+                levels[root] = latest + 1
+                continue
+            levels[root] = on_path
+            path = [root]
+            pending = [iter(predecessors(root))]
+            while path:
+                for predecessor in pending[-1]:
+                    level = levels[predecessor]
+                    if level == unplaced:
+                        levels[predecessor] = on_path
+                        path.append(predecessor)
+                        pending.append(iter(predecessors(predecessor)))
+                        break
+                    if level == on_path:
+                        return None  # back on the current path: a cycle
+                else:
+                    done = path.pop()
+                    pending.pop()
+                    before = predecessors(done)
+                    latest = max(map(level_of, before)) if before else -1
+                    levels[done] = latest + 1 if done >= 0 else latest
+        return levels
+
+    def predecessor_names(
+        self, member: bytearray, providing: list[tuple[int, ...]], befores: _Befores
+    ) -> dict[str, set[str]]:
+        """Each planned service's predecessors by name (to name a cycle: no hurry there)."""
         names = self.names
-        count = len(names)
-        predecessors: list[list[int]] = [[] for _ in range(count)]
-        resolved_of: list[_Names] = [_NO_NAMES] * count
-        unresolved_of: list[_Names] = [_NO_NAMES] * count
-        provided_by_of: list[_Names] = [_NO_NAMES] * count
-        suspects: set[int] = set()
-        unknown = self.unknown
-        # A virtual name resolves the same way for every service that declares it: resolve it once.
-        in_plan: dict[int, tuple[int, ...]] = {}
-        refs = self.refs
-        records = self.records
+        starts, sources = befores
+        found: dict[str, set[str]] = {}
+        for number in itertools.compress(itertools.count(), member):
+            before = set(sources[starts[number] : starts[number + 1]])
+            for kind in range(_BEFORE):
+                for target in self.word(number, kind):
+                    if target < 0:
+                        before.update(providing[~target])
+                    elif member[target]:
+                        before.add(target)
+            found[names[number]] = {names[other] for other in before}
+        return found
+
+    # ----------------------------------------------------------------- the plan
+
+    def plan(
+        self,
+        role: str,
+        member: bytearray,
+        pulled_in_by: list[int],
+        providing: list[tuple[int, ...]],
+        befores: _Befores,
+        levels: list[int],
+    ) -> Plan:
+        """The plan: each planned service built in number order (its record and its part of the
+        flat arrays are read in sequence), then dealt, still by name, into its wave."""
+        records, names, in_seed = self.records, self.names, self.in_seed
+        bounds, targets = self.bounds, self.targets
+        starts, sources = befores
         name_of = names.__getitem__
         # Virtual and unknown names are negative numbers, which index the zero tail: one test
         # tells "a planned service, by its own name" from everything else.
         is_planned = (member + bytes(len(self.provider_ids))).__getitem__
-        for number in itertools.compress(itertools.count(), member):  # in sequence
+        by_wave: list[list[int]] = [[] for _ in range(max(itertools.compress(levels, member)) + 1)]
+        planned_by_wave: list[list[PlannedService]] = [[] for _ in by_wave]
+        suspects: set[int] = set()
+        new = object.__new__
+        (
+            set_service,
+            set_wave,
+            set_in_role,
+            set_pulled_in_by,
+            set_needs,
+            set_wants,
+            set_uses,
+            set_after,
+            set_provided_by,
+            set_resolved,
+            set_unresolved,
+        ) = _PLANNED_SETTERS
+        for number in itertools.compress(itertools.count(), member):
             service = records[number]
-            resolved: dict[str, tuple[str, ...]] = {}
-            unresolved: dict[str, tuple[str, ...]] | None = None
-            provided_by: dict[str, tuple[str, ...]] | None = None
-            own_predecessors = predecessors[number]
-            for kind, targets, declared in zip(
-                KINDS, refs[number], _declared(service), strict=True
-            ):
-                if not targets:
-                    continue
-                found: Sequence[int]
-                if all(map(is_planned, targets)):
-                    # The common case: planned services, by their own names. The declared tuple
-                    # is the resolved one unless it names a service twice.
-                    found = targets
-                    if len(targets) == 1 or len(set(targets)) == len(targets):
-                        resolved[kind] = declared
-                    else:
-                        resolved[kind] = tuple(map(name_of, dict.fromkeys(targets)))
-                else:
-                    if unresolved is None or provided_by is None:  # made when first needed
-                        unresolved, provided_by = {}, {}
-                    found, missing = self._resolve_names(
-                        declared, targets, member, in_plan, provided_by
-                    )
-                    if missing:
-                        unresolved[kind] = missing
-                    if kind != "need" and unknown in targets:
-                        suspects.add(number)
-                    if found:
-                        resolved[kind] = tuple(map(name_of, dict.fromkeys(found)))
-                if kind == "before":
-                    for other in found:  # rare enough that the scattered appends are cheap
-                        predecessors[other].append(number)
-                else:
-                    own_predecessors.extend(found)
+            declared = _declared(service)
+            first, _, _, _, own_end, end = bounds[number * _WORDS : (number + 1) * _WORDS + 1]
+            every = targets[first:end]
+            resolved: _Names
+            provided_by: _Names = _NO_NAMES
+            unresolved: _Names = _NO_NAMES
+            before: Sequence[int]
+            if all(map(is_planned, every)) and len(set(every)) == len(every):
+                # The common case: planned services, by their own names, each named once. The
+                # declared tuples are the resolved ones.
+                words = dict(itertools.compress(zip(KINDS, declared, strict=True), declared))
+                resolved = types.MappingProxyType(words) if words else _NO_NAMES
+                needs, wants, uses = declared[0], declared[1], declared[2]
+                before = every[: own_end - first]
+            else:
+                resolved, unresolved, provided_by, before = self._resolve(
+                    number, declared, is_planned, providing, suspects
+                )
+                needs = resolved.get("need", ())
+                wants = resolved.get("want", ())
+                uses = resolved.get("use", ())
+            waited_by = starts[number], starts[number + 1]
+            if waited_by[0] != waited_by[1]:
+                before = [*before, *sources[waited_by[0] : waited_by[1]]]
+            if len(before) > 1:
+                before = sorted(set(before))  # a pair declared twice (need x, after x) counts once
+            by = pulled_in_by[number]
+            wave = levels[number]
+            by_wave[wave].append(number)
+            # Built field by field through the slots: the generic keyword __init__ (converters
+            # that have nothing to convert here) cost more than all the planning before it.
+            planned = new(PlannedService)
+            set_service(planned, service)
+            set_wave(planned, wave)
+            set_in_role(planned, bool(in_seed[number]))
+            set_pulled_in_by(planned, None if by < 0 else names[by])
+            set_needs(planned, needs)
+            set_wants(planned, wants)
+            set_uses(planned, uses)
+            set_after(planned, tuple(map(name_of, before)))
+            set_provided_by(planned, provided_by)
+            set_resolved(planned, resolved)
+            set_unresolved(planned, unresolved)
+            planned_by_wave[wave].append(planned)
+        services = list(itertools.chain.from_iterable(planned_by_wave))
+        waves = [tuple(map(name_of, wave)) for wave in by_wave]
+        # Only a service that declares a name nobody has gets a warning: look at those alone.
+        warnings = (
+            unknown_names((records[i] for wave in by_wave for i in wave if i in suspects), records)
+            if suspects
+            else []
+        )
+        return Plan(role=role, services=services, waves=waves, warnings=tuple(warnings))
+
+    def _resolve(
+        self,
+        number: int,
+        declared: tuple[tuple[str, ...], ...],
+        is_planned: Callable[[int], int],
+        providing: list[tuple[int, ...]],
+        suspects: set[int],
+    ) -> tuple[_Names, _Names, _Names, list[int]]:
+        """``resolved``, ``unresolved`` and ``provided_by`` of a planned service that names a
+        virtual name, an unplanned service or a service twice; and the services it starts after
+        by its own declarations. Adds it to ``suspects`` when it names a name nobody has in a
+        word other than ``need``."""
+        name_of = self.names.__getitem__
+        resolved: dict[str, tuple[str, ...]] = {}
+        unresolved: dict[str, tuple[str, ...]] = {}
+        provided_by: dict[str, tuple[str, ...]] = {}
+        before: list[int] = []
+        for index, (kind, names) in enumerate(zip(KINDS, declared, strict=True)):
+            if not names:
+                continue
+            targets = self.word(number, index)
+            found: Sequence[int]
+            if all(map(is_planned, targets)):
+                found = targets
+                unique = len(targets) == 1 or len(set(targets)) == len(targets)
+                resolved[kind] = names if unique else tuple(map(name_of, dict.fromkeys(targets)))
+            else:
+                found, missing = self._resolve_names(
+                    names, targets, is_planned, providing, provided_by
+                )
+                if missing:
+                    unresolved[kind] = missing
+                if kind != "need" and self.unknown in targets:
+                    suspects.add(number)
+                if found:
+                    resolved[kind] = tuple(map(name_of, dict.fromkeys(found)))
+            if index != _BEFORE:
+                before.extend(found)
+        return (
             # Values are tuples already: wrap the dicts rather than copy them.
-            if resolved:
-                resolved_of[number] = types.MappingProxyType(resolved)
-            if unresolved:
-                unresolved_of[number] = types.MappingProxyType(unresolved)
-            if provided_by:
-                provided_by_of[number] = types.MappingProxyType(provided_by)
-        return _Edges(
-            predecessors=predecessors,
-            resolved=resolved_of,
-            unresolved=unresolved_of,
-            provided_by=provided_by_of,
-            suspects=suspects,
+            types.MappingProxyType(resolved) if resolved else _NO_NAMES,
+            types.MappingProxyType(unresolved) if unresolved else _NO_NAMES,
+            types.MappingProxyType(provided_by) if provided_by else _NO_NAMES,
+            before,
         )
 
     def _resolve_names(
         self,
         declared: tuple[str, ...],
-        targets: tuple[int, ...],
-        member: bytearray,
-        in_plan: dict[int, tuple[int, ...]],
+        targets: array[int],
+        is_planned: Callable[[int], int],
+        providing: list[tuple[int, ...]],
         provided_by: dict[str, tuple[str, ...]],
     ) -> tuple[list[int], tuple[str, ...]]:
         """The planned services ``declared`` resolves to, and the names that match none.
 
-        Adds each virtual name that has planned providers to ``provided_by``; ``in_plan`` caches
-        which providers of a virtual name are planned.
+        Adds each virtual name that has planned providers to ``provided_by``.
         """
         found_all: list[int] = []
         missing: list[str] = []
         for name, target in zip(declared, targets, strict=True):
             if target >= 0:
-                if member[target]:
+                if is_planned(target):
                     found_all.append(target)
                 else:
                     missing.append(name)
                 continue
-            found = in_plan.get(target)
-            if found is None:
-                found = in_plan[target] = tuple(p for p in self.provider_ids[~target] if member[p])
+            found = providing[~target]
             if found:
                 provided_by[name] = tuple(map(self.names.__getitem__, found))
                 found_all.extend(found)
@@ -730,51 +870,6 @@ def _waves(predecessors: Mapping[str, set[str]]) -> list[tuple[str, ...]]:
                     ready.append(successor)
         current = sorted(ready)
     return waves
-
-
-def _levels(predecessors: Sequence[list[int]], member: bytearray) -> list[int] | None:
-    """Each planned service's wave (0: it starts after nothing; else one more than its latest
-    predecessor's), by number; None when planned services form a cycle.
-
-    A depth-first walk over predecessors: it reads each service's own list, where Kahn's
-    algorithm needs every service's successors, gathered by appends in scattered order.
-    """
-    count = len(predecessors)
-    # Marks above any wave (a wave is below the service count), so that one max() over a
-    # service's predecessors both says whether all are placed and gives its wave.
-    unplaced, on_path = count, count + 1
-    levels = [unplaced] * count
-    level_of = levels.__getitem__
-    for root in itertools.compress(itertools.count(), member):
-        if levels[root] != unplaced:
-            continue
-        before = predecessors[root]
-        if not before:
-            levels[root] = 0
-            continue
-        latest = max(map(level_of, before))
-        if latest < unplaced:  # all placed already: no walk needed
-            levels[root] = latest + 1
-            continue
-        levels[root] = on_path
-        path = [root]
-        pending = [iter(before)]
-        while path:
-            for predecessor in pending[-1]:
-                level = levels[predecessor]
-                if level == unplaced:
-                    levels[predecessor] = on_path
-                    path.append(predecessor)
-                    pending.append(iter(predecessors[predecessor]))
-                    break
-                if level == on_path:
-                    return None  # back on the current path: a cycle
-            else:
-                done = path.pop()
-                pending.pop()
-                before = predecessors[done]
-                levels[done] = max(map(level_of, before)) + 1 if before else 0
-    return levels
 
 
 def _find_cycle(predecessors: Mapping[str, set[str]]) -> list[str]:

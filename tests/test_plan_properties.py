@@ -11,8 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from noderole import plan as plan_module
+from noderole import recordclass
 from noderole.errors import PlanError
-from noderole.plan import KINDS, build_plan
+from noderole.plan import KINDS, PlannedService, build_plan
 from noderole.records import Service, unknown_names
 from tests.strategies import ROLE, acyclic_services, cyclic_services
 
@@ -316,3 +318,25 @@ class TestCyclicGraphs:
         assert match is not None
         nodes = match.group(1).split(" → ")
         assert len(set(nodes[:-1])) == len(nodes) - 1
+
+
+class TestPlannedRecords:
+    """The planner builds each PlannedService field by field, past its keyword ``__init__``."""
+
+    def test_the_planner_knows_every_field(self) -> None:
+        """The planner's list of PlannedService's fields is the class's own, in order."""
+        fields = tuple(item.name for item in recordclass.fields(PlannedService))
+        assert fields == plan_module._PLANNED_FIELDS
+
+    @settings(max_examples=80, deadline=None)
+    @given(acyclic_services())
+    def test_each_record_is_what_init_builds(self, services: list[Service]) -> None:
+        """Every planned service holds the very objects ``PlannedService(...)`` would hold
+        after its converters (an empty mapping is the shared empty one), and shows the same."""
+        names = plan_module._PLANNED_FIELDS
+        for planned in build_plan(services, ROLE).services:
+            rebuilt = PlannedService(**{name: getattr(planned, name) for name in names})
+            for name in names:
+                assert getattr(rebuilt, name) is getattr(planned, name), name
+            assert rebuilt == planned
+            assert repr(rebuilt) == repr(planned)
