@@ -189,3 +189,38 @@ class TestWhatTheStandbyInherits:
         standby, daemon = pids
         assert harness.supervisor.daemon_pid() == daemon
         assert os.getsid(daemon) == standby  # the standby's session: it was the one that went
+
+
+class TestACallerIgnoringSigchld:
+    def test_the_standby_still_starts_and_ends(self, harness: Harness) -> None:
+        """A parent that left SIGCHLD ignored (inherited across exec) has its children reaped by
+        the kernel: waiting for the standby then fails with ECHILD. The go still starts the
+        daemon, and an unneeded standby is still ended, without an error."""
+        code = (
+            "import os, signal, sys\n"
+            "from noderole.supervisor import Supervisor\n"
+            "signal.signal(signal.SIGCHLD, signal.SIG_IGN)\n"
+            "s = Supervisor(sys.argv[1], log_path=sys.argv[2])\n"
+            "s.prepare()\n"
+            "print(s._standby.pid, flush=True)\n"
+            "s.ensure_running()\n"
+            "print(s.daemon_pid(), flush=True)\n"
+            "spare = Supervisor(sys.argv[1] + '-spare', log_path=sys.argv[2] + '-spare')\n"
+            "spare.prepare()\n"
+            "print(spare._standby.pid, flush=True)\n"
+            "spare.discard()\n"
+        )
+        done = subprocess.run(
+            [sys.executable, "-c", code, str(harness.run_dir), str(harness.supervisor.log_path)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        pids = [int(word) for word in done.stdout.split() if word.isdigit()]
+        harness.extra_pids.extend(pids)
+        assert done.returncode == 0, done.stderr
+        standby, daemon, spare = pids
+        assert harness.supervisor.daemon_pid() == daemon
+        assert os.getsid(daemon) == standby  # the standby went
+        assert not is_alive(spare)

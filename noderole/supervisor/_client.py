@@ -616,7 +616,11 @@ class _Standby:
         while True:
             try:
                 pid, status = os.waitpid(self.pid, os.WNOHANG)
-            except ChildProcessError:  # reaped already
+            except ChildProcessError:
+                # Reaped already: by us, or by the kernel when a parent left SIGCHLD ignored
+                # (inherited across exec); as Popen, count that as a clean exit.
+                if self._status is None:
+                    self._status = 0
                 return self._status
             if pid:
                 self._status = os.waitstatus_to_exitcode(status)
@@ -638,8 +642,12 @@ class _Standby:
         # Not reaped yet, so the pid cannot have been reused.
         with contextlib.suppress(ProcessLookupError):
             os.kill(self.pid, signal.SIGKILL)
-        _, status = os.waitpid(self.pid, 0)
-        self._status = os.waitstatus_to_exitcode(status)
+        try:
+            _, status = os.waitpid(self.pid, 0)
+        except ChildProcessError:  # SIGCHLD ignored: the kernel reaped it
+            self._status = -signal.SIGKILL
+        else:
+            self._status = os.waitstatus_to_exitcode(status)
 
 
 STANDBY_FD = 3
