@@ -1,31 +1,55 @@
-"""The ``noderole`` command's first module: the collector's pace is set before anything loads.
+"""The ``noderole`` command's first module: the import path and the collector's pace are set
+before anything else loads.
+
+Python puts a script's own directory first on ``sys.path`` (``python -P`` would not): for the
+``noderole`` console script that is the directory it was installed in, where a stray ``json.py``
+or ``click.py`` would be imported by root in place of the real one, and which every top-level
+import searches first (48 ``stat`` calls a re-apply, 1% of its instructions). :func:`run` drops
+it: noderole imports nothing from there (this module, imported before, is found already).
 
 A command's start-up allocates tens of thousands of long-lived objects (modules, classes,
 functions, records) and makes almost no garbage in reference cycles, yet the cyclic collector,
 counting allocations, walks the young generations about fifty times while they are made: about 5%
 of ``noderole plan``'s instructions (callgrind, 271M -> 258M). This module imports nothing but
-:mod:`gc` and raises the first generation's threshold before click or any noderole module loads,
-as mypy does for its own runs; collection still happens, once every 100,000 net allocations, so a
-long ``apply`` (waits of minutes, a thousand services) keeps its memory bounded.
+:mod:`gc` (and :mod:`os` and :mod:`sys`, loaded with the interpreter) and raises the first
+generation's threshold before click or any noderole module loads, as mypy does for its own runs;
+collection still happens, once every 100,000 net allocations, so a long ``apply`` (waits of
+minutes, a thousand services) keeps its memory bounded.
 """
 
 from __future__ import annotations
 
 import gc
+import os
+import sys
 
 TYPE_CHECKING = False  # typing is not imported before the collector's pace is set
 if TYPE_CHECKING:
     from typing import NoReturn
 
-__all__ = ["GC_THRESHOLD", "run"]
+__all__ = ["GC_THRESHOLD", "drop_script_directory", "run"]
 
 GC_THRESHOLD = (100_000, 50, 100)
 """Allocations before a first-generation collection, and the two older generations' counts."""
 
 
 def run() -> NoReturn:
-    """The ``noderole`` console script: set the collector's pace, then :func:`noderole.cli.run`."""
+    """The ``noderole`` console script: drop the script's directory from the import path, set
+    the collector's pace, then :func:`noderole.cli.run`."""
+    drop_script_directory()
     gc.set_threshold(*GC_THRESHOLD)
     from noderole.cli import run as cli_run
 
     cli_run()
+
+
+def drop_script_directory() -> None:
+    """Remove ``sys.path[0]`` when it is the running script's own directory (as Python put it
+    there, symbolic links resolved); leave the path alone under ``python -P`` or ``-m``."""
+    if sys.flags.safe_path or not sys.path or not sys.argv or not sys.argv[0]:
+        return
+    script = os.path.realpath(sys.argv[0])
+    if os.path.isfile(script) and os.path.realpath(sys.path[0] or os.curdir) == os.path.dirname(
+        script
+    ):
+        del sys.path[0]

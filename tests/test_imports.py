@@ -222,3 +222,51 @@ class TestTerminalColumns:
         )
         assert max(len(line) for line in narrow.stdout.splitlines()) <= 58
         assert 80 < max(len(line) for line in wide.stdout.splitlines()) <= 100
+
+
+class TestScriptDirectory:
+    """The console script's own directory is not on the import path once noderole runs."""
+
+    def _script_with(self, tmp_path: Path, planted: str) -> Path:
+        bin_dir = tmp_path / "bin"
+        bin_dir.mkdir()
+        script = bin_dir / "noderole"
+        script.write_text(
+            "import sys\nfrom noderole._start import run\nif __name__ == '__main__':\n"
+            "    sys.exit(run())\n"
+        )
+        (bin_dir / planted).write_text(
+            "raise SystemExit('planted module imported from the script directory')\n"
+        )
+        return script
+
+    @pytest.mark.parametrize("planted", ["click.py", "json.py"])
+    def test_a_module_planted_beside_the_script_is_not_imported(
+        self, tmp_path: Path, planted: str
+    ) -> None:
+        """A `click.py` or `json.py` next to the installed `noderole` script would otherwise be
+        imported (by root, at boot) in place of the real one."""
+        script = self._script_with(tmp_path, planted)
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONSAFEPATH"}
+        done = subprocess.run(
+            [sys.executable, str(script), "--root", str(tmp_path), "plan", "--help"],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+            check=False,
+        )
+        assert "planted" not in done.stderr
+        assert done.returncode == 0, done.stderr
+
+    def test_other_entries_are_kept(self) -> None:
+        """Without a script (`python -c`: sys.path[0] is the working directory) nothing is
+        dropped."""
+        probe = (
+            "import sys\n"
+            "before = list(sys.path)\n"
+            "from noderole._start import drop_script_directory\n"
+            "drop_script_directory()\n"
+            "print(sys.path == before)\n"
+        )
+        assert run_snippet(probe) == ["True"]
