@@ -124,6 +124,35 @@ class TestOneStartForManyThreads:
         assert len(harness.daemons()) == 1
 
 
+def _run_caller(harness: Harness, before: str, after: str = "") -> list[int]:
+    """Run a client in its own interpreter: ``before`` (what its parent left it), then prepare a
+    standby and start the daemon from it, then ``after``. Returns the pids it printed (the
+    standby's, the daemon's, then any of ``after``), each ended by the harness."""
+    code = (
+        "import os, signal, sys\n"
+        "from noderole.supervisor import Supervisor\n"
+        f"{before}"
+        "s = Supervisor(sys.argv[1], log_path=sys.argv[2])\n"
+        "s.prepare()\n"
+        "assert s._standby is not None\n"
+        "print(s._standby.pid, file=sys.stderr, flush=True)\n"
+        "s.ensure_running()\n"
+        "print(s.daemon_pid(), file=sys.stderr, flush=True)\n"
+        f"{after}"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(harness.run_dir), str(harness.supervisor.log_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    pids = [int(word) for word in done.stderr.split() if word.isdigit()]
+    harness.extra_pids.extend(pids)
+    assert done.returncode == 0, done.stderr
+    return pids
+
+
 class TestWhatTheStandbyInherits:
     """posix_spawn has no close_fds and no cwd: the standby settles itself before it waits."""
 
@@ -164,28 +193,7 @@ class TestWhatTheStandbyInherits:
         """A caller started with fds 0 and 1 closed gets its socket pair there (the standby's
         end on 1): that end is moved to 3 before /dev/null takes 0, 1 and 2, and the go still
         starts the daemon from the standby."""
-        code = (
-            "import os, sys\n"
-            "from noderole.supervisor import Supervisor\n"
-            "os.close(0)\n"
-            "os.close(1)\n"
-            "s = Supervisor(sys.argv[1], log_path=sys.argv[2])\n"
-            "s.prepare()\n"
-            "assert s._standby is not None\n"
-            "print(s._standby.pid, file=sys.stderr, flush=True)\n"
-            "s.ensure_running()\n"
-            "print(s.daemon_pid(), file=sys.stderr, flush=True)\n"
-        )
-        done = subprocess.run(
-            [sys.executable, "-c", code, str(harness.run_dir), str(harness.supervisor.log_path)],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-        pids = [int(word) for word in done.stderr.split() if word.isdigit()]
-        harness.extra_pids.extend(pids)
-        assert done.returncode == 0, done.stderr
+        pids = _run_caller(harness, "os.close(0)\nos.close(1)\n")
         standby, daemon = pids
         assert harness.supervisor.daemon_pid() == daemon
         assert os.getsid(daemon) == standby  # the standby's session: it was the one that went
@@ -196,30 +204,14 @@ class TestACallerIgnoringSigchld:
         """A parent that left SIGCHLD ignored (inherited across exec) has its children reaped by
         the kernel: waiting for the standby then fails with ECHILD. The go still starts the
         daemon, and an unneeded standby is still ended, without an error."""
-        code = (
-            "import os, signal, sys\n"
-            "from noderole.supervisor import Supervisor\n"
-            "signal.signal(signal.SIGCHLD, signal.SIG_IGN)\n"
-            "s = Supervisor(sys.argv[1], log_path=sys.argv[2])\n"
-            "s.prepare()\n"
-            "print(s._standby.pid, flush=True)\n"
-            "s.ensure_running()\n"
-            "print(s.daemon_pid(), flush=True)\n"
+        pids = _run_caller(
+            harness,
+            "signal.signal(signal.SIGCHLD, signal.SIG_IGN)\n",
             "spare = Supervisor(sys.argv[1] + '-spare', log_path=sys.argv[2] + '-spare')\n"
             "spare.prepare()\n"
-            "print(spare._standby.pid, flush=True)\n"
-            "spare.discard()\n"
+            "print(spare._standby.pid, file=sys.stderr, flush=True)\n"
+            "spare.discard()\n",
         )
-        done = subprocess.run(
-            [sys.executable, "-c", code, str(harness.run_dir), str(harness.supervisor.log_path)],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-        pids = [int(word) for word in done.stdout.split() if word.isdigit()]
-        harness.extra_pids.extend(pids)
-        assert done.returncode == 0, done.stderr
         standby, daemon, spare = pids
         assert harness.supervisor.daemon_pid() == daemon
         assert os.getsid(daemon) == standby  # the standby went

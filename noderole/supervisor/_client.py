@@ -618,7 +618,8 @@ class _Standby:
                 pid, status = os.waitpid(self.pid, os.WNOHANG)
             except ChildProcessError:
                 # Reaped already: by us, or by the kernel when a parent left SIGCHLD ignored
-                # (inherited across exec); as Popen, count that as a clean exit.
+                # (inherited across exec); as Popen, count that as a clean exit, so that no
+                # SIGKILL goes to a pid the kernel may already have given to another process.
                 if self._status is None:
                     self._status = 0
                 return self._status
