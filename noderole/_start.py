@@ -45,7 +45,8 @@ def run() -> NoReturn:
 
 def drop_script_directory() -> None:
     """Remove ``sys.path[0]`` when it is the running script's own directory (as Python put it
-    there, symbolic links resolved); leave the path alone under ``python -P`` or ``-m``."""
+    there, symbolic links resolved). Under ``python -P`` there is none; under ``-c`` and ``-m``
+    it is the working directory, which stays (unless it is ``noderole/`` itself)."""
     if sys.flags.safe_path or not sys.path or not sys.argv or not sys.argv[0]:
         return
     script = os.path.realpath(sys.argv[0])
