@@ -5,11 +5,12 @@ first, then every entry point of the group ``noderole``, minus the disabled ones
 filtered *before* they are imported, so ``--disable-plugin broken`` gets a node past a plugin that
 no longer imports.
 
-Hooks that return records are called one plugin at a time, in a thread bounded by the hook
-timeout, so a failure — an exception, a generator that raises later, a wrong type, a hang — is
-reported naming the plugin, its distribution and the hook. Importing an entry point is bounded the
-same way; ``SystemExit`` (or any other ``BaseException``) raised by plugin code, at import or in a
-hook, is a :class:`~noderole.errors.PluginError` like any other failure, never an exit of noderole.
+Hooks that return records are called one plugin at a time, each bounded by the hook timeout in a
+worker thread (all of a hook's plugins handed to it at once: :mod:`noderole.bounded`), so a
+failure — an exception, a generator that raises later, a wrong type, a hang — is reported naming
+the plugin, its distribution and the hook. Importing an entry point is bounded the same way;
+``SystemExit`` (or any other ``BaseException``) raised by plugin code, at import or in a hook, is
+a :class:`~noderole.errors.PluginError` like any other failure, never an exit of noderole.
 """
 
 from __future__ import annotations
@@ -17,13 +18,13 @@ from __future__ import annotations
 import os
 import types
 import weakref
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar, cast
 
 import pluggy
 
 from noderole import hookspecs, recordclass
-from noderole.bounded import run_bounded
+from noderole.bounded import Outcome, run_bounded, run_bounded_each
 from noderole.entrypoints import FoundEntryPoint, discover
 from noderole.errors import DefinitionError, NoderoleError, PluginError, UsageError
 from noderole.records import RecordBase, Service, SettingsTable
@@ -170,30 +171,54 @@ class PluginSet:
             )
         expected = " or ".join(kind.__name__ for kind in kinds)
         records: list[Any] = []
+        # Plugins whose calls go to the worker together: one hand-over for all of them.
+        pending: list[tuple[Any, str]] = []
+
+        def settle() -> None:
+            while pending:
+                stop = None if broken is not None else _failed(kinds)
+                calls = [
+                    (self._bind(impl, kwargs), f"{name}:{hook_name}") for impl, name in pending
+                ]
+                outcomes = run_bounded_each(calls, timeout=self.hook_timeout, stop=stop)
+                ran = pending[: len(outcomes)]
+                del pending[: len(outcomes)]
+                for (_, name), outcome in zip(ran, outcomes, strict=True):
+                    try:
+                        items = self._items(outcome, name, hook_name, kwargs)
+                        records.extend(self._checked(items, name, hook_name, kinds, expected))
+                    except NoderoleError as exc:
+                        if broken is None:
+                            raise
+                        broken[name] = exc
+
         for impl in hook.get_hookimpls():
             if impl.hookwrapper or impl.wrapper:
                 continue  # wrappers observe other calls; record hooks are called one by one
             plugin = self.manager.get_name(impl.plugin) or repr(impl.plugin)
             try:
-                records.extend(self._records(impl, plugin, hook_name, kinds, expected, kwargs))
+                self._check_arguments(impl, plugin, hook_name, kwargs)
             except NoderoleError as exc:
+                settle()  # the plugins before it come first, their errors too
                 if broken is None:
                     raise
                 broken[plugin] = exc
+                continue
+            pending.append((impl, plugin))
+        settle()
         return records
 
-    def _records(
+    def _checked(
         self,
-        impl: Any,
+        items: list[Any],
         plugin: str,
         hook_name: str,
         kinds: tuple[type[Any], ...],
         expected: str,
-        kwargs: Mapping[str, Any],
     ) -> list[Any]:
         """One plugin's records from ``hook_name``, type-checked and stamped with its name."""
         records: list[Any] = []
-        for item in self._call(impl, plugin, hook_name, kwargs):
+        for item in items:
             if not isinstance(item, kinds):
                 raise PluginError(
                     f"{self._describe(plugin)} hook {hook_name} returned {item!r} "
@@ -211,20 +236,35 @@ class PluginSet:
         return info.describe() if info else f"plugin {plugin!r}"
 
     def _call(self, impl: Any, plugin: str, hook_name: str, kwargs: Mapping[str, Any]) -> list[Any]:
+        """One plugin's hook, called alone in the worker: what it returned, as a list."""
+        self._check_arguments(impl, plugin, hook_name, kwargs)
+        # A worker thread bounds the call: a hook that hangs (a blocking read at plan time) must
+        # not hang the boot; a hung hook is left behind in its daemon thread.
+        outcome = run_bounded(
+            self._bind(impl, kwargs), name=f"{plugin}:{hook_name}", timeout=self.hook_timeout
+        )
+        return self._items(outcome, plugin, hook_name, kwargs)
+
+    def _check_arguments(
+        self, impl: Any, plugin: str, hook_name: str, kwargs: Mapping[str, Any]
+    ) -> None:
         missing = [name for name in impl.argnames if name not in kwargs]
         if missing:
             raise PluginError(
                 f"{self._describe(plugin)} hook {hook_name} takes {', '.join(missing)}, which "
                 f"the caller did not pass (it passed {', '.join(sorted(kwargs)) or 'nothing'})"
             )
+
+    @staticmethod
+    def _bind(impl: Any, kwargs: Mapping[str, Any]) -> Callable[[], list[Any]]:
+        """The call of ``impl`` with its arguments from ``kwargs``, its result as a list."""
         args = [kwargs[name] for name in impl.argnames]
-        # A worker thread bounds the call: a hook that hangs (a blocking read at plan time) must
-        # not hang the boot; a hung hook is left behind in its daemon thread.
-        outcome = run_bounded(
-            lambda: _flatten(impl.function(*args)),
-            name=f"{plugin}:{hook_name}",
-            timeout=self.hook_timeout,
-        )
+        return lambda: _flatten(impl.function(*args))
+
+    def _items(
+        self, outcome: Outcome | None, plugin: str, hook_name: str, kwargs: Mapping[str, Any]
+    ) -> list[Any]:
+        """What a bounded hook call returned, or its failure as the error that names the plugin."""
         if outcome is None:
             late = TimeoutError(f"hook {hook_name} did not return within {self.hook_timeout:g}s")
             raise PluginError(
@@ -251,6 +291,18 @@ class PluginSet:
             f"{type(error).__name__}: {error}. Run with --debug for the traceback, fix the "
             f"plugin, or disable it with --disable-plugin {plugin}"
         ) from error
+
+
+def _failed(kinds: tuple[type[Any], ...]) -> Callable[[Outcome | None], bool]:
+    """Whether a hook's outcome is a failure (late, raised, or a wrong type among its items):
+    where the first failure ends the call, no plugin after it is called."""
+
+    def failed(outcome: Outcome | None) -> bool:
+        if outcome is None or outcome.error is not None:
+            return True
+        return not all(isinstance(item, kinds) for item in outcome.value)
+
+    return failed
 
 
 def _flatten(result: Any) -> list[Any]:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import _thread
+import functools
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
 
-from noderole.bounded import run_bounded
+from noderole.bounded import Outcome, run_bounded, run_bounded_each
 
 FOREVER = 30.0
 """A bound no call here comes near (a call that must finish does so at once)."""
@@ -88,18 +90,70 @@ class TestRunBounded:
         late.join(FOREVER)
         assert not late.is_alive()
 
-    def test_a_call_from_a_worker_goes_to_its_own_worker(self) -> None:
-        """A hook calling other plugins' hooks: the nested call runs in a third thread and the
-        outer call does not wait on itself."""
+    def test_a_nested_call_the_outer_bound_covers_runs_in_the_worker_itself(self) -> None:
+        """A hook calling other plugins' hooks with the same timeout: the outer call's bound comes
+        first, so the nested call runs right there (no third thread, no hand-over), bearing its
+        own name meanwhile and the outer's again after; what it raises stays in its outcome."""
+        seen: list[tuple[int, str]] = []
+
+        def note() -> None:
+            seen.append((threading.get_ident(), threading.current_thread().name))
+
+        def fail() -> None:
+            raise SystemExit(4)
+
+        def outer() -> None:
+            note()
+            inner = run_bounded(note, name="inner", timeout=FOREVER)
+            assert inner is not None
+            assert inner.error is None
+            unbounded = run_bounded(note, name="unbounded", timeout=None)
+            assert unbounded is not None
+            failed = run_bounded(fail, name="fail", timeout=FOREVER)
+            assert failed is not None
+            assert isinstance(failed.error, SystemExit)
+            note()
+
+        outcome = run_bounded(outer, name="outer", timeout=FOREVER)
+        assert outcome is not None
+        assert outcome.error is None  # the assertions inside held
+        assert len({ident for ident, _ in seen}) == 1
+        assert threading.get_ident() not in {ident for ident, _ in seen}
+        assert [name for _, name in seen] == ["outer", "inner", "unbounded", "outer"]
+
+    def test_a_nested_call_with_a_shorter_bound_goes_to_the_workers_own_worker(
+        self, gate: threading.Event
+    ) -> None:
+        """A nested call whose bound comes before the outer's runs in a third thread, so its
+        own bound holds: a hang there is reported to the outer call, which goes on."""
         seen: list[int] = []
+        late: list[object] = []
 
         def outer() -> None:
             seen.append(threading.get_ident())
-            run_bounded(lambda: seen.append(threading.get_ident()), name="inner", timeout=FOREVER)
+            run_bounded(lambda: seen.append(threading.get_ident()), name="inner", timeout=1.0)
+            late.append(run_bounded(gate.wait, name="hang", timeout=0.05))
 
-        assert run_bounded(outer, name="outer", timeout=FOREVER)
+        outcome = run_bounded(outer, name="outer", timeout=FOREVER)
+        assert outcome is not None
+        assert outcome.error is None
         assert len(set(seen)) == 2
         assert threading.get_ident() not in seen
+        assert late == [None]
+
+    def test_an_unbounded_outer_call_leaves_a_nested_call_its_bound(
+        self, gate: threading.Event
+    ) -> None:
+        """No bound on the outer call covers nothing: the nested call's bound still holds."""
+        late: list[object] = []
+        outcome = run_bounded(
+            lambda: late.append(run_bounded(gate.wait, name="hang", timeout=0.05)),
+            name="outer",
+            timeout=None,
+        )
+        assert outcome is not None
+        assert outcome.error is None
+        assert late == [None]
 
     def test_each_calling_thread_has_its_own_worker_which_ends_with_it(self) -> None:
         """Two threads calling at once do not share a worker; a worker ends with its caller."""
@@ -136,3 +190,123 @@ class TestRunBounded:
         with pytest.raises(KeyboardInterrupt):
             run_bounded(interrupt, name="interrupt", timeout=0.05)
         assert _ident() != busy
+
+
+class TestRunBoundedEach:
+    def test_the_calls_run_in_order_in_one_hand_over(self) -> None:
+        """One worker, in turn, each bearing its name; every value and error handed back."""
+        seen: list[tuple[int, str]] = []
+
+        def call(value: int) -> int:
+            seen.append((threading.get_ident(), threading.current_thread().name))
+            if value == 2:
+                raise ValueError(value)
+            return value
+
+        entries = run_bounded_each(
+            [(functools.partial(call, v), f"call {v}") for v in (1, 2, 3)], timeout=FOREVER
+        )
+        assert [name for _, name in seen] == ["call 1", "call 2", "call 3"]
+        assert {ident for ident, _ in seen} == {_ident()}
+        assert [(e.value, type(e.error)) for e in entries if e is not None] == [
+            (1, type(None)),
+            (None, ValueError),
+            (3, type(None)),
+        ]
+
+    def test_each_call_is_bounded_from_its_own_start(self) -> None:
+        """Three calls of 0.2 s under a 0.5 s bound: together they take longer than the bound,
+        and none is late."""
+        entries = run_bounded_each(
+            [(lambda: time.sleep(0.2), f"nap {i}") for i in range(3)], timeout=0.5
+        )
+        assert len(entries) == 3
+        assert all(entry is not None for entry in entries)
+
+    def test_a_late_call_is_left_and_the_rest_run_in_a_new_worker(
+        self, gate: threading.Event
+    ) -> None:
+        """The late call gets None and keeps its thread; the calls after it still run, once
+        each, in a new worker; the late call's outcome never shows up in the list."""
+        ran: list[tuple[str, int]] = []
+
+        def note(label: str) -> str:
+            ran.append((label, threading.get_ident()))
+            return label
+
+        first = _ident()
+        entries = run_bounded_each(
+            [
+                (lambda: note("before"), "before"),
+                (gate.wait, "hang"),
+                (lambda: note("after"), "after"),
+                (lambda: note("last"), "last"),
+            ],
+            timeout=0.1,
+        )
+        gate.set()
+        time.sleep(0.1)  # the late call has returned: its worker takes nothing after it
+        assert [None if e is None else e.value for e in entries] == [
+            "before",
+            None,
+            "after",
+            "last",
+        ]
+        assert ran[0] == ("before", first)
+        assert [label for label, _ in ran] == ["before", "after", "last"]
+        assert {ident for _, ident in ran[1:]} == {_ident()} != {first}
+
+    def test_stop_ends_the_sequence_at_the_first_entry_it_names(
+        self, gate: threading.Event
+    ) -> None:
+        """A caller that gives up at the first failure: no call after it runs, whether the
+        failure was raised or late."""
+        ran: list[str] = []
+
+        def fail() -> None:
+            ran.append("fail")
+            raise RuntimeError("no")
+
+        def failed(entry: Outcome | None) -> bool:
+            return entry is None or entry.error is not None
+
+        entries = run_bounded_each(
+            [(fail, "fail"), (lambda: ran.append("never"), "never")], timeout=FOREVER, stop=failed
+        )
+        assert len(entries) == 1
+        assert ran == ["fail"]
+        entries = run_bounded_each(
+            [(gate.wait, "hang"), (lambda: ran.append("never"), "never")], timeout=0.05, stop=failed
+        )
+        gate.set()
+        assert entries == [None]
+        time.sleep(0.1)  # the late call has returned: its worker still takes nothing after it
+        assert ran == ["fail"]
+
+    def test_a_stop_that_raises_stops(self) -> None:
+        """A predicate tripping on a plugin's object stops the sequence (the caller checks)."""
+
+        def broken(entry: Outcome | None) -> bool:
+            raise AttributeError("odd object")
+
+        entries = run_bounded_each(
+            [(lambda: 1, "one"), (lambda: 2, "two")], timeout=FOREVER, stop=broken
+        )
+        assert [e.value for e in entries if e is not None] == [1]
+
+    def test_ctrl_c_leaves_the_rest_of_the_sequence_unrun(self, gate: threading.Event) -> None:
+        """Ctrl-C while the first call runs: the calls after it never run, in any worker. (As
+        above, the simulated SIGINT is noticed at the bound at the latest.)"""
+        ran: list[str] = []
+
+        def interrupt() -> None:
+            _thread.interrupt_main()
+            gate.wait()
+
+        with pytest.raises(KeyboardInterrupt):
+            run_bounded_each(
+                [(interrupt, "interrupt"), (lambda: ran.append("after"), "after")], timeout=0.05
+            )
+        gate.set()
+        time.sleep(0.1)
+        assert ran == []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 import types
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -502,6 +503,90 @@ class TestBaseExceptions:
         assert [s.name for s in services if s.origin == "good"] == ["ok"]
         assert list(broken) == ["bad"]
         assert "RuntimeError: disk on fire" in str(broken["bad"])
+
+
+class TestOneHandOver:
+    """A hook's implementations go to the worker together (noderole.bounded.run_bounded_each):
+    the calls are the ones, and in the order, that calling the plugins one by one makes."""
+
+    @staticmethod
+    def _plugins(timeout: float = 5.0, **hooks: Callable[..., Any]) -> PluginSet:
+        return load_plugins(
+            autoload=False,
+            plugins=[(name, _module(name, noderole_services=hook)) for name, hook in hooks.items()],
+            hook_timeout=timeout,
+        )
+
+    @pytest.mark.parametrize(
+        ("failure", "message"),
+        [
+            (lambda node: ["oops"], "returned 'oops'"),
+            (lambda node: 1 / 0, "raised ZeroDivisionError"),
+        ],
+        ids=["wrong type", "raised"],
+    )
+    def test_the_first_failure_ends_the_call(
+        self, tmp_path: Path, failure: Callable[..., Any], message: str
+    ) -> None:
+        """Without ``broken``, no plugin after a failing one is called."""
+        called: list[str] = []
+
+        def after(node: Any) -> None:
+            called.append("after")
+
+        plugins = self._plugins(first=failure, second=after)
+        with pytest.raises(PluginError, match=rf"plugin 'first' hook noderole_services {message}"):
+            plugins.services(_node(plugins, tmp_path))
+        assert called == []
+
+    def test_a_late_plugin_is_set_aside_and_the_next_still_called(self, tmp_path: Path) -> None:
+        """With ``broken``, a hung plugin is reported late and the plugins after it are called
+        (in a new worker), their records kept."""
+        release = threading.Event()
+
+        def hang(node: Any) -> None:
+            release.wait(30)
+
+        def works(node: Any) -> Service:
+            return Service(name="ok", roles=["r"], command=["/bin/true"])
+
+        plugins = self._plugins(timeout=0.1, slow=hang, good=works)
+        broken: dict[str, Any] = {}
+        try:
+            services = plugins.services(_node(plugins, tmp_path), broken=broken)
+        finally:
+            release.set()
+        assert [s.name for s in services if s.origin == "good"] == ["ok"]
+        assert list(broken) == ["slow"]
+        assert "did not return within 0.1s" in str(broken["slow"])
+
+    def test_a_hook_calling_other_plugins_hooks_runs_them_in_its_worker(
+        self, tmp_path: Path
+    ) -> None:
+        """Nested collects run in the worker of the hook that makes them (its bound covers
+        theirs), named after the call they make."""
+        seen: list[tuple[int, str]] = []
+
+        def outer(node: Any) -> None:
+            seen.append((threading.get_ident(), threading.current_thread().name))
+            node.collect("noderole_settings", object)
+
+        def settings() -> None:
+            seen.append((threading.get_ident(), threading.current_thread().name))
+
+        plugins = load_plugins(
+            autoload=False,
+            plugins=[
+                ("outer", _module("outer", noderole_services=outer)),
+                ("inner", _module("inner", noderole_settings=settings)),
+            ],
+        )
+        node = _node(plugins, tmp_path)  # reads the settings: a call of their own
+        seen.clear()
+        plugins.services(node)
+        assert threading.get_ident() not in {ident for ident, _ in seen}
+        assert len({ident for ident, _ in seen}) == 1
+        assert [name for _, name in seen] == ["outer:noderole_services", "inner:noderole_settings"]
 
 
 class TestHookDiscovery:
