@@ -171,12 +171,10 @@ class _Batch:
             return self.started[index]
         return self.ended[index - 1] if index else self.handed
 
-    def abandon(self) -> list[Outcome]:
-        """Leave the worker (the caller is interrupted): it takes no further call. Returns the
-        outcomes it had."""
+    def abandon(self) -> None:
+        """Leave the worker (the caller is interrupted): it takes no further call."""
         with self.mutex:
             self.abandoned = True
-            return self.outcomes[:]
 
 
 class _Worker:

@@ -16,6 +16,7 @@ its certificate only at start, so a re-minted certificate must restart it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -276,22 +277,21 @@ class _Run:
 
     def run(self, entry: PlannedService) -> None:
         try:
-            report = self._service(entry)
-        except Exception as exc:  # a bug must fail one service, never hang the others
-            report = ServiceReport(
-                name=entry.name, status="failed", reason=f"{type(exc).__name__}: {exc}"
-            )
-        self.reports[entry.name] = report
-        if not report.ok:
-            cause = self.causes.setdefault(entry.name, f"{entry.name} failed: {report.reason}")
-            # Fail fast: whatever waits after this service stops waiting, naming the root cause.
-            for dependent in self.dependents.get(entry.name, ()):
-                self.cancels[dependent].cancel(cause)
-        try:
-            self.progress.finished(report)
-        except OSError:
-            pass  # the console is gone (a closed pipe): the report still counts
-        finally:  # whatever the printer did, the dependents must not wait forever
+            try:
+                report = self._service(entry)
+            except BaseException as exc:  # a bug (or a plugin's SystemExit) fails one service
+                report = ServiceReport(
+                    name=entry.name, status="failed", reason=f"{type(exc).__name__}: {exc}"
+                )
+            self.reports[entry.name] = report
+            if not report.ok:
+                cause = self.causes.setdefault(entry.name, f"{entry.name} failed: {report.reason}")
+                # Fail fast: whatever waits after this service stops waiting, naming the cause.
+                for dependent in self.dependents.get(entry.name, ()):
+                    self.cancels[dependent].cancel(cause)
+            with contextlib.suppress(OSError):  # the console is gone: the report still counts
+                self.progress.finished(report)
+        finally:  # whatever happened above, the dependents must not wait forever
             self.done[entry.name].set()
 
     def _service(self, entry: PlannedService) -> ServiceReport:

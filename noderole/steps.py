@@ -178,8 +178,16 @@ def _call(step: Call, ctx: StepContext) -> None:
             f"{step.description}: did not finish within {step.timeout:g}s (a hung plugin step; "
             "the plugin that defines this service must fix it)"
         )
-    if outcome.error is not None:
-        raise outcome.error
+    error = outcome.error
+    if error is not None:
+        if not isinstance(error, Exception):
+            # SystemExit and the like, raised by the plugin's function: a failure of this step,
+            # never an exit of the thread that applies the service (its dependents would wait).
+            raise StepError(
+                f"{step.description}: raised {type(error).__name__}"
+                + (f": {error}" if str(error) else "")
+            ) from error
+        raise error
 
 
 def _make_directories(step: MakeDirectories, ctx: StepContext) -> str:

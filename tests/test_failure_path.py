@@ -746,6 +746,107 @@ class TestEngineRobustness:
         assert not worker.is_alive(), "apply_plan hung after its console failed"
         assert [s.status for s in outcome[0].services] == ["started", "started"]
 
+    @pytest.mark.parametrize(
+        ("error", "reason"),
+        [
+            (SystemExit(3), "exit now: raised SystemExit: 3"),
+            (KeyboardInterrupt(), "exit now: raised KeyboardInterrupt"),
+        ],
+        ids=["SystemExit", "KeyboardInterrupt"],
+    )
+    def test_a_call_step_raising_a_base_exception_fails_its_service_only(
+        self, tmp_path: Path, error: BaseException, reason: str
+    ) -> None:
+        """A plugin's ``Call`` function raising SystemExit (not an Exception) fails its service
+        with a reason; the service after it still starts and apply_plan returns. It used to end
+        the service's thread silently, and everything after it waited forever."""
+        from noderole.engine import apply_plan
+        from noderole.plan import build_plan
+        from noderole.testing import RecordingBackend
+
+        def leave(ctx: Any) -> None:
+            raise error
+
+        services = [
+            noderole.Service(
+                name="a",
+                roles=["r"],
+                command=["/bin/a"],
+                pre_start=[noderole.Call(function=leave, description="exit now")],
+            ),
+            noderole.Service(name="b", roles=["r"], command=["/bin/b"], after=["a"]),
+        ]
+        plan = build_plan(services, "r")
+        outcome: list[Any] = []
+        worker = threading.Thread(
+            target=lambda: outcome.append(
+                apply_plan(
+                    plan,
+                    root=NodeRoot(tmp_path),
+                    clock=FakeClock(),
+                    backend=RecordingBackend(tmp_path),
+                    progress=Quiet(),
+                )
+            ),
+            daemon=True,
+        )
+        worker.start()
+        worker.join(60)
+        assert not worker.is_alive(), "apply_plan hung after a Call step raised " + repr(error)
+        a, b = outcome[0].services
+        assert (a.status, a.reason) == ("failed", reason)
+        assert b.status == "started"
+
+    def test_anything_a_service_raises_fails_that_service_only(self, tmp_path: Path) -> None:
+        """Whatever escapes a service's apply (here a backend whose start raises SystemExit)
+        is that service's failure; its dependents are told, and apply_plan returns."""
+        from noderole.engine import apply_plan
+        from noderole.plan import build_plan
+        from noderole.testing import RecordingBackend
+
+        class Exiting(RecordingBackend):
+            def start(self, service: Any, *, fingerprint: str) -> Any:
+                if service.name == "a":
+                    raise SystemExit(5)
+                return super().start(service, fingerprint=fingerprint)
+
+        services = [
+            noderole.Service(name="a", roles=["r"], command=["/bin/a"]),
+            noderole.Service(name="b", roles=["r"], command=["/bin/b"], need=["a"]),
+        ]
+        outcome: list[Any] = []
+        worker = threading.Thread(
+            target=lambda: outcome.append(
+                apply_plan(
+                    build_plan(services, "r"),
+                    root=NodeRoot(tmp_path),
+                    clock=FakeClock(),
+                    backend=Exiting(tmp_path),
+                    progress=Quiet(),
+                )
+            ),
+            daemon=True,
+        )
+        worker.start()
+        worker.join(60)
+        assert not worker.is_alive(), "apply_plan hung after a service's apply raised SystemExit"
+        a, b = outcome[0].services
+        assert (a.status, a.reason) == ("failed", "SystemExit: 5")
+        assert b.status == "skipped"
+
+
+class Quiet:
+    """Progress that prints nothing."""
+
+    def starting(self, name: str, description: str) -> None:
+        pass
+
+    def waiting(self, name: str, what: str) -> None:
+        pass
+
+    def finished(self, report: Any) -> None:
+        pass
+
 
 class TestReadinessGateCancelled:
     def test_a_gate_on_a_service_that_gives_up_ends_at_once(self, node: Node) -> None:
