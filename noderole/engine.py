@@ -1,12 +1,13 @@
 """Applying a plan: pre-start steps, then start, in dependency order, concurrently where allowed.
 
-Each service runs in its own thread and begins once everything it comes after has finished, and
-once every service it ``need``s is ready where that service declares a readiness check (bounded by
-the readiness timeout); ``after`` orders the start only, as in OpenRC. Independent services' waits,
-certificates and starts therefore overlap. A failed step or start fails that service with its
-reason; services that ``need`` it are skipped and say so; services ordered after it (``need``,
-``after``, its ``before``) that are waiting stop at once and name the root cause; everything else
-goes on.
+A service begins once everything it comes after has finished, and once every service it
+``need``s is ready where that service declares a readiness check (bounded by the readiness
+timeout); ``after`` orders the start only, as in OpenRC. Independent services run in threads of
+their own, so their waits, certificates and starts overlap; a service's thread, once the service
+is done, runs next a service this made ready, so a chain runs in one thread and no thread sits
+waiting for a dependency. A failed step or start fails that service with its reason; services
+that ``need`` it are skipped and say so; services ordered after it (``need``, ``after``, its
+``before``) that are waiting stop at once and name the root cause; everything else goes on.
 
 Apply is idempotent: a service already running with the same definition fingerprint is left
 alone. The fingerprint covers the command, arguments, environment, user, logs and supervision
@@ -239,7 +240,7 @@ def _fingerprint(digests: Mapping[str, str], certificates: Sequence[str]) -> str
 
 
 class _Run:
-    """One apply: shared state of the per-service threads."""
+    """One apply: the schedule, and the state its threads share."""
 
     def __init__(
         self,
@@ -267,11 +268,70 @@ class _Run:
         self.readiness_timeout = readiness_timeout
         self.previous = previous
         self.done = {entry.name: threading.Event() for entry in plan.services}
+        # The schedule: how many of its dependencies in this run each service still waits for,
+        # and who waits for each; guarded by _schedule_lock. ``finished`` is set once all are.
+        self._waiting: dict[str, int] = {}
+        self._next: dict[str, list[PlannedService]] = {}
+        for entry in plan.services:
+            after = [d for d in entry.after if d in self.done]
+            self._waiting[entry.name] = len(after)
+            for dependency in after:
+                self._next.setdefault(dependency, []).append(entry)
+        self._left = len(plan.services)
+        self._schedule_lock = threading.Lock()
+        self.finished = threading.Event()
+        if not self._left:
+            self.finished.set()
         self.reports: dict[str, ServiceReport] = {}
         self.digests: dict[str, dict[str, str]] = {}
         self._ready_locks = {entry.name: threading.Lock() for entry in plan.services}
         self._ready: dict[str, str | None] = {}  # name -> None (ready) or why not
         self.current: Mapping[str, BackendStatus] = {}
+
+    # ---------------------------------------------------------------- the schedule
+
+    def start(self) -> None:
+        """Start a thread for each service with nothing to wait for. A service's thread, once
+        it is done, runs next a service that this made ready (threads for any others): a chain
+        runs in one thread, and no thread sits waiting for a dependency."""
+        # Taken before the first thread starts, which may make others ready meanwhile.
+        first = [entry for entry in self.plan.services if not self._waiting[entry.name]]
+        for entry in first:
+            self._spawn(entry)
+
+    def _spawn(self, entry: PlannedService) -> None:
+        threading.Thread(
+            target=self._serve, args=(entry,), name=f"apply:{entry.name}", daemon=True
+        ).start()
+
+    def _serve(self, entry: PlannedService | None) -> None:
+        current = threading.current_thread()
+        while entry is not None:
+            current.name = f"apply:{entry.name}"
+            carried_on = False
+            try:
+                self.run(entry)
+                carried_on = True
+            finally:
+                # Even when ``run`` raised (a console's bug, which ends this thread as it
+                # always did), what it made ready goes on in threads of its own.
+                ready = self._release(entry.name)
+                for other in ready[1 if carried_on else 0 :]:
+                    self._spawn(other)
+            entry = ready[0] if ready else None
+
+    def _release(self, name: str) -> list[PlannedService]:
+        """``name`` is done: the services now waiting for nothing, in plan order."""
+        ready = []
+        with self._schedule_lock:
+            for dependent in self._next.get(name, ()):
+                self._waiting[dependent.name] -= 1
+                if not self._waiting[dependent.name]:
+                    ready.append(dependent)
+            self._left -= 1
+            if not self._left:
+                self.finished.set()
+        return ready
 
     # ---------------------------------------------------------------- per service
 
@@ -509,17 +569,12 @@ WATCH_INTERVAL = 0.2
 crash-loops past its respawn limit meanwhile fails what waits after it."""
 
 
-def _watch_crashes(run: _Run, threads: Sequence[threading.Thread]) -> dict[str, str]:
-    """Join ``threads``; meanwhile, cancel the dependents of a started service that gave up
-    respawning. Returns service -> why it counts as failed. Respawning alone is no failure."""
+def _watch_crashes(run: _Run) -> dict[str, str]:
+    """Wait until every service of ``run`` is done; meanwhile, cancel the dependents of a
+    started service that gave up respawning. Returns service -> why it counts as failed.
+    Respawning alone is no failure."""
     crashed: dict[str, str] = {}
-    while True:
-        for thread in threads:
-            thread.join(WATCH_INTERVAL)
-            if thread.is_alive():
-                break
-        else:
-            return crashed
+    while not run.finished.wait(WATCH_INTERVAL):
         watched = [
             name
             for name, report in list(run.reports.items())
@@ -535,6 +590,7 @@ def _watch_crashes(run: _Run, threads: Sequence[threading.Thread]) -> dict[str, 
                 crashed[name] = why
                 for dependent in run.dependents.get(name, ()):
                     run.cancels[dependent].cancel(f"{name} {why}")
+    return crashed
 
 
 CANCEL_LOCK_CHECK = 0.05
@@ -601,13 +657,8 @@ def apply_plan(
     pre_start = (step for entry in plan.services for step in entry.service.pre_start)
     warm_certificates(pre_start, root=root, now=clock.time())
     run.current = backend.status([entry.name for entry in plan.services])
-    threads = [
-        threading.Thread(target=run.run, args=(entry,), name=f"apply:{entry.name}", daemon=True)
-        for entry in plan.services
-    ]
-    for thread in threads:
-        thread.start()
-    crashed = _watch_crashes(run, threads)
+    run.start()
+    crashed = _watch_crashes(run)
     if on_digests is not None:
         on_digests(run.digests)
     # Readiness as of now: apply waited for it only where a dependent needed it.

@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import noderole
 from noderole.cli import cli
@@ -450,3 +452,94 @@ class TestRender:
         assert not wants.is_symlink()
         assert (node.root / "etc/systemd/system/a.service").exists()
         assert user_file.exists()  # only what noderole wrote is ever removed
+
+
+class _Trace:
+    """Progress that records, in one order, each service's start and finish and its thread (the
+    object, kept alive: an ended thread's ident can be given to the next)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.events: list[tuple[str, str, threading.Thread]] = []
+
+    def starting(self, name: str, description: str) -> None:
+        with self.lock:
+            self.events.append(("start", name, threading.current_thread()))
+
+    def waiting(self, name: str, what: str) -> None:
+        pass
+
+    def finished(self, report: Any) -> None:
+        with self.lock:
+            self.events.append(("finish", report.name, threading.current_thread()))
+
+    def index(self, kind: str, name: str) -> int:
+        return self.events.index((kind, name, self.thread(name)))
+
+    def thread(self, name: str) -> threading.Thread:
+        return next(thread for kind, n, thread in self.events if n == name)
+
+
+def _apply_traced(services: list[noderole.Service], tmp_path: Path) -> tuple[Any, _Trace]:
+    from noderole.engine import apply_plan
+    from noderole.plan import build_plan
+    from noderole.testing import FakeClock, RecordingBackend
+
+    trace = _Trace()
+    applied = apply_plan(
+        build_plan(services, "r"),
+        root=NodeRoot(tmp_path),
+        clock=FakeClock(),
+        backend=RecordingBackend(tmp_path),
+        progress=trace,
+    )
+    return applied, trace
+
+
+def _service(name: str, **words: Any) -> noderole.Service:
+    return noderole.Service(name=name, roles=["r"], command=[f"/bin/{name}"], **words)
+
+
+class TestSchedule:
+    """The engine's schedule: a service runs once, after everything it comes after, and a
+    service's thread runs next what its end made ready."""
+
+    def test_a_chain_runs_in_one_thread(self, tmp_path: Path) -> None:
+        services = [_service("s0")] + [_service(f"s{i}", after=[f"s{i - 1}"]) for i in range(1, 6)]
+        applied, trace = _apply_traced(services, tmp_path)
+        assert [s.status for s in applied.services] == ["started"] * 6
+        assert len({thread for _, _, thread in trace.events}) == 1
+        assert [n for kind, n, _ in trace.events if kind == "start"] == [f"s{i}" for i in range(6)]
+
+    def test_a_fan_out_gets_a_thread_for_each_branch_but_one(self, tmp_path: Path) -> None:
+        services = [_service("root")] + [_service(f"b{i}", need=["root"]) for i in range(3)]
+        applied, trace = _apply_traced(services, tmp_path)
+        assert [s.status for s in applied.services] == ["started"] * 4
+        assert trace.thread("b0") == trace.thread("root")
+        assert len({trace.thread(f"b{i}") for i in range(3)}) == 3
+
+    @settings(max_examples=40, deadline=None)
+    @given(data=st.data())
+    def test_every_service_runs_once_after_what_it_comes_after(
+        self, tmp_path_factory: pytest.TempPathFactory, data: st.DataObject
+    ) -> None:
+        """Random graphs: each service starts and finishes exactly once, never before each
+        service it comes after has finished."""
+        count = data.draw(st.integers(min_value=1, max_value=24), label="services")
+        services = []
+        for i in range(count):
+            earlier = [f"s{j}" for j in range(i)]
+            deps = (
+                data.draw(st.lists(st.sampled_from(earlier), unique=True, max_size=4)) if i else []
+            )
+            word = data.draw(st.sampled_from(["after", "need", "want", "use"]))
+            services.append(_service(f"s{i}", **{word: deps}))
+        applied, trace = _apply_traced(services, tmp_path_factory.mktemp("schedule"))
+        assert sorted(s.name for s in applied.services) == sorted(s.name for s in services)
+        assert all(s.status == "started" for s in applied.services)
+        for kind in ("start", "finish"):
+            names = [n for k, n, _ in trace.events if k == kind]
+            assert sorted(names) == sorted(s.name for s in services)  # once each
+        for service in services:
+            for dependency in (*service.after, *service.need, *service.want, *service.use):
+                assert trace.index("finish", dependency) < trace.index("start", service.name)

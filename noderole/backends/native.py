@@ -29,9 +29,10 @@ __all__ = ["BASE_ENVIRONMENT", "IN_FLIGHT", "LOG_PATH", "NativeBackend", "proces
 IN_FLIGHT = 64
 """Start requests one apply keeps in flight to the daemon at once.
 
-The engine runs a thread per service; the daemon answers starts in batches (once a state write
-covers them), so a batch is at most this many; more in flight would only deepen its listen queue
-(and, past its backlog, a connection fails with EAGAIN, which the client retries).
+The engine runs independent services in threads of their own; the daemon answers starts in
+batches (once a state write covers them), so a batch is at most this many; more in flight would
+only deepen its listen queue (and, past its backlog, a connection fails with EAGAIN, which the
+client retries).
 """
 
 
