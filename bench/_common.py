@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import attrs
 
-__all__ = ["Row", "summarize"]
+__all__ = ["Row", "paired_ratio", "summarize"]
 
 
 @attrs.frozen(kw_only=True)
@@ -39,6 +39,9 @@ class Row:
     """The target stated in the issue, e.g. ``<= 20 ms p95``."""
     p95: float | None = None
     """noderole's 95th percentile, where the target is a p95."""
+    paired: float | None = None
+    """Where each round timed noderole and its peer back to back: the median of the rounds' own
+    ratios (see :func:`paired_ratio`)."""
 
     @classmethod
     def from_samples(
@@ -92,3 +95,16 @@ def summarize(samples: Sequence[float]) -> tuple[float, float, float]:
     else:
         p5, p95 = ordered[0], ordered[-1]
     return median, p95 - p5, p95
+
+
+def paired_ratio(ours: Sequence[float], peer: Sequence[float]) -> float:
+    """The median of ``ours[i] / peer[i]``, each pair timed back to back in one round.
+
+    The ratio of the two medians mixes samples taken minutes apart: on a shared machine whose
+    speed drifts during the run, the two medians can come from differently loaded stretches. A
+    pair shares its stretch, so its ratio cancels the drift; the median of the pairs' ratios
+    shrugs off a pair caught by a spike.
+    """
+    if len(ours) != len(peer) or not ours:
+        raise ValueError(f"paired samples differ in number: {len(ours)} and {len(peer)}")
+    return statistics.median(mine / theirs for mine, theirs in zip(ours, peer, strict=True))

@@ -64,7 +64,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import attrs
 
-from bench._common import Row, summarize
+from bench._common import Row, paired_ratio, summarize
 
 if TYPE_CHECKING:
     from tests.harness.openrc_ns import OpenRCNamespace
@@ -638,6 +638,7 @@ def _rows(ours: Samples, theirs: Samples | None) -> list[Row]:
                 peer_median=peer_median,
                 peer_spread=peer_spread,
                 target=TARGET,
+                paired=paired_ratio(mine, peer) if peer and len(peer) == len(mine) else None,
             )
         )
     return rows

@@ -35,7 +35,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from bench._common import Row, summarize
+from bench._common import Row, paired_ratio, summarize
 from bench.bench_apply import (
     CERT_DIR,
     DISABLED,
@@ -163,6 +163,7 @@ def _startup_rows(root: Path, samples: int) -> list[Row]:
                 peer_median=peer_median,
                 peer_spread=peer_spread,
                 target=target,
+                paired=paired_ratio(walls, peer),
             )
         )
         cpu_median, cpu_spread, _ = summarize(cpus)
@@ -177,6 +178,7 @@ def _startup_rows(root: Path, samples: int) -> list[Row]:
                 peer_median=peer_cpu_median,
                 peer_spread=peer_cpu_spread,
                 target="",
+                paired=paired_ratio(cpus, peer_cpu),
             )
         )
     subprocess.run(_noderole(root, "stop"), check=True, env=env, capture_output=True)

@@ -67,6 +67,8 @@ def table(rows: list[Row]) -> str:
         if row.p95 is not None:
             ours += f", p95 {_fmt(row.p95, row.unit)}"
         ratio = f"{row.ratio:.2f}x" if row.ratio is not None else "-"
+        if row.paired is not None:
+            ratio += f" (paired {row.paired:.2f}x)"
         lines.append(
             f"| {row.benchmark} | {ours} | {row.peer or '-'} | "
             f"{_fmt(row.peer_median, row.unit)} | {ratio} | {row.target or '-'} |"
