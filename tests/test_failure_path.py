@@ -746,6 +746,44 @@ class TestEngineRobustness:
         assert not worker.is_alive(), "apply_plan hung after its console failed"
         assert [s.status for s in outcome[0].services] == ["started", "started"]
 
+    @pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+    def test_a_console_raising_a_bug_never_strands_what_comes_after(self, tmp_path: Path) -> None:
+        """A printer that raises something other than a closed pipe (a bug of its own) ends the
+        thread that printed, with a traceback; the services after it still run, each, and
+        apply_plan returns."""
+        from noderole.engine import apply_plan
+        from noderole.plan import build_plan
+        from noderole.testing import RecordingBackend
+
+        class Buggy(Quiet):
+            def finished(self, report: Any) -> None:
+                raise ValueError("printer bug")
+
+        services = [noderole.Service(name="s0", roles=["r"], command=["/bin/s0"])] + [
+            noderole.Service(name=f"s{i}", roles=["r"], command=[f"/bin/s{i}"], after=[f"s{i - 1}"])
+            for i in range(1, 4)
+        ]
+        outcome: list[Any] = []
+        worker = threading.Thread(
+            target=lambda: outcome.append(
+                apply_plan(
+                    build_plan(services, "r"),
+                    root=NodeRoot(tmp_path),
+                    clock=FakeClock(),
+                    backend=RecordingBackend(tmp_path),
+                    progress=Buggy(),
+                )
+            ),
+            daemon=True,
+        )
+        worker.start()
+        worker.join(60)
+        assert not worker.is_alive(), "apply_plan hung after its console raised a bug"
+        for thread in threading.enumerate():  # their tracebacks land inside this test
+            if thread.name.startswith("apply:"):
+                thread.join(60)
+        assert [s.status for s in outcome[0].services] == ["started"] * 4
+
     @pytest.mark.parametrize(
         ("error", "reason"),
         [
