@@ -17,9 +17,9 @@ bound:
   is left to its thread and the calls after it go to a new worker.
 - A call made from inside a bounded call runs right there, in the worker, when its bound would
   come no earlier than the outer call's (a hook calling other plugins' hooks with the same
-  timeout): the outer bound covers it, and a hang in it was, and is, reported as the outer
-  call's. A nested call with a shorter bound goes to the worker's own worker, so nesting never
-  waits on itself.
+  timeout): the outer bound covers it. A hang in it ends the outer call's bound, and the
+  :class:`Late` the caller gets names the nested call the worker was running. A nested call with
+  a shorter bound goes to the worker's own worker, so nesting never waits on itself.
 
 A worker whose calling thread has ended, or which was left to a late call, ends once it is free.
 """
@@ -33,7 +33,7 @@ from collections.abc import Callable, Sequence
 from time import monotonic
 from typing import Any
 
-__all__ = ["Outcome", "run_bounded", "run_bounded_each"]
+__all__ = ["Entry", "Late", "Outcome", "run_bounded", "run_bounded_each"]
 
 _IDLE = "noderole worker"
 """A worker thread's name between calls; during one it bears the call's name (for py-spy)."""
@@ -41,8 +41,9 @@ _IDLE = "noderole worker"
 _NO_BOUND = float("inf")
 
 _local = threading.local()
-"""Per thread: ``worker``, the worker its calls go to; in a worker, ``deadline``, when the
-caller of the call it runs stops waiting for it (absent between calls)."""
+"""Per thread: ``worker``, the worker its calls go to; in a worker, ``running``, the names of the
+calls it runs (the batch's, then any run inline inside it), and ``deadline``, when the caller of
+the batch's call stops waiting for it (absent between calls)."""
 
 Call = tuple[Callable[[], Any], str]
 """A function to call and the name its thread bears meanwhile."""
@@ -58,6 +59,27 @@ class Outcome:
         self.error: BaseException | None = None
 
 
+class Late:
+    """A call that had not returned within its bound; it goes on in the background.
+
+    ``running`` names what its worker was running when the caller gave up, outermost first: the
+    call itself, then any call it made that runs in the same worker (a hook collecting other
+    plugins' hooks), so a report can name the innermost, where the time went.
+    """
+
+    __slots__ = ("running",)
+
+    def __init__(self, running: tuple[str, ...]) -> None:
+        self.running = running
+
+    def __repr__(self) -> str:
+        return f"Late(running={self.running!r})"
+
+
+Entry = Outcome | Late
+"""What :func:`run_bounded_each` gives for one call."""
+
+
 def _outcome(function: Callable[[], Any]) -> Outcome:
     outcome = Outcome()
     try:
@@ -67,7 +89,7 @@ def _outcome(function: Callable[[], Any]) -> Outcome:
     return outcome
 
 
-def _stops(stop: Callable[[Outcome | None], bool] | None, outcome: Outcome | None) -> bool:
+def _stops(stop: Callable[[Entry], bool] | None, outcome: Entry) -> bool:
     if stop is None:
         return False
     try:
@@ -91,6 +113,8 @@ class _Batch:
         "late",
         "mutex",
         "outcomes",
+        "running",
+        "stack",
         "started",
         "stop",
         "through",
@@ -101,7 +125,7 @@ class _Batch:
         self,
         calls: Sequence[Call],
         timeout: float | None,
-        stop: Callable[[Outcome | None], bool] | None,
+        stop: Callable[[Entry], bool] | None,
     ) -> None:
         self.calls = calls
         self.timeout = timeout
@@ -113,6 +137,10 @@ class _Batch:
         self.through = False
         self.late = 0
         """The call left running when the caller gave up (after :meth:`wait` returned False)."""
+        self.stack: list[str] = []
+        """The worker's ``running`` (set at the hand-over)."""
+        self.running: tuple[str, ...] = ()
+        """What the worker was running when the caller gave up."""
         self.mutex = _thread.allocate_lock()
         self.done = _thread.allocate_lock()
         self.done.acquire()
@@ -128,11 +156,13 @@ class _Batch:
                     start = monotonic()
                     self.started.append(start)
                 current.name = name
+                self.stack.append(name)
                 _local.deadline = _NO_BOUND if self.timeout is None else start + self.timeout
                 try:
                     outcome = _outcome(function)
                 finally:
                     del _local.deadline
+                    del self.stack[-1]
                     current.name = _IDLE
                 with self.mutex:
                     self.outcomes.append(outcome)
@@ -162,6 +192,7 @@ class _Batch:
                 if self._since(index) + self.timeout <= monotonic():
                     self.abandoned = True
                     self.late = index
+                    self.running = tuple(self.stack) or (self.calls[index][1],)
                     return False
 
     def _since(self, index: int) -> float:
@@ -180,20 +211,25 @@ class _Batch:
 class _Worker:
     """One daemon thread running the calls of one calling thread, one batch at a time."""
 
-    __slots__ = ("_slot", "_wake")
+    __slots__ = ("_running", "_slot", "_wake")
 
     def __init__(self) -> None:
         self._wake = _thread.allocate_lock()
         self._wake.acquire()
         # The batch handed over; None tells the thread to end.
         self._slot: list[_Batch | None] = [None]
-        thread = threading.Thread(target=_serve, args=(self._slot, self._wake), name=_IDLE)
+        # What the thread runs, outermost first (its ``_local.running``).
+        self._running: list[str] = []
+        thread = threading.Thread(
+            target=_serve, args=(self._slot, self._wake, self._running), name=_IDLE
+        )
         thread.daemon = True
         thread.start()
 
     def run(self, batch: _Batch) -> bool:
         """Hand ``batch`` over and wait: see :meth:`_Batch.wait`."""
         self._slot[0] = batch
+        batch.stack = self._running
         batch.handed = monotonic()
         self._wake.release()
         return batch.wait()
@@ -206,8 +242,9 @@ class _Worker:
             self._wake.release()
 
 
-def _serve(slot: list[_Batch | None], wake: _thread.LockType) -> None:
+def _serve(slot: list[_Batch | None], wake: _thread.LockType, running: list[str]) -> None:
     current = threading.current_thread()
+    _local.running = running
     while True:
         wake.acquire()
         batch = slot[0]
@@ -216,14 +253,14 @@ def _serve(slot: list[_Batch | None], wake: _thread.LockType) -> None:
         batch.serve(current)
 
 
-def run_bounded(function: Callable[[], Any], *, name: str, timeout: float | None) -> Outcome | None:
+def run_bounded(function: Callable[[], Any], *, name: str, timeout: float | None) -> Entry:
     """Run ``function()`` in the calling thread's worker and return what it returned or raised
-    (an :class:`Outcome`), or None if it had not returned within ``timeout`` seconds (None: no
-    bound).
+    (an :class:`Outcome`), or :class:`Late` if it had not returned within ``timeout`` seconds
+    (None: no bound).
 
     Whatever ``function`` raises, ``BaseException`` included (a plugin's ``SystemExit``), is in
-    the outcome, never raised here. After None the call goes on in the background and the next
-    call gets a new worker. ``name`` is the worker thread's name while the call runs.
+    the outcome, never raised here. After :class:`Late` the call goes on in the background and
+    the next call gets a new worker. ``name`` is the worker thread's name while the call runs.
     """
     return run_bounded_each([(function, name)], timeout=timeout)[0]
 
@@ -232,12 +269,12 @@ def run_bounded_each(
     calls: Sequence[Call],
     *,
     timeout: float | None,
-    stop: Callable[[Outcome | None], bool] | None = None,
-) -> list[Outcome | None]:
+    stop: Callable[[Entry], bool] | None = None,
+) -> list[Entry]:
     """Run each ``(function, name)`` of ``calls`` in turn, as :func:`run_bounded` would one by
     one, handing them to the worker at once; return one entry per call run, in order: its
-    :class:`Outcome`, or None for a call that had not returned within ``timeout`` seconds of its
-    own start (the calls after it run in a new worker).
+    :class:`Outcome`, or :class:`Late` for a call that had not returned within ``timeout`` seconds
+    of its own start (the calls after it run in a new worker).
 
     With ``stop``, the calls after the first entry for which ``stop(entry)`` is true are not run
     (the list ends with that entry): a caller that gives up at the first failure calls no more
@@ -246,7 +283,7 @@ def run_bounded_each(
     deadline = getattr(_local, "deadline", None)
     if deadline is not None and (timeout is None or monotonic() + timeout >= deadline):
         return _run_here(calls, stop)
-    entries: list[Outcome | None] = []
+    entries: list[Entry] = []
     pending = calls
     while pending:
         worker: _Worker | None = getattr(_local, "worker", None)
@@ -267,24 +304,28 @@ def run_bounded_each(
             return entries
         # The worker is left to the late call; the calls after it go to a new worker.
         _local.worker = None
-        entries.append(None)
-        if _stops(stop, None):
+        late_entry = Late(batch.running)
+        entries.append(late_entry)
+        if _stops(stop, late_entry):
             return entries
         pending = pending[late + 1 :]
     return entries
 
 
-def _run_here(
-    calls: Sequence[Call], stop: Callable[[Outcome | None], bool] | None
-) -> list[Outcome | None]:
+def _run_here(calls: Sequence[Call], stop: Callable[[Entry], bool] | None) -> list[Entry]:
     """Nested calls the enclosing call's bound covers, run in this worker, named as they run."""
     current = threading.current_thread()
     outer = current.name
-    entries: list[Outcome | None] = []
+    running: list[str] = _local.running
+    entries: list[Entry] = []
     try:
         for function, name in calls:
             current.name = name
-            outcome = _outcome(function)
+            running.append(name)
+            try:
+                outcome = _outcome(function)
+            finally:
+                del running[-1]
             entries.append(outcome)
             if _stops(stop, outcome):
                 break

@@ -24,7 +24,7 @@ from typing import Any, TypeVar, cast
 import pluggy
 
 from noderole import hookspecs, recordclass
-from noderole.bounded import Outcome, run_bounded, run_bounded_each
+from noderole.bounded import Entry, Late, run_bounded, run_bounded_each
 from noderole.entrypoints import FoundEntryPoint, discover
 from noderole.errors import DefinitionError, NoderoleError, PluginError, UsageError
 from noderole.records import RecordBase, Service, SettingsTable
@@ -261,12 +261,30 @@ class PluginSet:
         args = [kwargs[name] for name in impl.argnames]
         return lambda: _flatten(impl.function(*args))
 
+    def _innermost_hook(self, running: Sequence[str]) -> tuple[str, str] | None:
+        """The innermost hook call among ``running`` (the names this set gives its calls,
+        ``plugin:hook``) that a loaded plugin made, as (plugin, hook); None if there is none."""
+        for name in reversed(running[1:]):
+            plugin, _, hook = name.rpartition(":")
+            if hook.isidentifier() and plugin in self._by_name:
+                return plugin, hook
+        return None
+
     def _items(
-        self, outcome: Outcome | None, plugin: str, hook_name: str, kwargs: Mapping[str, Any]
+        self, outcome: Entry, plugin: str, hook_name: str, kwargs: Mapping[str, Any]
     ) -> list[Any]:
         """What a bounded hook call returned, or its failure as the error that names the plugin."""
-        if outcome is None:
+        if isinstance(outcome, Late):
             late = TimeoutError(f"hook {hook_name} did not return within {self.hook_timeout:g}s")
+            inner = self._innermost_hook(outcome.running)
+            if inner is not None and inner[0] != plugin:
+                culprit, called = inner
+                raise PluginError(
+                    f"{self._describe(plugin)} {late.args[0]}: it was waiting on "
+                    f"{self._describe(culprit)} hook {called}, which it called and which is "
+                    f"probably blocked on something. Fix that plugin, raise the limit with "
+                    f"{HOOK_TIMEOUT_ENV}=SECONDS, or disable it with --disable-plugin {culprit}"
+                ) from late
             raise PluginError(
                 f"{self._describe(plugin)} {late.args[0]}; it is probably blocked on something. "
                 f"Fix the plugin, raise the limit with {HOOK_TIMEOUT_ENV}=SECONDS, or disable it "
@@ -293,12 +311,12 @@ class PluginSet:
         ) from error
 
 
-def _failed(kinds: tuple[type[Any], ...]) -> Callable[[Outcome | None], bool]:
+def _failed(kinds: tuple[type[Any], ...]) -> Callable[[Entry], bool]:
     """Whether a hook's outcome is a failure (late, raised, or a wrong type among its items):
     where the first failure ends the call, no plugin after it is called."""
 
-    def failed(outcome: Outcome | None) -> bool:
-        if outcome is None or outcome.error is not None:
+    def failed(outcome: Entry) -> bool:
+        if isinstance(outcome, Late) or outcome.error is not None:
             return True
         return not all(isinstance(item, kinds) for item in outcome.value)
 
@@ -520,7 +538,7 @@ def _import(entry_point: FoundEntryPoint, info: PluginInfo, timeout: float) -> A
     reported as this plugin's error; a real Ctrl-C still interrupts the wait in the main thread.
     """
     outcome = run_bounded(entry_point.load, name=f"import {info.name}", timeout=timeout)
-    if outcome is None:
+    if isinstance(outcome, Late):
         raise PluginError(
             f"{info.describe()} did not finish importing within {timeout:g}s; it is probably "
             f"blocked on something at import. Fix the plugin, raise the limit with "

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from noderole import recordclass
-from noderole.bounded import run_bounded
+from noderole.bounded import Late, run_bounded
 from noderole.errors import NoderoleError, StepError
 from noderole.manifest import record
 from noderole.records import (
@@ -173,7 +173,7 @@ def _call(step: Call, ctx: StepContext) -> None:
     outcome = run_bounded(
         lambda: step.function(ctx), name=f"{ctx.service}: {step.description}", timeout=step.timeout
     )
-    if outcome is None:
+    if isinstance(outcome, Late):
         raise StepError(
             f"{step.description}: did not finish within {step.timeout:g}s (a hung plugin step; "
             "the plugin that defines this service must fix it)"

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from noderole.bounded import Outcome, run_bounded, run_bounded_each
+from noderole.bounded import Entry, Late, Outcome, run_bounded, run_bounded_each
 
 FOREVER = 30.0
 """A bound no call here comes near (a call that must finish does so at once)."""
@@ -57,14 +57,14 @@ class TestRunBounded:
         outcome, never raised in either thread; the worker serves the next call."""
         before = _ident()
         returned = run_bounded(lambda: 42, name="value", timeout=FOREVER)
-        assert returned is not None
+        assert isinstance(returned, Outcome)
         assert (returned.value, returned.error) == (42, None)
 
         def fail() -> None:
             raise SystemExit(3)
 
         raised = run_bounded(fail, name="fail", timeout=FOREVER)
-        assert raised is not None
+        assert isinstance(raised, Outcome)
         assert isinstance(raised.error, SystemExit)
         assert raised.error.code == 3
         assert _ident() == before
@@ -81,7 +81,7 @@ class TestRunBounded:
             gate.wait()
             finished.set()
 
-        assert run_bounded(hang, name="hang", timeout=0.05) is None
+        assert isinstance(run_bounded(hang, name="hang", timeout=0.05), Late)
         assert _ident() != late.ident
         assert late.is_alive()
         assert late.name == "hang"
@@ -105,17 +105,17 @@ class TestRunBounded:
         def outer() -> None:
             note()
             inner = run_bounded(note, name="inner", timeout=FOREVER)
-            assert inner is not None
+            assert isinstance(inner, Outcome)
             assert inner.error is None
             unbounded = run_bounded(note, name="unbounded", timeout=None)
-            assert unbounded is not None
+            assert isinstance(unbounded, Outcome)
             failed = run_bounded(fail, name="fail", timeout=FOREVER)
-            assert failed is not None
+            assert isinstance(failed, Outcome)
             assert isinstance(failed.error, SystemExit)
             note()
 
         outcome = run_bounded(outer, name="outer", timeout=FOREVER)
-        assert outcome is not None
+        assert isinstance(outcome, Outcome)
         assert outcome.error is None  # the assertions inside held
         assert len({ident for ident, _ in seen}) == 1
         assert threading.get_ident() not in {ident for ident, _ in seen}
@@ -135,11 +135,24 @@ class TestRunBounded:
             late.append(run_bounded(gate.wait, name="hang", timeout=0.05))
 
         outcome = run_bounded(outer, name="outer", timeout=FOREVER)
-        assert outcome is not None
+        assert isinstance(outcome, Outcome)
         assert outcome.error is None
         assert len(set(seen)) == 2
         assert threading.get_ident() not in seen
-        assert late == [None]
+        assert [type(entry) for entry in late] == [Late]
+
+    def test_a_late_call_names_what_its_worker_was_running(self, gate: threading.Event) -> None:
+        """Late.running: the late call, then the nested call it was waiting on in the same
+        worker, where the time went."""
+        late = run_bounded(
+            lambda: run_bounded(gate.wait, name="inner", timeout=FOREVER),
+            name="outer",
+            timeout=0.1,
+        )
+        assert isinstance(late, Late)
+        assert late.running == ("outer", "inner")
+        assert isinstance(run_bounded(gate.wait, name="alone", timeout=0.05), Late)
+        assert run_bounded_each([(gate.wait, "alone")], timeout=0.05)[0].running == ("alone",)  # type: ignore[union-attr]
 
     def test_an_unbounded_outer_call_leaves_a_nested_call_its_bound(
         self, gate: threading.Event
@@ -151,9 +164,9 @@ class TestRunBounded:
             name="outer",
             timeout=None,
         )
-        assert outcome is not None
+        assert isinstance(outcome, Outcome)
         assert outcome.error is None
-        assert late == [None]
+        assert [type(entry) for entry in late] == [Late]
 
     def test_each_calling_thread_has_its_own_worker_which_ends_with_it(self) -> None:
         """Two threads calling at once do not share a worker; a worker ends with its caller."""
@@ -208,7 +221,7 @@ class TestRunBoundedEach:
         )
         assert [name for _, name in seen] == ["call 1", "call 2", "call 3"]
         assert {ident for ident, _ in seen} == {_ident()}
-        assert [(e.value, type(e.error)) for e in entries if e is not None] == [
+        assert [(e.value, type(e.error)) for e in entries if isinstance(e, Outcome)] == [
             (1, type(None)),
             (None, ValueError),
             (3, type(None)),
@@ -221,12 +234,12 @@ class TestRunBoundedEach:
             [(lambda: time.sleep(0.2), f"nap {i}") for i in range(3)], timeout=0.5
         )
         assert len(entries) == 3
-        assert all(entry is not None for entry in entries)
+        assert all(isinstance(entry, Outcome) for entry in entries)
 
     def test_a_late_call_is_left_and_the_rest_run_in_a_new_worker(
         self, gate: threading.Event
     ) -> None:
-        """The late call gets None and keeps its thread; the calls after it still run, once
+        """The late call gets Late and keeps its thread; the calls after it still run, once
         each, in a new worker; the late call's outcome never shows up in the list."""
         ran: list[tuple[str, int]] = []
 
@@ -246,7 +259,7 @@ class TestRunBoundedEach:
         )
         gate.set()
         time.sleep(0.1)  # the late call has returned: its worker takes nothing after it
-        assert [None if e is None else e.value for e in entries] == [
+        assert [None if isinstance(e, Late) else e.value for e in entries] == [
             "before",
             None,
             "after",
@@ -267,8 +280,8 @@ class TestRunBoundedEach:
             ran.append("fail")
             raise RuntimeError("no")
 
-        def failed(entry: Outcome | None) -> bool:
-            return entry is None or entry.error is not None
+        def failed(entry: Entry) -> bool:
+            return isinstance(entry, Late) or entry.error is not None
 
         entries = run_bounded_each(
             [(fail, "fail"), (lambda: ran.append("never"), "never")], timeout=FOREVER, stop=failed
@@ -279,20 +292,20 @@ class TestRunBoundedEach:
             [(gate.wait, "hang"), (lambda: ran.append("never"), "never")], timeout=0.05, stop=failed
         )
         gate.set()
-        assert entries == [None]
+        assert [type(entry) for entry in entries] == [Late]
         time.sleep(0.1)  # the late call has returned: its worker still takes nothing after it
         assert ran == ["fail"]
 
     def test_a_stop_that_raises_stops(self) -> None:
         """A predicate tripping on a plugin's object stops the sequence (the caller checks)."""
 
-        def broken(entry: Outcome | None) -> bool:
+        def broken(entry: Entry) -> bool:
             raise AttributeError("odd object")
 
         entries = run_bounded_each(
             [(lambda: 1, "one"), (lambda: 2, "two")], timeout=FOREVER, stop=broken
         )
-        assert [e.value for e in entries if e is not None] == [1]
+        assert [e.value for e in entries if isinstance(e, Outcome)] == [1]
 
     def test_ctrl_c_leaves_the_rest_of_the_sequence_unrun(self, gate: threading.Event) -> None:
         """Ctrl-C while the first call runs: the calls after it never run, in any worker. (As

@@ -560,6 +560,43 @@ class TestOneHandOver:
         assert list(broken) == ["slow"]
         assert "did not return within 0.1s" in str(broken["slow"])
 
+    def test_a_hang_in_a_hook_another_hook_called_names_the_plugin_that_hangs(
+        self, tmp_path: Path
+    ) -> None:
+        """The k3s plugin collects konnectivity's hooks inside its own: when the inner one
+        hangs, the report names it and says to disable it, not the plugin that called it."""
+        release = threading.Event()
+        hang = threading.Event()
+
+        def outer(node: Any) -> None:
+            node.collect("noderole_settings", object)
+
+        def settings() -> None:
+            if hang.is_set():
+                release.wait(30)
+
+        plugins = load_plugins(
+            autoload=False,
+            plugins=[
+                ("caller", _module("caller", noderole_services=outer)),
+                ("stuck", _module("stuck", noderole_settings=settings)),
+            ],
+            hook_timeout=0.2,
+        )
+        node = _node(plugins, tmp_path)  # reads the settings while nothing hangs
+        hang.set()
+        try:
+            with pytest.raises(PluginError) as raised:
+                plugins.services(node)
+        finally:
+            release.set()
+        message = str(raised.value)
+        assert message.startswith(
+            "plugin 'caller' hook noderole_services did not return within 0.2s: it was waiting "
+            "on plugin 'stuck' hook noderole_settings, which it called"
+        )
+        assert message.endswith("or disable it with --disable-plugin stuck")
+
     def test_a_hook_calling_other_plugins_hooks_runs_them_in_its_worker(
         self, tmp_path: Path
     ) -> None:
