@@ -703,8 +703,8 @@ class TestPollProgress:
             ctx.poll(lambda: False, timeout=600, what="x")
 
 
-class BrokenConsole:
-    """Progress whose output is gone (stdout piped into `head`, then closed)."""
+class Quiet:
+    """Progress that prints nothing."""
 
     def starting(self, name: str, description: str) -> None:
         pass
@@ -713,76 +713,78 @@ class BrokenConsole:
         pass
 
     def finished(self, report: Any) -> None:
+        pass
+
+
+class BrokenConsole(Quiet):
+    """Progress whose output is gone (stdout piped into `head`, then closed)."""
+
+    def finished(self, report: Any) -> None:
         raise BrokenPipeError(32, "Broken pipe")
+
+
+def _apply_or_hang(
+    services: list[noderole.Service],
+    tmp_path: Path,
+    progress: Any,
+    *,
+    backend: Any = None,
+    what: str,
+) -> Any:
+    """apply_plan of ``services`` (role ``r``) in a thread, failing the test if it has not
+    returned within 60 s ("apply_plan hung after {what}"); its report."""
+    from noderole.engine import apply_plan
+    from noderole.plan import build_plan
+    from noderole.testing import RecordingBackend
+
+    outcome: list[Any] = []
+    worker = threading.Thread(
+        target=lambda: outcome.append(
+            apply_plan(
+                build_plan(services, "r"),
+                root=NodeRoot(tmp_path),
+                clock=FakeClock(),
+                backend=backend or RecordingBackend(tmp_path),
+                progress=progress,
+            )
+        ),
+        daemon=True,
+    )
+    worker.start()
+    worker.join(60)
+    assert not worker.is_alive(), f"apply_plan hung after {what}"
+    return outcome[0]
+
+
+def _chain(count: int, **first: Any) -> list[noderole.Service]:
+    """``s0`` .. ``s{count-1}``, each after the one before; ``first`` goes to ``s0``."""
+    return [noderole.Service(name="s0", roles=["r"], command=["/bin/s0"], **first)] + [
+        noderole.Service(name=f"s{i}", roles=["r"], command=[f"/bin/s{i}"], after=[f"s{i - 1}"])
+        for i in range(1, count)
+    ]
 
 
 class TestEngineRobustness:
     def test_a_failing_console_never_hangs_the_apply(self, tmp_path: Path) -> None:
         """A progress printer that raises leaves no dependent waiting: apply_plan returns."""
-        from noderole.engine import apply_plan
-        from noderole.plan import build_plan
-        from noderole.testing import RecordingBackend
-
-        services = [
-            noderole.Service(name="a", roles=["r"], command=["/bin/a"]),
-            noderole.Service(name="b", roles=["r"], command=["/bin/b"], after=["a"]),
-        ]
-        plan = build_plan(services, "r")
-        outcome: list[Any] = []
-        worker = threading.Thread(
-            target=lambda: outcome.append(
-                apply_plan(
-                    plan,
-                    root=NodeRoot(tmp_path),
-                    clock=FakeClock(),
-                    backend=RecordingBackend(tmp_path),
-                    progress=BrokenConsole(),
-                )
-            ),
-            daemon=True,
-        )
-        worker.start()
-        worker.join(60)
-        assert not worker.is_alive(), "apply_plan hung after its console failed"
-        assert [s.status for s in outcome[0].services] == ["started", "started"]
+        applied = _apply_or_hang(_chain(2), tmp_path, BrokenConsole(), what="its console failed")
+        assert [s.status for s in applied.services] == ["started", "started"]
 
     @pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
     def test_a_console_raising_a_bug_never_strands_what_comes_after(self, tmp_path: Path) -> None:
         """A printer that raises something other than a closed pipe (a bug of its own) ends the
         thread that printed, with a traceback; the services after it still run, each, and
         apply_plan returns."""
-        from noderole.engine import apply_plan
-        from noderole.plan import build_plan
-        from noderole.testing import RecordingBackend
 
         class Buggy(Quiet):
             def finished(self, report: Any) -> None:
                 raise ValueError("printer bug")
 
-        services = [noderole.Service(name="s0", roles=["r"], command=["/bin/s0"])] + [
-            noderole.Service(name=f"s{i}", roles=["r"], command=[f"/bin/s{i}"], after=[f"s{i - 1}"])
-            for i in range(1, 4)
-        ]
-        outcome: list[Any] = []
-        worker = threading.Thread(
-            target=lambda: outcome.append(
-                apply_plan(
-                    build_plan(services, "r"),
-                    root=NodeRoot(tmp_path),
-                    clock=FakeClock(),
-                    backend=RecordingBackend(tmp_path),
-                    progress=Buggy(),
-                )
-            ),
-            daemon=True,
-        )
-        worker.start()
-        worker.join(60)
-        assert not worker.is_alive(), "apply_plan hung after its console raised a bug"
+        applied = _apply_or_hang(_chain(4), tmp_path, Buggy(), what="its console raised a bug")
         for thread in threading.enumerate():  # their tracebacks land inside this test
             if thread.name.startswith("apply:"):
                 thread.join(60)
-        assert [s.status for s in outcome[0].services] == ["started"] * 4
+        assert [s.status for s in applied.services] == ["started"] * 4
 
     @pytest.mark.parametrize(
         ("error", "reason"),
@@ -798,48 +800,21 @@ class TestEngineRobustness:
         """A plugin's ``Call`` function raising SystemExit (not an Exception) fails its service
         with a reason; the service after it still starts and apply_plan returns. It used to end
         the service's thread silently, and everything after it waited forever."""
-        from noderole.engine import apply_plan
-        from noderole.plan import build_plan
-        from noderole.testing import RecordingBackend
 
         def leave(ctx: Any) -> None:
             raise error
 
-        services = [
-            noderole.Service(
-                name="a",
-                roles=["r"],
-                command=["/bin/a"],
-                pre_start=[noderole.Call(function=leave, description="exit now")],
-            ),
-            noderole.Service(name="b", roles=["r"], command=["/bin/b"], after=["a"]),
-        ]
-        plan = build_plan(services, "r")
-        outcome: list[Any] = []
-        worker = threading.Thread(
-            target=lambda: outcome.append(
-                apply_plan(
-                    plan,
-                    root=NodeRoot(tmp_path),
-                    clock=FakeClock(),
-                    backend=RecordingBackend(tmp_path),
-                    progress=Quiet(),
-                )
-            ),
-            daemon=True,
+        step = noderole.Call(function=leave, description="exit now")
+        applied = _apply_or_hang(
+            _chain(2, pre_start=[step]), tmp_path, Quiet(), what=f"a Call step raised {error!r}"
         )
-        worker.start()
-        worker.join(60)
-        assert not worker.is_alive(), "apply_plan hung after a Call step raised " + repr(error)
-        a, b = outcome[0].services
-        assert (a.status, a.reason) == ("failed", reason)
-        assert b.status == "started"
+        first, second = applied.services
+        assert (first.status, first.reason) == ("failed", reason)
+        assert second.status == "started"
 
     def test_anything_a_service_raises_fails_that_service_only(self, tmp_path: Path) -> None:
         """Whatever escapes a service's apply (here a backend whose start raises SystemExit)
         is that service's failure; its dependents are told, and apply_plan returns."""
-        from noderole.engine import apply_plan
-        from noderole.plan import build_plan
         from noderole.testing import RecordingBackend
 
         class Exiting(RecordingBackend):
@@ -852,38 +827,16 @@ class TestEngineRobustness:
             noderole.Service(name="a", roles=["r"], command=["/bin/a"]),
             noderole.Service(name="b", roles=["r"], command=["/bin/b"], need=["a"]),
         ]
-        outcome: list[Any] = []
-        worker = threading.Thread(
-            target=lambda: outcome.append(
-                apply_plan(
-                    build_plan(services, "r"),
-                    root=NodeRoot(tmp_path),
-                    clock=FakeClock(),
-                    backend=Exiting(tmp_path),
-                    progress=Quiet(),
-                )
-            ),
-            daemon=True,
+        applied = _apply_or_hang(
+            services,
+            tmp_path,
+            Quiet(),
+            backend=Exiting(tmp_path),
+            what="a service's apply raised SystemExit",
         )
-        worker.start()
-        worker.join(60)
-        assert not worker.is_alive(), "apply_plan hung after a service's apply raised SystemExit"
-        a, b = outcome[0].services
+        a, b = applied.services
         assert (a.status, a.reason) == ("failed", "SystemExit: 5")
         assert b.status == "skipped"
-
-
-class Quiet:
-    """Progress that prints nothing."""
-
-    def starting(self, name: str, description: str) -> None:
-        pass
-
-    def waiting(self, name: str, what: str) -> None:
-        pass
-
-    def finished(self, report: Any) -> None:
-        pass
 
 
 class TestReadinessGateCancelled:
