@@ -99,23 +99,21 @@ def _stops(stop: Callable[[Entry], bool] | None, outcome: Entry) -> bool:
 
 
 class _Batch:
-    """Calls handed to a worker at once, and how far it got. ``mutex`` guards ``started``,
-    ``ended``, ``outcomes``, ``through`` and ``abandoned``: the caller gives up on a call, and the
-    worker takes the next one or finishes, each only while holding it, so no call is both left
-    and taken, and a finished batch is never taken for a late one."""
+    """Calls handed to a worker at once, and how far it got. ``mutex`` guards ``since``,
+    ``outcomes``, ``through`` and ``abandoned``: the caller gives up on a call, and the worker takes
+    the next one or finishes, each only while holding it, so no call is both left and taken, and a
+    finished batch is never taken for a late one."""
 
     __slots__ = (
         "abandoned",
         "calls",
         "done",
-        "ended",
-        "handed",
         "late",
         "mutex",
         "outcomes",
         "running",
+        "since",
         "stack",
-        "started",
         "stop",
         "through",
         "timeout",
@@ -131,8 +129,9 @@ class _Batch:
         self.timeout = timeout
         self.stop = stop
         self.outcomes: list[Outcome] = []
-        self.started: list[float] = []
-        self.ended: list[float] = []
+        self.since = 0.0
+        """When the time of the call now due began: the hand-over, then each call's start and
+        end (a worker going from one call to the next spends no one's time)."""
         self.abandoned = False
         self.through = False
         self.late = 0
@@ -144,7 +143,6 @@ class _Batch:
         self.mutex = _thread.allocate_lock()
         self.done = _thread.allocate_lock()
         self.done.acquire()
-        self.handed = 0.0
 
     def serve(self, current: threading.Thread) -> None:
         """Run the calls in the worker thread, until the last, a stop, or the caller leaves."""
@@ -153,8 +151,7 @@ class _Batch:
                 with self.mutex:
                     if self.abandoned:
                         return
-                    start = monotonic()
-                    self.started.append(start)
+                    start = self.since = monotonic()
                 current.name = name
                 self.stack.append(name)
                 _local.deadline = _NO_BOUND if self.timeout is None else start + self.timeout
@@ -166,7 +163,7 @@ class _Batch:
                     current.name = _IDLE
                 with self.mutex:
                     self.outcomes.append(outcome)
-                    self.ended.append(monotonic())
+                    self.since = monotonic()
                 if _stops(self.stop, outcome):
                     return
         finally:
@@ -183,24 +180,17 @@ class _Batch:
         while True:
             with self.mutex:
                 index = len(self.outcomes)
-                left = self._since(index) + self.timeout - monotonic()
+                left = self.since + self.timeout - monotonic()
             if self.done.acquire(True, left) if left > 0 else self.done.acquire(False):
                 return True
             with self.mutex:
                 if self.through or len(self.outcomes) != index:
                     continue  # finished or moved on meanwhile: look again
-                if self._since(index) + self.timeout <= monotonic():
+                if self.since + self.timeout <= monotonic():
                     self.abandoned = True
                     self.late = index
                     self.running = tuple(self.stack) or (self.calls[index][1],)
                     return False
-
-    def _since(self, index: int) -> float:
-        """When call ``index``'s time began: its start, else the end of the one before, else the
-        hand-over (a worker slow to wake up spends the call's time, as a single call's would)."""
-        if index < len(self.started):
-            return self.started[index]
-        return self.ended[index - 1] if index else self.handed
 
     def abandon(self) -> None:
         """Leave the worker (the caller is interrupted): it takes no further call."""
@@ -230,7 +220,7 @@ class _Worker:
         """Hand ``batch`` over and wait: see :meth:`_Batch.wait`."""
         self._slot[0] = batch
         batch.stack = self._running
-        batch.handed = monotonic()
+        batch.since = monotonic()
         self._wake.release()
         return batch.wait()
 
