@@ -420,6 +420,59 @@ class TestPluginFaults:
             assert "--disable-plugin fmbad" in message
         assert "Traceback" not in done.stderr
 
+    def test_a_hang_inside_another_plugins_hook_names_the_plugin_that_hangs(
+        self,
+        tmp_path: Path,
+        spawned: Spawned,
+        install_dist: Callable[..., Path],
+    ) -> None:
+        """A plugin collecting a hook of its own from other plugins (as k3s collects
+        konnectivity's): when a contributor's hook hangs, exit 3 names the contributor and says
+        to disable it, not the plugin whose hook was waiting."""
+        caller = """
+            import sys
+            import noderole
+
+            class Specs:
+                @noderole.hookspec
+                def fmcaller_contribution(node):
+                    \"\"\"Contributions to collect.\"\"\"
+
+            @noderole.hookimpl
+            def noderole_addhooks(pluginmanager):
+                pluginmanager.add_hookspecs(Specs)
+
+            @noderole.hookimpl
+            def noderole_services(node):
+                node.collect("fmcaller_contribution", object)
+        """
+        stuck = """
+            import threading
+            import noderole
+
+            @noderole.hookimpl(optionalhook=True)
+            def fmcaller_contribution(node):
+                threading.Event().wait(30)
+        """
+        install_dist("fm-caller", "1.0", {"fmcaller": "fm_caller"}, {"fm_caller": caller})
+        install_dist("fm-stuck", "2.0", {"fmstuck": "fm_stuck"}, {"fm_stuck": stuck})
+        ours = {"fmcaller", "fmstuck"}
+        others = {ep.name for ep in importlib.metadata.entry_points(group="noderole")} - ours
+        disable = [arg for name in sorted(others) for arg in ("--disable-plugin", name)]
+        env = {**os.environ, "PYTHONPATH": str(tmp_path / "site"), "NODEROLE_HOOK_TIMEOUT": "0.3"}
+        env.pop("NODEROLE_DISABLE_PLUGIN_AUTOLOAD", None)
+        root = tmp_path / "root"
+        root.mkdir()
+        done = spawned.run(["--root", str(root), *disable, "plan", "demo"], env=env)
+        assert done.returncode == ExitCode.PLUGIN, done.stderr
+        message = " ".join(done.stderr.split())
+        assert message.startswith("noderole: error: plugin 'fmcaller'"), message
+        assert "hook noderole_services did not return within 0.3s: it was waiting on" in message
+        assert "plugin 'fmstuck' (entry point 'fmstuck = fm_stuck' from distribution" in message
+        assert "'fm-stuck' 2.0) hook fmcaller_contribution, which it called" in message
+        assert message.endswith("or disable it with --disable-plugin fmstuck")
+        assert "Traceback" not in done.stderr
+
 
 # ---------------------------------------------------------------------------- env-file fuzz
 
