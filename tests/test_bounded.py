@@ -147,7 +147,7 @@ class TestRunBounded:
         late = run_bounded(
             lambda: run_bounded(gate.wait, name="inner", timeout=FOREVER),
             name="outer",
-            timeout=0.1,
+            timeout=0.5,  # time enough, on a loaded machine, to be inside the nested call
         )
         assert isinstance(late, Late)
         assert late.running == ("outer", "inner")
@@ -201,7 +201,9 @@ class TestRunBounded:
 
         busy = _ident()
         with pytest.raises(KeyboardInterrupt):
-            run_bounded(interrupt, name="interrupt", timeout=0.05)
+            # The bound is where the simulated SIGINT is noticed: long enough for a worker on a
+            # loaded machine to have raised it by then.
+            run_bounded(interrupt, name="interrupt", timeout=0.5)
         assert _ident() != busy
 
 
@@ -228,12 +230,12 @@ class TestRunBoundedEach:
         ]
 
     def test_each_call_is_bounded_from_its_own_start(self) -> None:
-        """Three calls of 0.2 s under a 0.5 s bound: together they take longer than the bound,
+        """Four calls of 0.2 s under a 0.6 s bound: together they take longer than the bound,
         and none is late."""
         entries = run_bounded_each(
-            [(lambda: time.sleep(0.2), f"nap {i}") for i in range(3)], timeout=0.5
+            [(lambda: time.sleep(0.2), f"nap {i}") for i in range(4)], timeout=0.6
         )
-        assert len(entries) == 3
+        assert len(entries) == 4
         assert all(isinstance(entry, Outcome) for entry in entries)
 
     def test_a_late_call_is_left_and_the_rest_run_in_a_new_worker(
@@ -255,7 +257,7 @@ class TestRunBoundedEach:
                 (lambda: note("after"), "after"),
                 (lambda: note("last"), "last"),
             ],
-            timeout=0.1,
+            timeout=0.5,  # the calls that return must, on a loaded machine too
         )
         gate.set()
         time.sleep(0.1)  # the late call has returned: its worker takes nothing after it
@@ -318,7 +320,7 @@ class TestRunBoundedEach:
 
         with pytest.raises(KeyboardInterrupt):
             run_bounded_each(
-                [(interrupt, "interrupt"), (lambda: ran.append("after"), "after")], timeout=0.05
+                [(interrupt, "interrupt"), (lambda: ran.append("after"), "after")], timeout=0.5
             )
         gate.set()
         time.sleep(0.1)

@@ -550,7 +550,7 @@ class TestOneHandOver:
         def works(node: Any) -> Service:
             return Service(name="ok", roles=["r"], command=["/bin/true"])
 
-        plugins = self._plugins(timeout=0.1, slow=hang, good=works)
+        plugins = self._plugins(timeout=0.5, slow=hang, good=works)
         broken: dict[str, Any] = {}
         try:
             services = plugins.services(_node(plugins, tmp_path), broken=broken)
@@ -558,7 +558,7 @@ class TestOneHandOver:
             release.set()
         assert [s.name for s in services if s.origin == "good"] == ["ok"]
         assert list(broken) == ["slow"]
-        assert "did not return within 0.1s" in str(broken["slow"])
+        assert "did not return within 0.5s" in str(broken["slow"])
 
     def test_a_hang_in_a_hook_another_hook_called_names_the_plugin_that_hangs(
         self, tmp_path: Path
@@ -581,7 +581,7 @@ class TestOneHandOver:
                 ("caller", _module("caller", noderole_services=outer)),
                 ("stuck", _module("stuck", noderole_settings=settings)),
             ],
-            hook_timeout=0.2,
+            hook_timeout=0.5,
         )
         node = _node(plugins, tmp_path)  # reads the settings while nothing hangs
         hang.set()
@@ -592,7 +592,7 @@ class TestOneHandOver:
             release.set()
         message = str(raised.value)
         assert message.startswith(
-            "plugin 'caller' hook noderole_services did not return within 0.2s: it was waiting "
+            "plugin 'caller' hook noderole_services did not return within 0.5s: it was waiting "
             "on plugin 'stuck' hook noderole_settings, which it called"
         )
         assert message.endswith("or disable it with --disable-plugin stuck")
