@@ -385,6 +385,27 @@ BAD_MESSAGES = {
 }
 
 
+def _plan_with_only(
+    tmp_path: Path, spawned: Spawned, plugins: set[str], *, hook_timeout: str
+) -> tuple[str, Any]:
+    """``noderole plan demo`` in a fresh process with only ``plugins`` of the installed entry
+    points (the others disabled before import) and the distributions installed under
+    ``tmp_path/site``; it must exit 3. Its stderr on one line, and the finished process."""
+    others = {ep.name for ep in importlib.metadata.entry_points(group="noderole")} - plugins
+    disable = [arg for name in sorted(others) for arg in ("--disable-plugin", name)]
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(tmp_path / "site"),
+        "NODEROLE_HOOK_TIMEOUT": hook_timeout,
+    }
+    env.pop("NODEROLE_DISABLE_PLUGIN_AUTOLOAD", None)
+    root = tmp_path / "root"
+    root.mkdir()
+    done = spawned.run(["--root", str(root), *disable, "plan", "demo"], env=env)
+    assert done.returncode == ExitCode.PLUGIN, done.stderr
+    return " ".join(done.stderr.split()), done
+
+
 class TestPluginFaults:
     @pytest.mark.parametrize("fault", sorted(BAD_HOOKS))
     def test_bad_plugin_through_the_cli(
@@ -399,20 +420,7 @@ class TestPluginFaults:
             "def noderole_services", "@noderole.hookimpl\ndef noderole_services"
         )
         install_dist("fm-bad-plugin", "1.0", {"fmbad": "fm_bad_plugin"}, {"fm_bad_plugin": source})
-        # Only the plugin under test: other installed plugins are disabled before import.
-        others = {ep.name for ep in importlib.metadata.entry_points(group="noderole")} - {"fmbad"}
-        disable = [arg for name in sorted(others) for arg in ("--disable-plugin", name)]
-        env = {
-            **os.environ,
-            "PYTHONPATH": str(tmp_path / "site"),
-            "NODEROLE_HOOK_TIMEOUT": "0.2",
-        }
-        env.pop("NODEROLE_DISABLE_PLUGIN_AUTOLOAD", None)
-        root = tmp_path / "root"
-        root.mkdir()
-        done = spawned.run(["--root", str(root), *disable, "plan", "demo"], env=env)
-        assert done.returncode == ExitCode.PLUGIN, done.stderr
-        message = " ".join(done.stderr.split())
+        message, done = _plan_with_only(tmp_path, spawned, {"fmbad"}, hook_timeout="0.2")
         assert message.startswith("noderole: error: plugin 'fmbad'")
         assert "from distribution 'fm-bad-plugin' 1.0" in message
         assert BAD_MESSAGES[fault] in message
@@ -457,15 +465,7 @@ class TestPluginFaults:
         install_dist("fm-caller", "1.0", {"fmcaller": "fm_caller"}, {"fm_caller": caller})
         install_dist("fm-stuck", "2.0", {"fmstuck": "fm_stuck"}, {"fm_stuck": stuck})
         ours = {"fmcaller", "fmstuck"}
-        others = {ep.name for ep in importlib.metadata.entry_points(group="noderole")} - ours
-        disable = [arg for name in sorted(others) for arg in ("--disable-plugin", name)]
-        env = {**os.environ, "PYTHONPATH": str(tmp_path / "site"), "NODEROLE_HOOK_TIMEOUT": "1"}
-        env.pop("NODEROLE_DISABLE_PLUGIN_AUTOLOAD", None)
-        root = tmp_path / "root"
-        root.mkdir()
-        done = spawned.run(["--root", str(root), *disable, "plan", "demo"], env=env)
-        assert done.returncode == ExitCode.PLUGIN, done.stderr
-        message = " ".join(done.stderr.split())
+        message, done = _plan_with_only(tmp_path, spawned, ours, hook_timeout="1")
         assert message.startswith("noderole: error: plugin 'fmcaller'"), message
         assert "hook noderole_services did not return within 1s: it was waiting on" in message
         assert "plugin 'fmstuck' (entry point 'fmstuck = fm_stuck' from distribution" in message
