@@ -18,6 +18,13 @@ A growth factor is the ratio of the two sizes' medians; its spread is the range 
 own ratios (how much the load moved during the run).
 
 Run alone: ``python -m bench.bench_plan [--quick]``.
+
+``python -m bench.bench_plan --instructions [--quick]`` counts instructions instead of time, with
+valgrind (callgrind), for the 10,000 -> 100,000 step (100 -> 1,000 with ``--quick``): the work each
+side does, which the machine's caches and TLB cannot move. Each figure is a child process that
+builds the services and plans them, less the same child that stops before planning. It takes
+several minutes (valgrind runs the 100,000-service child at about a fiftieth of its speed), so it
+is not part of ``python -m bench``.
 """
 
 from __future__ import annotations
@@ -26,17 +33,22 @@ import functools
 import gc
 import graphlib
 import itertools
+import os
 import random
+import re
+import shutil
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 from bench._common import Row, summarize
 from noderole.plan import build_plan
 from noderole.records import Service
 
-__all__ = ["run", "synthetic_services"]
+__all__ = ["count_instructions", "instructions", "run", "synthetic_services"]
 
 EDGES_PER_SERVICE = 5
 ROLE = "bench"
@@ -178,9 +190,100 @@ def _spread(large: list[float], small: list[float]) -> float:
     return max(ratios) - min(ratios)
 
 
+# The child of an instruction count: the same services and edges as ``run`` builds, then nothing
+# ("none"), build_plan ("plan") or the peer's sort ("sort"). The baseline differs from the others
+# only by the call being counted.
+_CHILD = """
+import gc, sys
+from bench.bench_plan import ROLE, _sort_only, synthetic_services
+from noderole.plan import build_plan
+services = synthetic_services(int(sys.argv[1]))
+plan = build_plan(services, ROLE)
+edges = {p.name: set(p.after) for p in plan.services}
+del plan
+gc.collect()
+if sys.argv[2] == "plan":
+    build_plan(services, ROLE)
+elif sys.argv[2] == "sort":
+    _sort_only(edges)
+"""
+
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_REFS = re.compile(r"^==\d+== (?:I\s+refs|Collected)\s*:\s*([\d,]+)", re.MULTILINE)
+
+
+def count_instructions(argv: list[str]) -> int:
+    """Instructions ``argv`` executes (a Python child), counted by callgrind."""
+    done = subprocess.run(
+        ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *argv],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=_REPO,  # the child imports ``bench`` (not installed) from the checkout
+        # The same string hashes every run: a dict's probe sequence, and so the count, repeat.
+        env={**os.environ, "PYTHONHASHSEED": "0"},
+    )
+    found = _REFS.search(done.stderr)
+    if done.returncode != 0 or found is None:
+        raise RuntimeError(f"valgrind {' '.join(argv)} failed: {done.stderr.strip()[-500:]}")
+    return int(found.group(1).replace(",", ""))
+
+
+def instructions(quick: bool) -> list[Row]:
+    """Instructions of build_plan and of the peer's sort at two sizes, and their growth."""
+    if shutil.which("valgrind") is None:
+        raise SystemExit("--instructions needs valgrind (Debian: apt-get install valgrind)")
+    sizes = (100, 1_000) if quick else (10_000, 100_000)
+    jobs = [(size, mode) for size in sizes for mode in ("none", "plan", "sort")]
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        counted = dict(
+            zip(
+                jobs,
+                pool.map(
+                    lambda job: count_instructions(
+                        [sys.executable, "-c", _CHILD, str(job[0]), job[1]]
+                    ),
+                    jobs,
+                ),
+                strict=True,
+            )
+        )
+    ours = {size: counted[size, "plan"] - counted[size, "none"] for size in sizes}
+    peer = {size: counted[size, "sort"] - counted[size, "none"] for size in sizes}
+    rows = [
+        Row(
+            benchmark=f"plan {size:,} services: instructions (callgrind)",
+            unit="M instructions",
+            median=ours[size] / 1e6,
+            spread=0.0,
+            samples=1,
+            peer="graphlib.TopologicalSorter (sort only)",
+            peer_median=peer[size] / 1e6,
+            peer_spread=0.0,
+        )
+        for size in sizes
+    ]
+    small, large = sizes
+    rows.append(
+        Row(
+            benchmark=f"plan instruction growth {small:,} -> {large:,} services",
+            unit="x",
+            median=ours[large] / ours[small],
+            spread=0.0,
+            samples=1,
+            peer="graphlib.TopologicalSorter growth",
+            peer_median=peer[large] / peer[small],
+            peer_spread=0.0,
+            target="linear: 10x per tenfold step",
+        )
+    )
+    return rows
+
+
 def main(argv: list[str]) -> None:
     """Print the figures."""
-    for row in run(quick="--quick" in argv):
+    rows = instructions if "--instructions" in argv else run
+    for row in rows(quick="--quick" in argv):
         peer = ""
         if row.peer is not None and row.peer_median is not None:
             peer = f"   peer {row.peer}: {row.peer_median:.4f} {row.unit}"

@@ -6,6 +6,7 @@ Nothing here asserts a timing: the figures belong to `python -m bench`, not to t
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -35,3 +36,23 @@ class TestBenchSmoke:
         for name in names:
             assert f"| {name} |" in done.stdout
         assert document["machine"]["cores"] >= 1
+
+    @pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind is not installed")
+    def test_instruction_count_runs_under_valgrind(self) -> None:
+        """`python -m bench.bench_plan --instructions --quick` counts both sides at two sizes
+        and prints their growth; the counts are real callgrind figures, so planning ten times
+        the services must count several times the instructions."""
+        done = subprocess.run(
+            [sys.executable, "-m", "bench.bench_plan", "--instructions", "--quick"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert done.returncode == 0, done.stderr
+        lines = done.stdout.splitlines()
+        assert len(lines) == 3, done.stdout
+        growth = lines[2]
+        assert growth.startswith("plan instruction growth 100 -> 1,000 services: ")
+        ours = float(growth.split(": ", 1)[1].split(" x", 1)[0])
+        assert 5 < ours < 20, growth
