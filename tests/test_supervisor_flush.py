@@ -20,11 +20,18 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from noderole.supervisor._daemon import Daemon
+from noderole.supervisor._daemon import FLUSH_GAP_UNWAITED, Daemon
 from noderole.supervisor._proc import boot_id, kill_group
 from noderole.supervisor._spec import ProcessSpec, ReadinessSpec
-from noderole.supervisor._state import STATE_VERSION, State, encode_state, parse_state
+from noderole.supervisor._state import (
+    STATE_VERSION,
+    Encoded,
+    State,
+    encode_state,
+    parse_state,
+)
 from noderole.supervisor._status import ServiceStatus
+from noderole.supervisor._unit import Unit
 from noderole.supervisor.probes import TcpProbe
 
 
@@ -166,7 +173,7 @@ class TestEncodedState:
     ) -> None:
         """With the encodings kept from an earlier write, a state encodes to the very bytes of
         one json.dumps of the whole document, and reads back the same."""
-        encoded: dict[ServiceStatus, str] = {}
+        encoded: Encoded = {}
         for statuses in (first, second, first):
             state = State(
                 services={s.name: s for s in statuses}, supervisor_pid=7, supervisor_ticks=9
@@ -180,4 +187,80 @@ class TestEncodedState:
             raw = encode_state(state, encoded)
             assert raw == json.dumps(whole, separators=(",", ":"), allow_nan=False).encode()
             assert parse_state(raw).services == state.services
-            assert set(encoded) == set(state.services.values())
+            assert sorted(encoded) == sorted(map(id, state.services.values()))
+
+
+class TestUnwaitedGap:
+    """Changes no client waits for (respawns, exits) are written at most every
+    FLUSH_GAP_UNWAITED: 200 services crash-looping changed the state hundreds of times a second,
+    and writing it every 20 ms was a quarter of the daemon's time."""
+
+    def test_a_change_nobody_waits_for_waits_the_longer_gap(self, daemon: Daemon) -> None:
+        now = time.monotonic()
+        daemon.next_flush = now - 1.0  # the short gap has passed
+        daemon.last_flush = now  # but a write was just made
+        daemon.persist()
+        daemon.flush()
+        assert daemon.dirty
+        assert not os.path.exists(daemon.state_path)
+        timer = daemon.flush_timer
+        assert timer is not None
+        assert timer.when >= now + FLUSH_GAP_UNWAITED - 0.001
+
+    def test_a_waiter_is_answered_after_the_shorter_gap(self, daemon: Daemon) -> None:
+        """A start waiting for the write does not wait out the longer gap: past the short one,
+        the write is made at once; before it, the timer is brought forward to it."""
+        now = time.monotonic()
+        daemon.next_flush = now + 0.05
+        daemon.last_flush = now
+        daemon.persist()
+        daemon.flush()
+        later = daemon.flush_timer
+        assert later is not None
+        assert later.when >= now + FLUSH_GAP_UNWAITED - 0.001
+        answered: list[bool] = []
+        daemon.loop.call_later(0.0, lambda: None)  # the loop is busy: no write at once
+        daemon.after_flush(lambda: answered.append(True))
+        daemon.flush()
+        sooner = daemon.flush_timer
+        assert sooner is not None
+        assert later.cancelled
+        assert sooner.when <= daemon.next_flush + 0.001
+        assert answered == []
+        daemon.next_flush = time.monotonic() - 1.0  # the short gap has passed
+        daemon.flush()
+        assert answered == [True]
+        assert not daemon.dirty
+        assert os.path.exists(daemon.state_path)
+        assert daemon.flush_timer is None
+
+
+class TestStatusObjects:
+    def test_an_unchanged_service_gives_the_same_status_object(self, daemon: Daemon) -> None:
+        """The state write reuses a status's JSON by its identity: a unit hands the same status
+        object while nothing it shows changed, and a new one when anything did."""
+        unit = Unit(ProcessSpec(name="a", argv=("/bin/true",), fingerprint="f1"), daemon)
+        first = unit.status()
+        assert unit.status() is first
+        unit.restarts += 1
+        second = unit.status()
+        assert second is not first
+        assert second.restarts == 1
+        assert unit.status() is second
+        unit.spec = ProcessSpec(name="a", argv=("/bin/true",), fingerprint="f2")
+        third = unit.status()
+        assert third is not second
+        assert third.fingerprint == "f2"
+        changes = {
+            "state": "backoff",
+            "pid": 42,
+            "start_ticks": 7,
+            "started_at": 1.5,
+            "last_exit": "exit 3",
+            "reason": "respawning",
+        }
+        for field, value in changes.items():
+            before = unit.status()
+            setattr(unit, field, value)
+            assert unit.status() is not before, field
+            assert unit.status().to_wire()[field] == value

@@ -29,6 +29,7 @@ from noderole.supervisor._status import SchemaError, ServiceStatus
 
 __all__ = [
     "STATE_VERSION",
+    "Encoded",
     "State",
     "encode_state",
     "kill_leftovers",
@@ -124,13 +125,20 @@ def _dumps(value: object) -> str:
     return json.dumps(value, separators=(",", ":"), allow_nan=False)
 
 
-def encode_state(state: State, encoded: dict[ServiceStatus, str] | None = None) -> bytes:
+Encoded = dict[int, tuple[str, ServiceStatus, str]]
+"""What :func:`encode_state` keeps between calls: by the identity of a status object, the
+service's name, the status (holding the identity), and their JSON member ``"name":{...}``."""
+
+
+def encode_state(state: State, encoded: Encoded | None = None) -> bytes:
     """The state file's bytes.
 
-    ``encoded`` keeps each status's JSON between calls (statuses are frozen and hashable):
-    the daemon rewrites the file after every batch of changes, most services unchanged, and at
-    1,000 services encoding them all again was most of a write's cost. Only the statuses of
-    this state are kept in it afterwards.
+    ``encoded`` keeps each service's JSON between calls, by the identity of its status object
+    (statuses are frozen): the daemon rewrites the file after every batch of changes and hands
+    an unchanged service's status as the same object, so a write encodes only what changed (a
+    crash-looping node changes a service or two a batch; at 200 services, encoding every one
+    again and hashing every status to find it was a third of the daemon's time). Only this
+    state's statuses are kept in it afterwards.
     """
     head = _dumps(
         {
@@ -141,13 +149,15 @@ def encode_state(state: State, encoded: dict[ServiceStatus, str] | None = None) 
             else {"pid": state.supervisor_pid, "start_ticks": state.supervisor_ticks},
         }
     )
-    known = encoded if encoded is not None else {}
-    fresh: dict[ServiceStatus, str] = {}
+    known: Encoded = encoded if encoded is not None else {}
+    fresh: Encoded = {}
     parts = []
     for name, status in state.services.items():
-        text = fresh.get(status) or known.get(status) or _dumps(status.to_wire())
-        fresh[status] = text
-        parts.append(f"{_dumps(name)}:{text}")
+        entry = known.get(id(status))
+        if entry is None or entry[0] != name or entry[1] is not status:
+            entry = (name, status, f"{_dumps(name)}:{_dumps(status.to_wire())}")
+        fresh[id(status)] = entry
+        parts.append(entry[2])
     if encoded is not None:
         encoded.clear()
         encoded.update(fresh)
@@ -155,7 +165,7 @@ def encode_state(state: State, encoded: dict[ServiceStatus, str] | None = None) 
     return f'{head[:-1]},"services":{{{",".join(parts)}}}}}'.encode()
 
 
-def write_state(path: str, state: State, encoded: dict[ServiceStatus, str] | None = None) -> None:
+def write_state(path: str, state: State, encoded: Encoded | None = None) -> None:
     """Replace the state file atomically (a reader sees the old or the new file, never half).
 
     ``encoded``: see :func:`encode_state`.

@@ -77,7 +77,7 @@ class Unit:
         )
         self.state: ServiceState = "starting"
         self.reason = ""
-        self.popen: subprocess.Popen[bytes] | None = None
+        self.popen: _child.Child | subprocess.Popen[bytes] | None = None
         self.pidfd: int | None = None
         self.pid: int | None = None
         self.start_ticks: int | None = None
@@ -93,6 +93,8 @@ class Unit:
         self.ready_waiters: list[Callable[[], None]] = []
         self.check: ReadinessCheck | None = None
         self.check_deadline = 0.0
+        self._status_key: tuple[object, ...] = ()
+        self._status = ServiceStatus(name=spec.name)  # replaced at the first status()
 
     @property
     def name(self) -> str:
@@ -103,20 +105,40 @@ class Unit:
         return self.state in ACTIVE or self.stopping
 
     def status(self) -> ServiceStatus:
-        """What the state file and a status response say about this service."""
-        return ServiceStatus(
-            name=self.name,
-            state=self.state,
-            pid=self.pid,
-            start_ticks=self.start_ticks,
-            started_at=self.started_at,
-            restarts=self.restarts,
-            last_exit=self.last_exit,
-            log=self.spec.log,
-            pidfile=self.spec.pidfile,
-            fingerprint=self.spec.fingerprint,
-            reason=self.reason,
+        """What the state file and a status response say about this service.
+
+        The same object while nothing it shows has changed: the daemon writes the state file
+        after every batch of changes, every service's status in it, and a crash-looping node
+        changes one or two services a batch (the state file's encoder reuses an unchanged
+        status's JSON by its identity).
+        """
+        key = (
+            self.state,
+            self.pid,
+            self.start_ticks,
+            self.started_at,
+            self.restarts,
+            self.last_exit,
+            self.reason,
+            self.spec,
         )
+        if key != self._status_key:
+            spec = self.spec
+            self._status = ServiceStatus(
+                name=spec.name,
+                state=self.state,
+                pid=self.pid,
+                start_ticks=self.start_ticks,
+                started_at=self.started_at,
+                restarts=self.restarts,
+                last_exit=self.last_exit,
+                log=spec.log,
+                pidfile=spec.pidfile,
+                fingerprint=spec.fingerprint,
+                reason=self.reason,
+            )
+            self._status_key = key
+        return self._status
 
     # ---- starting
 

@@ -102,9 +102,20 @@ class Groups:
                     self.known.pop(str(name), None)
 
 
+_NAMES: dict[str, str] = {}
+"""Each service name as JSON: a crash-looping node sends a line for every respawn."""
+
+
 def encode_group(name: str, pgid: int | None, ticks: int | None) -> bytes:
-    """The daemon's line for :class:`Groups`."""
-    return json.dumps([name, pgid, ticks]).encode() + b"\n"
+    """The daemon's line for :class:`Groups`: ``json.dumps([name, pgid, ticks])``."""
+    quoted = _NAMES.get(name)
+    if quoted is None:
+        quoted = _NAMES[name] = json.dumps(name)
+    return f"[{quoted}, {_number(pgid)}, {_number(ticks)}]\n".encode()
+
+
+def _number(value: int | None) -> str:
+    return "null" if value is None else str(int(value))
 
 
 def wait_for_exit(
