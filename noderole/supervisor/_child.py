@@ -6,13 +6,12 @@ process group of its own (so a stop reaches its grandchildren). No Python code r
 A process that keeps the supervisor's identity and working directory (every service that names
 no user or group and keeps the default working directory, the node's ``/``, where the daemon
 runs) is started with :func:`os.posix_spawn`; the others through :class:`subprocess.Popen`,
-which can change both. Both give the child the
-same: no descriptor but 0, 1 and 2 (every descriptor the daemon opens is close-on-exec, as
-Python makes them; a test lists the child's), SIGPIPE and SIGXFSZ back to their defaults
-(Python ignores SIGPIPE), and the same error for a program that cannot run. posix_spawn costs the
-daemon about half the CPU of a Popen (45 against 100 us a start here), which a crash-looping
-node pays at every respawn. Should the supervisor be SIGKILLed, its watchdog
-(:mod:`._watchdog`) ends the children's process groups.
+which can change both. Both give the child the same: no descriptor but 0, 1 and 2 (every
+descriptor the daemon opens is close-on-exec, as Python makes them; a test lists the child's),
+SIGPIPE and SIGXFSZ back to their defaults (Python ignores SIGPIPE), and the same error for a
+program that cannot run. posix_spawn costs the daemon about half the CPU of a Popen (45 against
+100 us a start here), which a crash-looping node pays at every respawn. Should the supervisor be
+SIGKILLed, its watchdog (:mod:`._watchdog`) ends the children's process groups.
 
 Its output goes to pipes the daemon drains (:mod:`._sinks`).
 
