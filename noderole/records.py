@@ -439,6 +439,15 @@ def _check_environment(
             raise _fail(
                 _label(inst), attribute.name, f"has {key}={val!r}: values must be str or Secret"
             )
+        text = val.reveal() if isinstance(val, Secret) else val
+        if "\0" in text or not _encodable(text):
+            shown = "*** (a Secret)" if isinstance(val, Secret) else repr(val)
+            raise _fail(
+                _label(inst),
+                attribute.name,
+                f"has {key}={shown}, which cannot be passed to a program (NUL or not UTF-8 "
+                "text): remove the NUL or the undecodable character",
+            )
 
 
 # --------------------------------------------------------------------------- waits

@@ -124,6 +124,8 @@ class TestService:
             ({"name": "x", "need": ["bad name"]}, "need", "not a service name"),
             ({"name": "x", "environment": {"1X": "v"}}, "environment", "not a variable name"),
             ({"name": "x", "environment": {"X": 1}}, "environment", "str or Secret"),
+            ({"name": "x", "environment": {"X": "a\0b"}}, "environment", "NUL"),
+            ({"name": "x", "environment": {"X": "\ud800"}}, "environment", "not UTF-8"),
             ({"name": "x", "pre_start": ["mkdir"]}, "pre_start", "not a step record"),
         ],
     )
@@ -142,6 +144,15 @@ class TestService:
         assert list(service.environment) == ["A", "B"]
         with pytest.raises(TypeError):
             service.environment["C"] = "3"  # type: ignore[index]
+
+    def test_a_secret_that_cannot_be_passed_is_refused_without_showing_it(self) -> None:
+        """A Secret with a NUL would fail only when the supervisor starts the process, as an
+        internal error naming nothing: refused here, naming the variable, never its value."""
+        with pytest.raises(DefinitionError) as excinfo:
+            Service(name="x", environment={"K3S_TOKEN": Secret("s3cr\0t")})
+        message = str(excinfo.value)
+        assert "K3S_TOKEN=*** (a Secret)" in message
+        assert "s3cr" not in message
 
     def test_secret_never_prints(self) -> None:
         """A Secret shows *** in str and repr, including inside the record's repr."""

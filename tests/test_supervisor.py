@@ -641,6 +641,10 @@ class TestSpec:
             ({"readiness": {"probe": {"kind": "tcp", "host": "h", "port": 0}}}, "port"),
             ({"readiness": {"probe": {"kind": "paths", "paths": ["/a"]}, "timeout": 0}}, "timeout"),
             ({"colour": "blue"}, "colour"),
+            ({"argv": ["/bin/true", "a\0b"]}, "argv"),
+            ({"environment": {"A": "x\0y"}}, "environment A"),
+            ({"environment": {"A=B": "x"}}, "'A=B'"),
+            ({"environment": {"": "x"}}, "environment has the name ''"),
         ],
     )
     def test_from_wire_names_the_bad_field(self, change: dict[str, object], named: str) -> None:
@@ -649,6 +653,15 @@ class TestSpec:
         wire.update(change)
         with pytest.raises(ValueError, match=named):
             ProcessSpec.from_wire(wire)
+
+    def test_a_value_that_cannot_be_passed_is_refused_by_name(self) -> None:
+        """A start whose environment holds a NUL is refused naming the variable (not "bad start
+        request: ValueError: embedded null byte" from the spawn), its value never shown."""
+        wire = ProcessSpec(name="a", argv=("/bin/true",), environment={"A": "1"}).to_wire()
+        wire["environment"] = {"A": "1", "TOKEN": "hunter\0two"}
+        with pytest.raises(ValueError, match="environment TOKEN") as excinfo:
+            ProcessSpec.from_wire(wire)
+        assert "hunter" not in str(excinfo.value)
 
     def test_wire_round_trip(self) -> None:
         """to_wire and from_wire agree on every field."""

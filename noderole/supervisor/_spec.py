@@ -11,6 +11,7 @@ checks every field and names the first bad one. From then on the daemon reads at
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Mapping
 from types import MappingProxyType
 
@@ -98,6 +99,18 @@ class ReadinessSpec:
         _number("readiness.timeout", self.timeout, positive=True)
 
 
+def _passable(text: str) -> bool:
+    """True when ``text`` can be an argument or environment string of a program: no NUL, and
+    encodable as the file system encoding encodes it (what exec is given)."""
+    if "\0" in text:
+        return False
+    try:
+        os.fsencode(text)
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 @record()
 class ProcessSpec:
     """Everything the supervisor needs to run one service's process.
@@ -149,6 +162,24 @@ class ProcessSpec:
             )
         if not isinstance(self.name, str) or not self.name:
             raise ValueError(f"ProcessSpec: name must be a non-empty string, got {self.name!r}")
+        for arg in argv:
+            if not _passable(arg):
+                raise ValueError(
+                    f"ProcessSpec {self.name!r}: argv has {arg!r}, which cannot be passed to a "
+                    "program (NUL or not encodable)"
+                )
+        for key, value in self.environment.items():
+            if not (isinstance(key, str) and key and "=" not in key and _passable(key)):
+                raise ValueError(
+                    f"ProcessSpec {self.name!r}: environment has the name {key!r}, which cannot "
+                    "be passed to a program (empty, '=', NUL or not encodable)"
+                )
+            if not (isinstance(value, str) and _passable(value)):
+                # The value is never shown: it may be a revealed secret.
+                raise ValueError(
+                    f"ProcessSpec {self.name!r}: environment {key} has a value that cannot be "
+                    "passed to a program (not a string, NUL or not encodable)"
+                )
         if self.log_max_bytes is not None and (
             type(self.log_max_bytes) is not int or self.log_max_bytes <= 0
         ):
