@@ -33,6 +33,9 @@ from noderole.supervisor._state import (
 from noderole.supervisor._status import ServiceStatus
 from noderole.supervisor._unit import Unit
 from noderole.supervisor.probes import TcpProbe
+from tests.supervisor_fixtures import Harness, harness, wait_for
+
+__all__ = ["harness"]  # the fixture, imported for pytest
 
 
 @pytest.fixture
@@ -205,7 +208,13 @@ class TestUnwaitedGap:
         assert not os.path.exists(daemon.state_path)
         timer = daemon.flush_timer
         assert timer is not None
-        assert timer.when >= now + FLUSH_GAP_UNWAITED - 0.001
+        # Due when the longer gap ends, not later: the loop's timer makes the write.
+        assert now + FLUSH_GAP_UNWAITED - 0.001 <= timer.when <= now + FLUSH_GAP_UNWAITED + 0.5
+        daemon.last_flush = now - FLUSH_GAP_UNWAITED  # the gap has passed
+        daemon.flush()
+        assert not daemon.dirty
+        assert os.path.exists(daemon.state_path)
+        assert timer.cancelled  # the write made the pending timer moot
 
     def test_a_waiter_is_answered_after_the_shorter_gap(self, daemon: Daemon) -> None:
         """A start waiting for the write does not wait out the longer gap: past the short one,
@@ -264,3 +273,24 @@ class TestStatusObjects:
             setattr(unit, field, value)
             assert unit.status() is not before, field
             assert unit.status().to_wire()[field] == value
+
+
+class TestUnwaitedWritesCatchUp:
+    def test_a_respawn_reaches_the_state_file_without_another_event(self, harness: Harness) -> None:
+        """A respawn no client waits for is written after the longer gap by the loop's timer,
+        with nothing else happening: the file never keeps a pid that is gone."""
+        first = harness.supervisor.start(harness.spec("a", "exec sleep 1000"))
+        assert first.pid is not None
+        os.kill(first.pid, signal.SIGKILL)
+        respawned = wait_for(
+            lambda: next(
+                (s for s in harness.supervisor.status(["a"]) if s.restarts == 1 and s.pid), None
+            ),
+            "a respawn",
+        )
+
+        def recorded() -> int | None:
+            state = parse_state(harness.supervisor.state_path.read_bytes())
+            return state.services["a"].pid
+
+        assert wait_for(lambda: recorded() == respawned.pid, "the state file", timeout=5.0)
