@@ -204,7 +204,8 @@ class TestUnwaitedGap:
         daemon.last_flush = now  # but a write was just made
         daemon.persist()
         daemon.flush()
-        assert daemon.dirty
+        deferred = daemon.dirty
+        assert deferred
         assert not os.path.exists(daemon.state_path)
         timer = daemon.flush_timer
         assert timer is not None
