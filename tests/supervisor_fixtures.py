@@ -22,6 +22,7 @@ import pytest
 from noderole.records import Supervision
 from noderole.supervisor import ProcessSpec, SupervisionSpec, Supervisor
 from noderole.supervisor._proc import is_alive
+from noderole.supervisor._status import ServiceStatus
 from noderole.testing import eventually, process_cmdline, process_environ
 from noderole.testing._processes import WATCHDOG_MARK
 
@@ -111,6 +112,17 @@ class Harness:
             if seen == want or time.monotonic() > deadline:
                 return seen
             time.sleep(0.005)
+
+    def kill_and_await_respawn(self, name: str, pid: int) -> ServiceStatus:
+        """SIGKILL ``name``'s process ``pid``; its status once the daemon has respawned it."""
+        os.kill(pid, signal.SIGKILL)
+        status: ServiceStatus = wait_for(
+            lambda: next(
+                (s for s in self.supervisor.status([name]) if s.restarts == 1 and s.pid), None
+            ),
+            "a respawn",
+        )
+        return status
 
     def daemons(self) -> list[int]:
         """Pids of running supervisor daemons serving this run dir."""

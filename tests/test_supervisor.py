@@ -127,13 +127,7 @@ class TestRespawn:
         pidfile = harness.root / "a.pid"
         first = harness.supervisor.start(harness.spec("a", SLEEP, pidfile=str(pidfile)))
         assert first.pid is not None
-        os.kill(first.pid, signal.SIGKILL)
-        status = wait_for(
-            lambda: next(
-                (s for s in harness.supervisor.status(["a"]) if s.restarts == 1 and s.pid), None
-            ),
-            "a respawn",
-        )
+        status = harness.kill_and_await_respawn("a", first.pid)
         assert status.state == "running"
         assert status.pid != first.pid
         assert status.last_exit == "signal SIGKILL"

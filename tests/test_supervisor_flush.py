@@ -282,13 +282,7 @@ class TestUnwaitedWritesCatchUp:
         with nothing else happening: the file never keeps a pid that is gone."""
         first = harness.supervisor.start(harness.spec("a", "exec sleep 1000"))
         assert first.pid is not None
-        os.kill(first.pid, signal.SIGKILL)
-        respawned = wait_for(
-            lambda: next(
-                (s for s in harness.supervisor.status(["a"]) if s.restarts == 1 and s.pid), None
-            ),
-            "a respawn",
-        )
+        respawned = harness.kill_and_await_respawn("a", first.pid)
 
         def recorded() -> int | None:
             state = parse_state(harness.supervisor.state_path.read_bytes())
