@@ -25,8 +25,9 @@ import os
 import pwd
 import signal
 import subprocess
-import time
 from collections.abc import Mapping, Sequence
+
+from noderole.supervisor import _proc
 
 __all__ = ["Child", "SpawnError", "ids", "spawn"]
 
@@ -103,35 +104,16 @@ class Child:
     def poll(self) -> int | None:
         """The exit code (``-N`` for signal N), reaping the process; None while it runs."""
         if self.returncode is None:
-            try:
-                pid, status = os.waitpid(self.pid, os.WNOHANG)
-            except ChildProcessError:  # reaped elsewhere (SIGCHLD ignored): nothing to tell
-                self.returncode = 0
-                return 0
-            if pid == self.pid:
-                self.returncode = os.waitstatus_to_exitcode(status)
+            self.returncode = _proc.wait_exit(self.pid, 0.0)
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
-        """:meth:`poll` until the process has exited; TimeoutExpired after ``timeout`` s."""
-        if timeout is None:
-            while self.returncode is None:
-                try:
-                    _, status = os.waitpid(self.pid, 0)
-                except ChildProcessError:
-                    self.returncode = 0
-                else:
-                    self.returncode = os.waitstatus_to_exitcode(status)
-            return self.returncode
-        deadline = time.monotonic() + timeout
-        delay = 0.0005
-        while (code := self.poll()) is None:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise subprocess.TimeoutExpired(str(self.pid), timeout)
-            time.sleep(min(delay, left))
-            delay = min(delay * 2, 0.05)
-        return code
+        """The exit code once the process has exited; TimeoutExpired after ``timeout`` s."""
+        if self.returncode is None:
+            self.returncode = _proc.wait_exit(self.pid, timeout)
+            if self.returncode is None:
+                raise subprocess.TimeoutExpired(str(self.pid), timeout or 0.0)
+        return self.returncode
 
 
 _devnull = -1

@@ -611,25 +611,11 @@ class _Standby:
 
     def poll(self, timeout: float = 0.0) -> int | None:
         """Its exit status once it has exited (reaped), waiting up to ``timeout``; else None."""
-        deadline = time.monotonic() + timeout
-        delay = 0.0005
-        while True:
-            try:
-                pid, status = os.waitpid(self.pid, os.WNOHANG)
-            except ChildProcessError:
-                # Reaped already: by us, or by the kernel when a parent left SIGCHLD ignored
-                # (inherited across exec); as Popen, count that as a clean exit, so that no
-                # SIGKILL goes to a pid the kernel may already have given to another process.
-                if self._status is None:
-                    self._status = 0
-                return self._status
-            if pid:
-                self._status = os.waitstatus_to_exitcode(status)
-                return self._status
-            if time.monotonic() >= deadline:
-                return None
-            time.sleep(delay)
-            delay = min(delay * 2, 0.05)
+        from noderole.supervisor._proc import wait_exit  # only where a standby was started
+
+        if self._status is None:
+            self._status = wait_exit(self.pid, timeout)
+        return self._status
 
     def discard(self) -> None:
         """End it: it has touched nothing yet, so a SIGKILL leaves nothing behind."""

@@ -24,6 +24,7 @@ __all__ = [
     "kill_group",
     "proc_stat",
     "signal_number",
+    "wait_exit",
     "wait_group_gone",
 ]
 
@@ -128,6 +129,31 @@ def kill_group(pgid: int, sig: int) -> None:
     """Send ``sig`` to the process group; a group that is already gone is not an error."""
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pgid, sig)
+
+
+def wait_exit(pid: int, timeout: float | None) -> int | None:
+    """Reap our child ``pid``: its exit code (``-N`` for signal N, as Popen gives), waiting up
+    to ``timeout`` seconds (None: until it exits); None while it still runs.
+
+    A child reaped already (by an earlier call, or by the kernel when SIGCHLD is ignored,
+    inherited across exec) counts as a clean exit, as Popen counts it: nothing is sent to a pid
+    the kernel may have given to another process.
+    """
+    deadline = None if timeout is None else time.monotonic() + timeout
+    delay = 0.0005
+    while True:
+        try:
+            done, status = os.waitpid(pid, 0 if deadline is None else os.WNOHANG)
+        except ChildProcessError:
+            return 0
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        assert deadline is not None  # a blocking waitpid returns only with the child
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return None
+        time.sleep(min(delay, left))
+        delay = min(delay * 2, 0.05)
 
 
 def wait_group_gone(pgid: int, timeout: float, *, started_since: int | None = None) -> list[int]:
