@@ -10,7 +10,7 @@ wall time also counts the time spent waiting for a core, which swamps the growth
 
 Every size is measured the same way, so the growth factors compare like with like: the same
 dependency shape (5 dependencies per service, the same mix of words and virtual names), the same
-number of samples (7), one build per sample, the collector emptied before each, and the built plan
+number of samples (9), one build per sample, the collector emptied before each, and the built plan
 freed after the clock stops (the peer's result is a flat tuple; freeing a plan of 100,000 records
 is not part of building it). The sizes are measured in interleaved rounds, so a change in the
 machine's load during the run falls on every size alike instead of on whichever size was running.
@@ -125,7 +125,7 @@ def _timed(action: Callable[[], object]) -> float:
 def run(quick: bool) -> list[Row]:
     """Median plan time per size, then the growth factor between consecutive sizes."""
     sizes = (100, 1_000) if quick else (1_000, 10_000, 100_000)
-    repeat = 3 if quick else 7
+    repeat = 3 if quick else 9
     services = {size: synthetic_services(size) for size in sizes}
     edges: dict[int, dict[str, set[str]]] = {}
     planned: dict[int, int] = {}
