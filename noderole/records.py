@@ -307,7 +307,11 @@ def _check_port(inst: Any, attribute: recordclass.Attribute[Any], value: int) ->
         raise _fail(_label(inst), attribute.name, f"must be a port 1-65535, got {value!r}")
 
 
-def _encodable(text: str) -> bool:
+def _passable(text: str) -> bool:
+    """True when ``text`` can be an argument or environment value of a program: no NUL, and
+    UTF-8 text (what the rendered units, runscripts and JSON state carry)."""
+    if "\0" in text:
+        return False
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
@@ -440,7 +444,7 @@ def _check_environment(
                 _label(inst), attribute.name, f"has {key}={val!r}: values must be str or Secret"
             )
         text = val.reveal() if isinstance(val, Secret) else val
-        if "\0" in text or not _encodable(text):
+        if not _passable(text):
             shown = "*** (a Secret)" if isinstance(val, Secret) else repr(val)
             raise _fail(
                 _label(inst),
@@ -902,7 +906,7 @@ class Service(RecordBase):
         if not all(isinstance(arg, str) for arg in value):
             raise _fail(_label(self), "command", f"must be a list of strings, got {value!r}")
         for arg in value:
-            if "\0" in arg or not _encodable(arg):
+            if not _passable(arg):
                 raise _fail(
                     _label(self),
                     "command",
