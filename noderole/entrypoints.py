@@ -6,18 +6,27 @@ The answer changes only when a distribution is installed, removed or rewritten, 
 with a key made of what decides it: ``sys.path``, each directory's listing of ``*.dist-info`` and
 ``*.egg-info`` entries, and the inode, size and modification time of each ``entry_points.txt``
 (a zip on the path by its own inode, size and time), stored as one string. Computing the key
-costs a directory listing per path entry and one ``stat`` per distribution; a different key means
-a full scan and a new cache.
+costs one ``stat`` per distribution and, for each directory on the path, a listing; a different
+key means a full scan and a new cache.
+
+The listings are most of that cost (the standard library's directory alone holds some two
+hundred entries), so each entry also stores the listings it was made from, with each directory's
+inode and modification time taken before it was listed. A directory whose inode and time are
+unchanged has the same entries (creating, removing or renaming one sets its time), so its stored
+listing stands in for a new one; the ``entry_points.txt`` files are still each looked at, since
+rewriting one in place leaves its directory's time alone.
 
 A file changed within the file system's timestamp granularity of the scan could keep its time, so
-a key holding a time less than :data:`SETTLE_SECONDS` old is used but never stored (git's "racy
-clean" rule). The cache is an optimisation: a cache that cannot be read or written is ignored.
+a key holding a time less than :data:`SETTLE_SECONDS` old is used but never stored, and a
+directory whose time is that young is listed again next time (git's "racy clean" rule). The
+cache is an optimisation: a cache that cannot be read or written is ignored.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import stat
 import sys
 import time
 from collections.abc import Sequence
@@ -29,7 +38,7 @@ CACHE_FILE = "/var/cache/noderole/entry-points.json"
 """Where the cache lives, as a node path (under ``--root``)."""
 SETTLE_SECONDS = 2.0
 """A key with a time younger than this is not stored: it might change without its time changing."""
-_FORMAT = 3
+_FORMAT = 4
 _KEEP = 8
 """Keys kept: ``noderole`` and ``python -m noderole`` (from any directory) see different paths."""
 
@@ -72,38 +81,80 @@ def load_target(value: str) -> Any:
     return obj
 
 
-def _key(paths: Sequence[str], now: float) -> tuple[list[Any], bool]:
-    """The installation key for ``paths``, and whether it is settled (safe to store)."""
+def _stat(entry: str) -> os.stat_result | None:
+    try:
+        return os.stat(entry or ".")
+    except OSError:
+        return None
+
+
+def _directories(stats: Sequence[os.stat_result | None]) -> str:
+    """Each path entry's directory identity (inode and modification time), as one string."""
+    return repr(
+        [
+            [st.st_ino, st.st_mtime_ns] if st is not None and stat.S_ISDIR(st.st_mode) else None
+            for st in stats
+        ]
+    )
+
+
+def _listing(entry: str) -> list[str] | None:
+    """The distributions' metadata directories in ``entry``, sorted; None when unreadable."""
+    try:
+        return sorted(
+            n for n in os.listdir(entry or ".") if n.endswith((".dist-info", ".egg-info"))
+        )
+    except OSError:
+        return None
+
+
+def _key(
+    paths: Sequence[str],
+    stats: Sequence[os.stat_result | None],
+    now: float,
+    listings: Sequence[list[str] | None] | None = None,
+) -> tuple[list[Any], bool, list[list[str] | None]]:
+    """The installation key for ``paths`` (``stats``: each entry's ``os.stat``, taken before
+    any listing), whether it is settled (safe to store), and the listing of each directory.
+    ``listings`` gives the directories' listings (no directory is listed again)."""
     key: list[Any] = [sys.version, list(paths)]
     settled = True
-    for entry in paths:
-        try:
-            st = os.stat(entry or ".")
-        except OSError:
+    listed: list[list[str] | None] = []
+    for index, (entry, st) in enumerate(zip(paths, stats, strict=True)):
+        if st is None:
             key.append(None)
+            listed.append(None)
             continue
-        if not os.path.isdir(entry or "."):  # a zip or egg file on the path
+        if not stat.S_ISDIR(st.st_mode):  # a zip or egg file on the path
             key.append([st.st_ino, st.st_size, st.st_mtime_ns])
+            listed.append(None)
             settled = settled and now - st.st_mtime_ns / 1e9 >= SETTLE_SECONDS
             continue
-        try:
-            names = sorted(
-                n for n in os.listdir(entry or ".") if n.endswith((".dist-info", ".egg-info"))
-            )
-        except OSError:
+        names = listings[index] if listings is not None else _listing(entry)
+        listed.append(names)
+        if names is None:
             key.append(None)
             continue
         listing: list[Any] = []
         for name in names:
             try:
-                st = os.stat(os.path.join(entry or ".", name, "entry_points.txt"))
+                found = os.stat(os.path.join(entry or ".", name, "entry_points.txt"))
             except OSError:
                 listing.append([name])
                 continue
-            listing.append([name, st.st_ino, st.st_size, st.st_mtime_ns])
-            settled = settled and now - st.st_mtime_ns / 1e9 >= SETTLE_SECONDS
+            listing.append([name, found.st_ino, found.st_size, found.st_mtime_ns])
+            settled = settled and now - found.st_mtime_ns / 1e9 >= SETTLE_SECONDS
         key.append(listing)
-    return key, settled
+    return key, settled, listed
+
+
+def _settled_directories(stats: Sequence[os.stat_result | None], now: float) -> bool:
+    """Whether every directory's time is old enough for its listing to be trusted later."""
+    return all(
+        now - st.st_mtime_ns / 1e9 >= SETTLE_SECONDS
+        for st in stats
+        if st is not None and stat.S_ISDIR(st.st_mode)
+    )
 
 
 def _scan(group: str) -> list[FoundEntryPoint]:
@@ -151,11 +202,21 @@ def discover(group: str, cache: str | os.PathLike[str] | None) -> list[FoundEntr
     matches."""
     cache = None if cache is None else os.fspath(cache)
     paths = list(sys.path)
-    parts, settled = _key(paths, time.time())
+    now = time.time()
+    stats = [_stat(entry) for entry in paths]
+    directories = _directories(stats)
+    entries = _read(cache) if cache is not None else []
+    # A stored entry made from these very directories lends its listings: none is listed again.
+    lender = next(
+        (e for e in entries if e.get("directories") == directories and _listings(e, paths)),
+        None,
+    )
+    parts, settled, listed = _key(
+        paths, stats, now, _listings(lender, paths) if lender is not None else None
+    )
     # Stored as one string: the key lists every installed distribution, and reading back every
     # stored key as nested lists cost more than the rest of the lookup.
     key = repr(parts)
-    entries = _read(cache) if cache is not None else []
     mine = next((e for e in entries if e.get("key") == key), None)
     if mine is not None:
         stored = mine["groups"].get(group)
@@ -169,5 +230,22 @@ def discover(group: str, cache: str | os.PathLike[str] | None) -> list[FoundEntr
         groups = dict(mine["groups"]) if mine is not None else {}
         groups[group] = [item.as_list() for item in found]
         others = [e for e in entries if e is not mine]
-        _write(cache, [{"key": key, "groups": groups}, *others])
+        entry: dict[str, Any] = {"key": key, "groups": groups}
+        if _settled_directories(stats, now):
+            entry["directories"] = directories
+            entry["listings"] = listed
+        _write(cache, [entry, *others])
     return found
+
+
+def _listings(entry: dict[str, Any] | None, paths: Sequence[str]) -> list[list[str] | None] | None:
+    """The listings a stored entry keeps, one per path entry, when well formed; else None."""
+    listings = entry.get("listings") if entry is not None else None
+    if not isinstance(listings, list) or len(listings) != len(paths):
+        return None
+    for names in listings:
+        if names is not None and not (
+            isinstance(names, list) and all(isinstance(n, str) for n in names)
+        ):
+            return None
+    return listings

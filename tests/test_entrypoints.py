@@ -10,6 +10,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from noderole.entrypoints import SETTLE_SECONDS, discover, load_target
 from noderole.plugins import load_plugins
 
@@ -112,20 +114,22 @@ class TestDiscover:
         cache.write_text("{not json")
         assert "epone" in _names(cache)
         document = json.loads(cache.read_text())
-        assert document["format"] == 3
+        assert document["format"] == 4
         # The key is one string (read back without building its lists).
         assert [type(entry["key"]) for entry in document["entries"]] == [str]
 
-    def test_cache_of_the_previous_format_is_replaced(
-        self, install_dist: Callable[..., Path], tmp_path: Path
+    @pytest.mark.parametrize("old", [2, 3])
+    def test_cache_of_a_previous_format_is_replaced(
+        self, install_dist: Callable[..., Path], tmp_path: Path, old: int
     ) -> None:
-        """A format-2 cache (full keys) is not read: scanned over and replaced."""
+        """A format-2 (full keys) or format-3 (no listings) cache is not read: scanned over and
+        replaced."""
         _age(install_dist("ep-one", "1.0", {"epone": "ep_one"}, {"ep_one": PLUGIN}))
         cache = tmp_path / "cache.json"
-        stale = {"format": 2, "entries": [{"key": ["x"], "groups": {GROUP: []}}]}
+        stale = {"format": old, "entries": [{"key": ["x"], "groups": {GROUP: []}}]}
         cache.write_text(json.dumps(stale))
         assert "epone" in _names(cache)
-        assert json.loads(cache.read_text())["format"] == 3
+        assert json.loads(cache.read_text())["format"] == 4
 
     def test_matches_importlib_metadata(self, tmp_path: Path) -> None:
         """The cached answer is what importlib.metadata says, first distribution per name."""
@@ -154,6 +158,101 @@ class TestDiscover:
             entry["groups"][GROUP] = [["only-in-cache", "x:y", "d", "1"]]
         cache.write_text(json.dumps(document))
         assert _names(cache) == {"only-in-cache"}
+
+
+class TestStoredListings:
+    """A directory whose inode and time did not change is not listed again: its stored listing
+    stands in, and only a settled directory's listing is trusted."""
+
+    @staticmethod
+    def _age_dir(directory: Path) -> int:
+        old = os.stat(directory).st_mtime_ns - int(10 * SETTLE_SECONDS * 1e9)
+        os.utime(directory, ns=(old, old))
+        return old
+
+    def test_new_distribution_in_a_settled_directory_is_found(
+        self, install_dist: Callable[..., Path], tmp_path: Path
+    ) -> None:
+        """Installing sets the directory's time: its stored listing no longer stands in."""
+        site = _age_and_site(install_dist("ep-one", "1.0", {"epone": "ep_one"}, {"ep_one": PLUGIN}))
+        self._age_dir(site)
+        cache = tmp_path / "cache.json"
+        assert "epone" in _names(cache)
+        assert json.loads(cache.read_text())["entries"][0]["listings"]
+        install_dist("ep-two", "1.0", {"eptwo": "ep_two"}, {"ep_two": PLUGIN})
+        assert {"epone", "eptwo"} <= _names(cache)
+
+    def test_unchanged_settled_directory_is_served_from_its_listing(
+        self, install_dist: Callable[..., Path], tmp_path: Path
+    ) -> None:
+        """Proof that the stored listing is what is used: a distribution added while the
+        directory's time is put back is not seen (a real install always moves the time)."""
+        site = _age_and_site(install_dist("ep-one", "1.0", {"epone": "ep_one"}, {"ep_one": PLUGIN}))
+        old = self._age_dir(site)
+        cache = tmp_path / "cache.json"
+        assert "epone" in _names(cache)
+        _age(install_dist("ep-two", "1.0", {"eptwo": "ep_two"}, {"ep_two": PLUGIN}))
+        os.utime(site, ns=(old, old))
+        assert "eptwo" not in _names(cache)
+        assert not _keyed(cache, "ep_two-1.0.dist-info")
+
+    def test_rewritten_entry_points_in_an_unchanged_directory_invalidate(
+        self, install_dist: Callable[..., Path], tmp_path: Path
+    ) -> None:
+        """entry_points.txt rewritten in place leaves its directories' times alone: still seen."""
+        info = install_dist("ep-one", "1.0", {"epone": "ep_one"}, {"ep_one": PLUGIN})
+        site = _age_and_site(info)
+        old = self._age_dir(site)
+        cache = tmp_path / "cache.json"
+        assert "epone" in _names(cache)
+        (info / "entry_points.txt").write_text("[noderole]\nrenamed = ep_one\n")
+        _age(info)
+        os.utime(site, ns=(old, old))
+        assert "renamed" in _names(cache)
+
+    def test_young_directory_is_listed_again(
+        self, install_dist: Callable[..., Path], tmp_path: Path
+    ) -> None:
+        """A directory changed within the timestamp granularity keeps no trusted listing: a
+        distribution added within the same tick is found."""
+        site = _age_and_site(install_dist("ep-one", "1.0", {"epone": "ep_one"}, {"ep_one": PLUGIN}))
+        young = os.stat(site).st_mtime_ns
+        cache = tmp_path / "cache.json"
+        assert "epone" in _names(cache)
+        assert "listings" not in json.loads(cache.read_text())["entries"][0]
+        _age(install_dist("ep-two", "1.0", {"eptwo": "ep_two"}, {"ep_two": PLUGIN}))
+        os.utime(site, ns=(young, young))
+        assert _keyed(cache, "ep_two-1.0.dist-info")
+
+    @pytest.mark.parametrize("listings", [None, "x", [["a"]], [[1]], []])
+    def test_damaged_listings_are_not_used(
+        self, install_dist: Callable[..., Path], tmp_path: Path, listings: object
+    ) -> None:
+        """Stored listings of the wrong shape or length are ignored: every directory is listed."""
+        site = _age_and_site(install_dist("ep-one", "1.0", {"epone": "ep_one"}, {"ep_one": PLUGIN}))
+        old = self._age_dir(site)
+        cache = tmp_path / "cache.json"
+        _names(cache)
+        document = json.loads(cache.read_text())
+        document["entries"][0]["listings"] = listings
+        cache.write_text(json.dumps(document))
+        _age(install_dist("ep-two", "1.0", {"eptwo": "ep_two"}, {"ep_two": PLUGIN}))
+        os.utime(site, ns=(old, old))
+        assert _keyed(cache, "ep_two-1.0.dist-info")
+
+
+def _keyed(cache: Path, dist_info: str) -> bool:
+    """After a lookup, whether the key stored for it lists ``dist_info``: the directory was
+    listed again. (The names found cannot tell: importlib.metadata, which scans, trusts a
+    directory's time within one process too.)"""
+    _names(cache)
+    return dist_info in json.loads(cache.read_text())["entries"][0]["key"]
+
+
+def _age_and_site(info: Path) -> Path:
+    """Age a distribution's entry points; the directory it is installed in."""
+    _age(info)
+    return info.parent
 
 
 class TestLoadTarget:
