@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import types
 import weakref
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar, cast
 
 import pluggy
@@ -473,11 +473,9 @@ def load_plugins(
         if name not in skip:
             module = getattr(obj, "__name__", type(obj).__name__)
             register(obj, PluginInfo(name=name, module=module))
-    for entry_point in found:
-        if entry_point.name in skip:
-            continue
-        info = _info(entry_point)
-        register(_import(entry_point, info, timeout), info)
+    wanted = [entry_point for entry_point in found if entry_point.name not in skip]
+    for info, obj in _import_all(wanted, timeout):
+        register(obj, info)
     try:
         manager.check_pending()
     except pluggy.PluginValidationError as exc:
@@ -528,16 +526,36 @@ def resolve_role(plugins: PluginSet, node: Any) -> str | None:
     return first
 
 
-def _import(entry_point: FoundEntryPoint, info: PluginInfo, timeout: float) -> Any:
-    """Import ``entry_point`` in a worker thread, bounded by ``timeout`` seconds.
+def _import_all(
+    entry_points: Sequence[FoundEntryPoint], timeout: float
+) -> Iterator[tuple[PluginInfo, Any]]:
+    """Import each of ``entry_points`` in a worker thread, each bounded by ``timeout`` seconds
+    from its own start, in order; yield each one's info and the object it names.
 
     A plugin that blocks at import (a network call, a lock) must not hang every command. Python
     cannot stop a thread: a hung import stays blocked in its daemon thread until this process
     exits, holding that module's import lock, and nothing waits for it. ``SystemExit`` and the
     other ``BaseException``s raised by the plugin's code are caught in the worker, so they are
     reported as this plugin's error; a real Ctrl-C still interrupts the wait in the main thread.
+
+    The imports go to the worker at once (one hand-over, not one each); the first that fails or
+    is late is raised as this plugin's :class:`PluginError` after the plugins before it are
+    yielded, and the plugins after it are not imported, as when each was handed over alone.
     """
-    outcome = run_bounded(entry_point.load, name=f"import {info.name}", timeout=timeout)
+    infos = [_info(entry_point) for entry_point in entry_points]
+    calls = [(ep.load, f"import {ep.name}") for ep in entry_points]
+    # Stopped at the first failure: fewer outcomes than plugins, each one's error raised below.
+    outcomes = run_bounded_each(calls, timeout=timeout, stop=_failed_import)
+    for info, outcome in zip(infos, outcomes, strict=False):
+        yield info, _imported(outcome, info, timeout)
+
+
+def _failed_import(outcome: Entry) -> bool:
+    return isinstance(outcome, Late) or outcome.error is not None
+
+
+def _imported(outcome: Entry, info: PluginInfo, timeout: float) -> Any:
+    """The object an import gave, or the :class:`PluginError` that names how it failed."""
     if isinstance(outcome, Late):
         raise PluginError(
             f"{info.describe()} did not finish importing within {timeout:g}s; it is probably "
