@@ -598,6 +598,10 @@ CANCEL_LOCK_CHECK = 0.05
 wait it shares."""
 
 
+def _ready(status: BackendStatus | None) -> bool:
+    return status is not None and status.state == "ready"
+
+
 def _dependents(plan: Plan) -> dict[str, list[str]]:
     """Service -> the services of ``plan`` ordered after it by ``need``, ``after`` or its own
     ``before`` (not ``want`` or ``use``: a failure there is tolerated, as in OpenRC)."""
@@ -661,8 +665,18 @@ def apply_plan(
     crashed = _watch_crashes(run)
     if on_digests is not None:
         on_digests(run.digests)
-    # Readiness as of now: apply waited for it only where a dependent needed it.
-    final = backend.status([e.name for e in plan.services if e.service.readiness is not None])
+    # Readiness as of now: apply waited for it only where a dependent needed it. A service
+    # left running that was already ready when the run began is taken as it was then (a
+    # re-apply that changed nothing asks the backend once); any other is asked again.
+    final = dict(run.current)
+    ask = [
+        e.name
+        for e in plan.services
+        if e.service.readiness is not None
+        and not (run.reports[e.name].status == "running" and _ready(final.get(e.name)))
+    ]
+    if ask:
+        final.update(backend.status(ask))
     reports = []
     for entry in plan.services:
         report = run.reports[entry.name]

@@ -205,6 +205,50 @@ class TestApply:
         # reader's own wait has a ~0 timeout: it can only pass because apply awaited readiness
         assert data["reader"]["status"] == "started"
 
+    def test_reapply_reads_readiness_once_when_it_was_ready(self, node: Node) -> None:
+        """A re-apply that leaves a ready service running asks the backend for states once; a
+        running service that was not ready yet is asked again at the end, and reported as it is
+        then."""
+        (node.root / "run").mkdir(exist_ok=True)
+        node.services += [
+            noderole.Service(
+                name="writer",
+                roles=["demo"],
+                command=["/usr/local/bin/ready-writer"],
+                readiness=noderole.WaitForPaths(paths=["/run/ready-flag"], timeout=20),
+                supervision=noderole.Supervision(respawn_delay=0.05, stop_timeout=2),
+            ),
+            sleeper("never", readiness=noderole.WaitForPaths(paths=["/run/no-flag"], timeout=20)),
+        ]
+        node.run("apply", "demo")
+        app = node.app()
+        wait_until(
+            lambda: app.backend("native").status(["writer"])["writer"].state == "ready",
+            "writer ready",
+        )
+        asked: list[list[str]] = []
+        native = app.backend("native")
+
+        class Counting:
+            """The real native backend; each status call's names are noted."""
+
+            name = native.name
+
+            def __getattr__(self, attribute: str) -> Any:
+                return getattr(native, attribute)
+
+            def status(self, names: Any = None) -> Any:
+                asked.append(sorted(names))
+                return native.status(names)
+
+        from noderole.console import QuietProgress
+
+        again = app.apply(app.plan("demo"), Counting(), progress=QuietProgress())
+        reports = {r.name: r for r in again.services}
+        assert (reports["writer"].status, reports["writer"].ready) == ("running", True)
+        assert (reports["never"].status, reports["never"].ready) == ("running", False)
+        assert asked == [["never", "writer"], ["never"]]
+
     def test_dry_run_changes_nothing(self, node: Node) -> None:
         """--dry-run says what would start and starts nothing."""
         node.services.append(sleeper("a"))
