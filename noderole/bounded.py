@@ -108,9 +108,11 @@ class _Batch:
         "abandoned",
         "calls",
         "done",
+        "impatient",
         "late",
         "mutex",
         "outcomes",
+        "patience",
         "running",
         "since",
         "stack",
@@ -124,10 +126,14 @@ class _Batch:
         calls: Sequence[Call],
         timeout: float | None,
         stop: Callable[[Entry], bool] | None,
+        patience: float | None = None,
+        impatient: Callable[[], None] | None = None,
     ) -> None:
         self.calls = calls
         self.timeout = timeout
         self.stop = stop
+        self.patience = patience
+        self.impatient = impatient
         self.outcomes: list[Outcome] = []
         self.since = 0.0
         """When the time of the call now due began: the hand-over, then each call's start and
@@ -173,7 +179,19 @@ class _Batch:
 
     def wait(self) -> bool:
         """In the caller: True once the worker is through; False when the call it runs has had
-        its time (the batch is then abandoned: the worker takes no further call)."""
+        its time (the batch is then abandoned: the worker takes no further call). With
+        ``patience``, ``impatient()`` is called once when the worker is not through by then."""
+        if self.patience is not None and self.impatient is not None:
+            patience = self.patience
+            if self.timeout is not None:
+                with self.mutex:
+                    patience = min(patience, self.since + self.timeout - monotonic())
+            if self.done.acquire(True, max(0.0, patience)):
+                return True
+            with contextlib.suppress(Exception):  # the caller's hook; the wait goes on regardless
+                self.impatient()
+            if self.done.acquire(False):
+                return True
         if self.timeout is None:
             self.done.acquire()
             return True
@@ -243,7 +261,14 @@ def _serve(slot: list[_Batch | None], wake: _thread.LockType, running: list[str]
         batch.serve(current)
 
 
-def run_bounded(function: Callable[[], Any], *, name: str, timeout: float | None) -> Entry:
+def run_bounded(
+    function: Callable[[], Any],
+    *,
+    name: str,
+    timeout: float | None,
+    patience: float | None = None,
+    impatient: Callable[[], None] | None = None,
+) -> Entry:
     """Run ``function()`` in the calling thread's worker and return what it returned or raised
     (an :class:`Outcome`), or :class:`Late` if it had not returned within ``timeout`` seconds
     (None: no bound).
@@ -251,8 +276,13 @@ def run_bounded(function: Callable[[], Any], *, name: str, timeout: float | None
     Whatever ``function`` raises, ``BaseException`` included (a plugin's ``SystemExit``), is in
     the outcome, never raised here. After :class:`Late` the call goes on in the background and
     the next call gets a new worker. ``name`` is the worker thread's name while the call runs.
+    ``impatient()`` is called once, from the calling thread, if the call is still running after
+    ``patience`` seconds (the caller may then hand other work to other threads); what it raises
+    is ignored.
     """
-    return run_bounded_each([(function, name)], timeout=timeout)[0]
+    return run_bounded_each(
+        [(function, name)], timeout=timeout, patience=patience, impatient=impatient
+    )[0]
 
 
 def run_bounded_each(
@@ -260,6 +290,8 @@ def run_bounded_each(
     *,
     timeout: float | None,
     stop: Callable[[Entry], bool] | None = None,
+    patience: float | None = None,
+    impatient: Callable[[], None] | None = None,
 ) -> list[Entry]:
     """Run each ``(function, name)`` of ``calls`` in turn, as :func:`run_bounded` would one by
     one, handing them to the worker at once; return one entry per call run, in order: its
@@ -279,7 +311,8 @@ def run_bounded_each(
         worker: _Worker | None = getattr(_local, "worker", None)
         if worker is None:
             worker = _local.worker = _Worker()
-        batch = _Batch(pending, timeout, stop)
+        batch = _Batch(pending, timeout, stop, patience, impatient)
+        patience = impatient = None  # once: a late call's successors are not waited for twice
         try:
             through = worker.run(batch)
         except BaseException:  # Ctrl-C while waiting: the call goes on; this worker is not reused

@@ -2,10 +2,12 @@
 
 A service begins once everything it comes after has finished, and once every service it
 ``need``s is ready where that service declares a readiness check (bounded by the readiness
-timeout); ``after`` orders the start only, as in OpenRC. Independent services run in threads of
-their own, so their waits, certificates and starts overlap; a service's thread, once the service
-is done, runs next a service this made ready, so a chain runs in one thread and no thread sits
-waiting for a dependency. A failed step or start fails that service with its reason; services
+timeout); ``after`` orders the start only, as in OpenRC. Services run in the calling thread
+until one has to wait (a wait whose condition does not hold at the first look, a readiness, a
+plugin's ``Call`` still running after :data:`CALL_PATIENCE`, a start): the services ready
+meanwhile then go on in a thread of their own, so waits and starts overlap, and no thread sits
+waiting for a dependency. A chain runs in one thread; a re-apply that finds everything in place
+starts none. A failed step or start fails that service with its reason; services
 that ``need`` it are skipped and say so; services ordered after it (``need``, ``after``, its
 ``before``) that are waiting stop at once and name the root cause; everything else goes on.
 
@@ -20,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
@@ -287,59 +290,109 @@ class _Run:
         self._ready_locks = {entry.name: threading.Lock() for entry in plan.services}
         self._ready: dict[str, str | None] = {}  # name -> None (ready) or why not
         self.current: Mapping[str, BackendStatus] = {}
+        # Services ready to run that no thread has taken yet (guarded by _schedule_lock), and
+        # how many threads were started for them that have not looked yet.
+        self._pending: deque[PlannedService] = deque()
+        self._unclaimed = 0
+        self._caller = threading.current_thread()
+        """The thread of :func:`apply_plan`: it runs services first, then watches for crashes."""
+        self.watcher: threading.Thread | None = None
+        """The thread that watches for crashes while the caller waits in a service of its own."""
+        self.crashed: dict[str, str] = {}
 
     # ---------------------------------------------------------------- the schedule
 
-    def start(self) -> None:
-        """Start a thread for each service with nothing to wait for. A service's thread, once
-        it is done, runs next a service that this made ready (threads for any others): a chain
-        runs in one thread, and no thread sits waiting for a dependency."""
-        # Taken before the first thread starts, which may make others ready meanwhile.
-        first = [entry for entry in self.plan.services if not self._waiting[entry.name]]
-        for entry in first:
-            self._spawn(entry)
+    def drive(self) -> dict[str, str]:
+        """Run the services in the calling thread, in plan order as they become ready, handing
+        those ready meanwhile to another thread whenever one has to wait (:meth:`blocking`);
+        then wait for the rest, watching for crashes. Returns service -> why it counts as
+        failed (:func:`_watch_crashes`)."""
+        with self._schedule_lock:
+            self._pending.extend(e for e in self.plan.services if not self._waiting[e.name])
+        self._drive()
+        if self.watcher is not None:
+            self.watcher.join()
+            return self.crashed
+        return _watch_crashes(self)
 
-    def _spawn(self, entry: PlannedService) -> None:
-        threading.Thread(
-            target=self._serve, args=(entry,), name=f"apply:{entry.name}", daemon=True
-        ).start()
+    def blocking(self, *, caller: bool) -> None:
+        """The thread running a service is about to wait: if services are ready that no thread
+        has taken, start one for them; if that thread is the caller of :func:`apply_plan`
+        (``caller``), which watches for crashes once it is free, start the watch in a thread of
+        its own. Safe from any thread, any number of times."""
+        with self._schedule_lock:
+            helper = len(self._pending) > self._unclaimed
+            if helper:
+                self._unclaimed += 1
+            watcher = None
+            if caller and self.watcher is None and not self.finished.is_set():
+                watcher = self.watcher = threading.Thread(
+                    target=self._watch, name="apply:watch", daemon=True
+                )
+        if helper:
+            threading.Thread(target=self._help, name="apply", daemon=True).start()
+        if watcher is not None:
+            watcher.start()
 
-    def _serve(self, entry: PlannedService | None) -> None:
+    def _watch(self) -> None:
+        self.crashed = _watch_crashes(self)
+
+    def _help(self) -> None:
+        with self._schedule_lock:
+            self._unclaimed -= 1
+        self._drive()
+
+    def _drive(self) -> None:
+        """Take ready services one at a time until none is left untaken. A chain runs here to
+        its end: what a service's end makes ready is taken next."""
         current = threading.current_thread()
-        while entry is not None:
-            current.name = f"apply:{entry.name}"
+        caller = current is self._caller
+        while True:
+            with self._schedule_lock:
+                if not self._pending:
+                    return
+                entry = self._pending.popleft()
+            if not caller:
+                current.name = f"apply:{entry.name}"
             carried_on = False
             try:
-                self.run(entry)
+                self.run(entry, caller=caller)
+                carried_on = True
+            except Exception:
+                if not caller:
+                    raise  # a console's bug ends this thread, with its traceback
+                import traceback  # only for a console's bug: not on every apply's path
+
+                traceback.print_exc()  # the caller's own: told as a thread's is; it drives on
                 carried_on = True
             finally:
-                # Even when ``run`` raised (a console's bug, which ends this thread as it
-                # always did), what it made ready goes on in threads of its own.
-                ready = self._release(entry.name)
-                for other in ready[1 if carried_on else 0 :]:
-                    self._spawn(other)
-            entry = ready[0] if ready else None
+                self._release(entry.name)
+                if not carried_on and not caller:
+                    self.blocking(caller=False)  # this thread ends: another takes what is left
 
-    def _release(self, name: str) -> list[PlannedService]:
-        """``name`` is done: the services now waiting for nothing, in plan order."""
+    def _release(self, name: str) -> None:
+        """``name`` is done: the services now waiting for nothing are taken next, in plan
+        order, before anything ready earlier (a chain runs on in the same thread)."""
         ready = []
         with self._schedule_lock:
             for dependent in self._next.get(name, ()):
                 self._waiting[dependent.name] -= 1
                 if not self._waiting[dependent.name]:
                     ready.append(dependent)
+            self._pending.extendleft(reversed(ready))
             self._left -= 1
             if not self._left:
                 self.finished.set()
-        return ready
 
     # ---------------------------------------------------------------- per service
 
-    def run(self, entry: PlannedService) -> None:
+    def run(self, entry: PlannedService, *, caller: bool = False) -> None:
         try:
             try:
-                report = self._service(entry)
+                report = self._service(entry, caller=caller)
             except BaseException as exc:  # a bug (or a plugin's SystemExit) fails one service
+                if caller and isinstance(exc, KeyboardInterrupt):
+                    raise  # Ctrl-C ends the apply, as it did while the caller only watched
                 report = ServiceReport(
                     name=entry.name, status="failed", reason=f"{type(exc).__name__}: {exc}"
                 )
@@ -354,7 +407,7 @@ class _Run:
         finally:  # whatever happened above, the dependents must not wait forever
             self.done[entry.name].set()
 
-    def _service(self, entry: PlannedService) -> ServiceReport:
+    def _service(self, entry: PlannedService, *, caller: bool = False) -> ServiceReport:
         # Dependencies outside this run (``restart`` of a few services) are taken as they are.
         after = [d for d in entry.after if d in self.done]
         for dependency in after:
@@ -378,7 +431,13 @@ class _Run:
                 announced.append(True)
                 self.progress.starting(entry.name, service.description)
 
+        def block() -> None:
+            self.blocking(caller=caller)
+
         def waiting(what: str) -> None:
+            # Called when a wait does not hold at the first look (from the thread of a Call's
+            # function too): the services ready meanwhile must not wait behind this one.
+            block()
             announce()
             self.progress.waiting(entry.name, what)
 
@@ -402,7 +461,7 @@ class _Run:
         # ``need``: begin once the needed service is ready; ``after`` orders the start only.
         for dependency in (d for d in after if d in entry.needs):
             began = self.clock.monotonic()
-            why_not = self._wait_ready(dependency, cancel, waiting)
+            why_not = self._wait_ready(dependency, cancel, waiting, block)
             dep = self.reports[dependency]
             gated = self.plan[dependency].service.readiness is not None and dep.status != "done"
             if gated and dep.ok:
@@ -429,6 +488,7 @@ class _Run:
             progress=waiting,
             cancel=cancel,
             progress_every=self.progress_every,
+            blocking=block,
         )
         from noderole.errors import WaitCancelled
 
@@ -481,6 +541,7 @@ class _Run:
         if running:
             reason = self._restart_reason(entry.name, digests, results)
         announce()
+        block()  # a start takes a while (an init system's start job): others go on meanwhile
         began = self.clock.monotonic()
         try:
             status = self.backend.start(service, fingerprint=fingerprint)
@@ -518,19 +579,29 @@ class _Run:
             reasons.append(f"{', '.join(changed)} changed")
         return "restarted: " + ("; ".join(reasons) if reasons else "definition changed")
 
-    def _wait_ready(self, name: str, cancel: Cancel, progress: Callable[[str], None]) -> str | None:
+    def _wait_ready(
+        self,
+        name: str,
+        cancel: Cancel,
+        progress: Callable[[str], None],
+        block: Callable[[], None],
+    ) -> str | None:
         """Wait (once, shared by all dependents) for ``name``'s readiness; None when ready.
 
         The wait itself is not cancelled (another dependent may still be waiting for it); a
-        dependent whose token is cancelled stops waiting for the lock at once.
+        dependent whose token is cancelled stops waiting for the lock at once. ``block`` is
+        called before waiting for another dependent's wait.
         """
         readiness = self.plan[name].service.readiness
         report = self.reports[name]
         if readiness is None or not report.ok or report.status == "done":
             return None
-        while not self._ready_locks[name].acquire(timeout=CANCEL_LOCK_CHECK):
-            if cancel.cancelled:
-                return "cancelled"
+        lock = self._ready_locks[name]
+        if not lock.acquire(blocking=False):
+            block()
+            while not lock.acquire(timeout=CANCEL_LOCK_CHECK):
+                if cancel.cancelled:
+                    return "cancelled"
         try:
             if name in self._ready:
                 return self._ready[name]
@@ -661,8 +732,7 @@ def apply_plan(
     pre_start = (step for entry in plan.services for step in entry.service.pre_start)
     warm_certificates(pre_start, root=root, now=clock.time())
     run.current = backend.status([entry.name for entry in plan.services])
-    run.start()
-    crashed = _watch_crashes(run)
+    crashed = run.drive()
     if on_digests is not None:
         on_digests(run.digests)
     # Readiness as of now: apply waited for it only where a dependent needed it. A service

@@ -72,6 +72,10 @@ class StepContext:
     """Set by ``apply`` when a service this one is ordered after failed: waits end at once."""
     progress_every: float = 0.0
     """Seconds between "still waiting" progress lines of a long wait (0: only the first)."""
+    blocking: Callable[[], None] = recordclass.field(default=lambda: None, repr=False)
+    """Called before the step may wait long for something other than a condition it reports
+    through :attr:`progress` (a :class:`noderole.Call` still running after a moment): ``apply``
+    lets the services ready meanwhile go on in another thread."""
 
     def resolve(self, node_path: str) -> Path:
         """Where a node path lives on this machine."""

@@ -168,10 +168,20 @@ def run_step(step: Step, ctx: StepContext) -> StepResult:
     )
 
 
+CALL_PATIENCE = 0.02
+"""Seconds a :class:`Call` may run before its step counts as waiting (``ctx.blocking``): most
+return well within it (a check of a file, a mount), and the services ready meanwhile then need
+no thread of their own."""
+
+
 def _call(step: Call, ctx: StepContext) -> None:
     """Run a plugin's function in a thread bounded by ``step.timeout``; re-raise what it raised."""
     outcome = run_bounded(
-        lambda: step.function(ctx), name=f"{ctx.service}: {step.description}", timeout=step.timeout
+        lambda: step.function(ctx),
+        name=f"{ctx.service}: {step.description}",
+        timeout=step.timeout,
+        patience=CALL_PATIENCE,
+        impatient=ctx.blocking,
     )
     if isinstance(outcome, Late):
         raise StepError(

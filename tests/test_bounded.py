@@ -207,6 +207,70 @@ class TestRunBounded:
         assert _ident() != busy
 
 
+class TestPatience:
+    def test_impatient_is_called_once_from_the_caller_when_the_call_runs_on(
+        self, gate: threading.Event
+    ) -> None:
+        """A call still running after ``patience`` gets ``impatient()`` called once, in the
+        calling thread; the call is still waited for and its outcome handed back."""
+        seen: list[threading.Thread] = []
+
+        def impatient() -> None:
+            seen.append(threading.current_thread())
+            gate.set()  # the call can finish only once told the caller grew impatient
+
+        outcome = run_bounded(
+            lambda: gate.wait(FOREVER) and "done",
+            name="slow",
+            timeout=FOREVER,
+            patience=0.01,
+            impatient=impatient,
+        )
+        assert isinstance(outcome, Outcome)
+        assert outcome.value == "done"
+        assert seen == [threading.current_thread()]
+
+    @pytest.mark.parametrize("timeout", [FOREVER, None])
+    def test_a_quick_call_leaves_impatient_uncalled(self, timeout: float | None) -> None:
+        called: list[bool] = []
+        outcome = run_bounded(
+            lambda: 7,
+            name="quick",
+            timeout=timeout,
+            patience=FOREVER,
+            impatient=lambda: called.append(True),
+        )
+        assert isinstance(outcome, Outcome)
+        assert outcome.value == 7
+        assert called == []
+
+    def test_an_impatient_that_raises_changes_nothing(self, gate: threading.Event) -> None:
+        def impatient() -> None:
+            gate.set()
+            raise RuntimeError("cannot start a thread")
+
+        outcome = run_bounded(
+            lambda: gate.wait(FOREVER) and 1,
+            name="slow",
+            timeout=FOREVER,
+            patience=0.01,
+            impatient=impatient,
+        )
+        assert isinstance(outcome, Outcome)
+        assert outcome.value == 1
+
+    def test_patience_never_outlasts_the_bound(self, gate: threading.Event) -> None:
+        """A bound shorter than the patience still ends the wait at the bound: Late."""
+        outcome = run_bounded(
+            lambda: gate.wait(FOREVER),
+            name="hung",
+            timeout=0.05,
+            patience=FOREVER,
+            impatient=lambda: None,
+        )
+        assert isinstance(outcome, Late)
+
+
 class TestRunBoundedEach:
     def test_the_calls_run_in_order_in_one_hand_over(self) -> None:
         """One worker, in turn, each bearing its name; every value and error handed back."""

@@ -24,6 +24,7 @@ from noderole.errors import LockedError
 from noderole.root import NodeRoot
 from noderole.state import node_lock
 from noderole.testing import (
+    RecordingBackend,
     end_node_processes,
     eventually,
     node_processes,
@@ -524,17 +525,23 @@ class _Trace:
         return next(thread for kind, n, thread in self.events if n == name)
 
 
-def _apply_traced(services: list[noderole.Service], tmp_path: Path) -> tuple[Any, _Trace]:
+def _apply_traced(
+    services: list[noderole.Service],
+    tmp_path: Path,
+    *,
+    backend: RecordingBackend | None = None,
+    clock: Any = None,
+) -> tuple[Any, _Trace]:
     from noderole.engine import apply_plan
     from noderole.plan import build_plan
-    from noderole.testing import FakeClock, RecordingBackend
+    from noderole.testing import FakeClock
 
     trace = _Trace()
     applied = apply_plan(
         build_plan(services, "r"),
         root=NodeRoot(tmp_path),
-        clock=FakeClock(),
-        backend=RecordingBackend(tmp_path),
+        clock=clock if clock is not None else FakeClock(),
+        backend=backend if backend is not None else RecordingBackend(tmp_path),
         progress=trace,
     )
     return applied, trace
@@ -555,12 +562,78 @@ class TestSchedule:
         assert len({thread for _, _, thread in trace.events}) == 1
         assert [n for kind, n, _ in trace.events if kind == "start"] == [f"s{i}" for i in range(6)]
 
-    def test_a_fan_out_gets_a_thread_for_each_branch_but_one(self, tmp_path: Path) -> None:
+    def test_a_fan_out_starts_its_branches_together(self, tmp_path: Path) -> None:
+        """Branches made ready at once start concurrently: each start waits (a barrier) until
+        all three have begun, which only other threads can make happen. The first branch
+        runs on in the thread of what made it ready."""
+        barrier = threading.Barrier(3, timeout=30)
+
+        class Overlapping(RecordingBackend):
+            def start(self, service: Any, *, fingerprint: str) -> Any:
+                if service.name.startswith("b"):
+                    barrier.wait()
+                return super().start(service, fingerprint=fingerprint)
+
         services = [_service("root")] + [_service(f"b{i}", need=["root"]) for i in range(3)]
-        applied, trace = _apply_traced(services, tmp_path)
+        applied, trace = _apply_traced(services, tmp_path, backend=Overlapping(tmp_path))
         assert [s.status for s in applied.services] == ["started"] * 4
         assert trace.thread("b0") == trace.thread("root")
         assert len({trace.thread(f"b{i}") for i in range(3)}) == 3
+
+    def test_nothing_to_wait_for_needs_no_thread(self, tmp_path: Path) -> None:
+        """A re-apply that finds every service running, and steps that wait for nothing, run
+        in the calling thread: no thread is started for a service."""
+        (tmp_path / "etc").mkdir()
+        services = [
+            _service("a", pre_start=[noderole.WriteFile(path="/etc/a.conf", content="x\n")]),
+            _service(
+                "b",
+                after=["a"],
+                pre_start=[noderole.WaitForPaths(paths=["/etc/a.conf"], timeout=30)],
+            ),
+            _service("c", pre_start=[noderole.Call(function=lambda ctx: None, description="c")]),
+        ]
+        backend = RecordingBackend(tmp_path)
+        first, _ = _apply_traced(services, tmp_path, backend=backend)
+        assert [s.status for s in first.services] == ["started"] * 3
+        again, trace = _apply_traced(services, tmp_path, backend=backend)
+        assert [s.status for s in again.services] == ["running"] * 3
+        assert {thread for _, _, thread in trace.events} == {threading.current_thread()}
+
+    def test_a_wait_lets_the_services_ready_meanwhile_go_on(self, tmp_path: Path) -> None:
+        """The first service waits for a file the second (independent) one writes: the wait
+        does not hold the second back, or it would last its whole 30 s and fail."""
+        services = [
+            _service("a", pre_start=[noderole.WaitForPaths(paths=["/run/flag"], timeout=30)]),
+            _service("b", pre_start=[noderole.WriteFile(path="/run/flag", content="up\n")]),
+        ]
+        applied, trace = _apply_traced(services, tmp_path, clock=SystemClock())
+        assert [s.status for s in applied.services] == ["started", "started"]
+        assert trace.thread("a") != trace.thread("b")
+
+    def test_a_long_call_lets_the_services_ready_meanwhile_go_on(self, tmp_path: Path) -> None:
+        """A plugin's Call that waits on its own (no progress) past CALL_PATIENCE counts as
+        waiting: the next service, which the Call waits for, runs in another thread."""
+        released = threading.Event()
+
+        def hold(ctx: Any) -> None:
+            if not released.wait(30):
+                raise noderole.StepError("never released")
+
+        services = [
+            _service("a", pre_start=[noderole.Call(function=hold, description="hold")]),
+            _service(
+                "b",
+                pre_start=[
+                    noderole.Call(function=lambda ctx: released.set(), description="release")
+                ],
+            ),
+        ]
+        applied, _ = _apply_traced(services, tmp_path, clock=SystemClock())
+        assert [(s.name, s.status) for s in applied.services] == [
+            ("a", "started"),
+            ("b", "started"),
+        ]
 
     @settings(max_examples=40, deadline=None)
     @given(data=st.data())

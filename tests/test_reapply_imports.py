@@ -82,6 +82,8 @@ SHIPPED_REAPPLY_FORBIDDEN = (
     "locale",
     "encodings.utf_8_sig",
     "noderole.backends._protocol",
+    "traceback",
+    "textwrap",
     *PATHLIB,
 )
 """What re-applying the shipped server role must not import: no x509 (the certificate is
@@ -92,7 +94,9 @@ checked without ipaddress. The plugins' rehearsal stand-ins are loaded only by a
 what an apply does around a broken plugin (noderole.partial) only when a plugin is broken. No
 gettext lookup (its first imports locale, 4M instructions): noderole's commands make their own
 help and version options; first-boot.env's byte-order mark is skipped without the utf-8-sig
-codec's module; and the backends' protocol classes, read by type checkers, are not built."""
+codec's module; the backends' protocol classes, read by type checkers, are not built; and no
+traceback module (with textwrap, about 0.9 ms here): the engine prints a traceback only for a
+console's bug."""
 
 STATUS_FORBIDDEN = (
     "attr",
