@@ -55,9 +55,42 @@ _NO_NAMES: Final[Mapping[str, tuple[str, ...]]] = types.MappingProxyType({})
 def _frozen_names(value: Mapping[str, Iterable[str]]) -> Mapping[str, tuple[str, ...]]:
     if not value:
         return _NO_NAMES  # most services have no virtual or unresolved names: share one mapping
-    if isinstance(value, types.MappingProxyType):
+    if isinstance(value, types.MappingProxyType | _Declared):
         return value  # built by build_plan itself, already of tuples
     return types.MappingProxyType({key: tuple(names) for key, names in value.items()})
+
+
+class _Declared(Mapping[str, tuple[str, ...]]):
+    """``resolved`` of a planned service whose declared names are all planned services, each
+    named once (the common case): its own non-empty declarations, read from its record when
+    asked, in KINDS order. A dict and a proxy of its own cost each planned service 184 bytes
+    more than this view; at 100,000 services that was 3,000 more pages of fresh memory, each
+    a page fault (2.3 us on the machine measured), and 5% of the plan's time at every size."""
+
+    __slots__ = ("_service",)
+
+    def __init__(self, service: Service) -> None:
+        self._service = service
+
+    def __getitem__(self, key: str) -> tuple[str, ...]:
+        names: tuple[str, ...] = getattr(self._service, key, ()) if key in KINDS else ()
+        if not names:
+            raise KeyError(key)
+        return names
+
+    def __iter__(self) -> Iterator[str]:
+        service = self._service
+        return (kind for kind in KINDS if getattr(service, kind))
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def __repr__(self) -> str:
+        return f"mappingproxy({dict(self)!r})"
+
+
+_new_declared: Final = object.__new__
+_set_declared_service: Final = _Declared._service.__set__  # type: ignore[attr-defined,misc]
 
 
 def _frozen_services(value: Iterable[PlannedService]) -> tuple[PlannedService, ...]:
@@ -641,9 +674,12 @@ class _Graph:
             before: Sequence[int]
             if all(map(is_planned, every)) and len(set(every)) == len(every):
                 # The common case: planned services, by their own names, each named once. The
-                # declared tuples are the resolved ones.
-                words = dict(itertools.compress(zip(KINDS, declared, strict=True), declared))
-                resolved = types.MappingProxyType(words) if words else _NO_NAMES
+                # declared tuples are the resolved ones, read from the record when asked.
+                if first != end:
+                    resolved = _new_declared(_Declared)
+                    _set_declared_service(resolved, service)
+                else:
+                    resolved = _NO_NAMES
                 needs, wants, uses = declared[0], declared[1], declared[2]
                 before = every[: own_end - first]
             else:

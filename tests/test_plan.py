@@ -7,11 +7,14 @@ import json
 import re
 import shutil
 import subprocess
+import types
+from collections.abc import Mapping
 
 import pytest
 
+from noderole import recordclass
 from noderole.errors import ExitCode, PlanError
-from noderole.plan import Plan, build_plan
+from noderole.plan import Plan, PlannedService, build_plan
 from noderole.records import (
     MakeDirectories,
     Secret,
@@ -726,6 +729,62 @@ class TestCollectorPause:
             assert not gc.isenabled()
         finally:
             gc.enable()
+
+
+class TestResolvedOfTheCommonCase:
+    """A planned service whose declared names are all planned services, each named once, keeps
+    no mapping of its own for ``resolved``: it reads its record's declarations when asked."""
+
+    @staticmethod
+    def planned() -> PlannedService:
+        plan = build_plan(
+            [
+                Service(name="a", roles=["r"]),
+                Service(name="b", roles=["r"]),
+                Service(name="c", roles=["r"], need=["a"], after=["b"]),
+            ],
+            "r",
+        )
+        return plan["c"]
+
+    def test_reads_as_a_read_only_mapping_of_the_non_empty_words(self) -> None:
+        resolved = self.planned().resolved
+        expected = {"need": ("a",), "after": ("b",)}
+        assert isinstance(resolved, Mapping)
+        assert dict(resolved) == expected
+        assert list(resolved) == ["need", "after"]  # KINDS order, as a built dict had it
+        assert len(resolved) == 2
+        assert resolved["need"] == ("a",)
+        assert resolved.get("want", ()) == ()
+        assert "want" not in resolved
+        for missing in ("want", "before", "bogus", "service"):
+            with pytest.raises(KeyError):
+                resolved[missing]
+        with pytest.raises(TypeError):
+            resolved["need"] = ("x",)  # type: ignore[index]
+        with pytest.raises(TypeError, match="unhashable"):
+            hash(resolved)
+
+    def test_equals_a_dict_and_a_proxy_both_ways(self) -> None:
+        resolved = self.planned().resolved
+        expected = {"need": ("a",), "after": ("b",)}
+        assert resolved == expected
+        assert expected == resolved
+        assert resolved == types.MappingProxyType(expected)
+        assert types.MappingProxyType(expected) == resolved
+        assert resolved != {"need": ("a",)}
+        assert repr(resolved) == "mappingproxy({'need': ('a',), 'after': ('b',)})"
+
+    def test_a_service_built_from_it_holds_the_same_object(self) -> None:
+        planned = self.planned()
+        again = recordclass.evolve(planned, wave=planned.wave)
+        assert again.resolved is planned.resolved
+        assert again == planned
+
+    def test_a_service_declaring_nothing_shares_the_empty_mapping(self) -> None:
+        plan = build_plan([Service(name="a", roles=["r"])], "r")
+        assert plan["a"].resolved is build_plan([Service(name="b", roles=["r"])], "r")["b"].resolved
+        assert dict(plan["a"].resolved) == {}
 
 
 class TestPlanValues:
