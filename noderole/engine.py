@@ -330,9 +330,17 @@ class _Run:
                     target=self._watch, name="apply:watch", daemon=True
                 )
         if helper:
-            threading.Thread(target=self._help, name="apply", daemon=True).start()
+            try:
+                threading.Thread(target=self._help, name="apply", daemon=True).start()
+            except RuntimeError:  # no thread to be had: the threads that run take the work
+                with self._schedule_lock:
+                    self._unclaimed -= 1
         if watcher is not None:
-            watcher.start()
+            try:
+                watcher.start()
+            except RuntimeError:  # the caller watches once it is free, as without a wait
+                with self._schedule_lock:
+                    self.watcher = None
 
     def _watch(self) -> None:
         self.crashed = _watch_crashes(self)

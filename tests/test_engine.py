@@ -580,6 +580,24 @@ class TestSchedule:
         assert trace.thread("b0") == trace.thread("root")
         assert len({trace.thread(f"b{i}") for i in range(3)}) == 3
 
+    def test_no_thread_to_be_had_leaves_the_work_to_the_caller(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """When a thread for the services ready meanwhile (or for the crash watch) cannot be
+        started, the caller runs them itself, one after another: nothing fails, nothing hangs."""
+        start = threading.Thread.start
+
+        def refuse(thread: threading.Thread) -> None:
+            if thread.name.startswith("apply"):
+                raise RuntimeError("can't start new thread")
+            start(thread)
+
+        monkeypatch.setattr(threading.Thread, "start", refuse)
+        services = [_service("root")] + [_service(f"b{i}", need=["root"]) for i in range(3)]
+        applied, trace = _apply_traced(services, tmp_path)
+        assert [s.status for s in applied.services] == ["started"] * 4
+        assert {thread for _, _, thread in trace.events} == {threading.current_thread()}
+
     def test_nothing_to_wait_for_needs_no_thread(self, tmp_path: Path) -> None:
         """A re-apply that finds every service running, and steps that wait for nothing, run
         in the calling thread: no thread is started for a service."""
