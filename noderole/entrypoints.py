@@ -207,13 +207,15 @@ def discover(group: str, cache: str | os.PathLike[str] | None) -> list[FoundEntr
     directories = _directories(stats)
     entries = _read(cache) if cache is not None else []
     # A stored entry made from these very directories lends its listings: none is listed again.
-    lender = next(
-        (e for e in entries if e.get("directories") == directories and _listings(e, paths)),
+    lent = next(
+        (
+            listings
+            for e in entries
+            if e.get("directories") == directories and (listings := _listings(e, paths)) is not None
+        ),
         None,
     )
-    parts, settled, listed = _key(
-        paths, stats, now, _listings(lender, paths) if lender is not None else None
-    )
+    parts, settled, listed = _key(paths, stats, now, lent)
     # Stored as one string: the key lists every installed distribution, and reading back every
     # stored key as nested lists cost more than the rest of the lookup.
     key = repr(parts)
@@ -238,9 +240,9 @@ def discover(group: str, cache: str | os.PathLike[str] | None) -> list[FoundEntr
     return found
 
 
-def _listings(entry: dict[str, Any] | None, paths: Sequence[str]) -> list[list[str] | None] | None:
+def _listings(entry: dict[str, Any], paths: Sequence[str]) -> list[list[str] | None] | None:
     """The listings a stored entry keeps, one per path entry, when well formed; else None."""
-    listings = entry.get("listings") if entry is not None else None
+    listings = entry.get("listings")
     if not isinstance(listings, list) or len(listings) != len(paths):
         return None
     for names in listings:
