@@ -77,6 +77,9 @@ class ExitCode(enum.IntEnum):
     WOULD_FAIL = 12
     """``plan``, ``apply --dry-run``: a service would fail for a reason known now (a ``Fail``
     step, a wait for a missing file nothing in the role produces, a need of such a service)."""
+    INTERRUPTED = 130
+    """Ctrl-C (SIGINT) stopped the command where it was, as a shell counts it: what it had
+    started keeps running, its locks are released, and running it again carries on."""
 
 
 class NoderoleError(Exception):

@@ -74,3 +74,59 @@ class TestStart:
             "noderole._start.run()\n"
         )
         assert run_snippet(probe) == ["[]", f"{GC_THRESHOLD} True"]
+
+
+AS_AT_A_TERMINAL = (
+    "import os, signal, sys\n"
+    # A shell's background job (CI's, say) starts with SIGINT ignored, and Python keeps it so.
+    "signal.signal(signal.SIGINT, signal.SIG_DFL)\n"
+    "os.execv(sys.executable, [sys.executable, '-m', 'noderole', *sys.argv[1:]])\n"
+)
+
+
+def interrupt_when(
+    where: Path, seen: str, *args: str, env: dict[str, str] | None = None
+) -> tuple[int, str, str]:
+    """Run ``noderole ARGS`` as a real process, press Ctrl-C (SIGINT) once ``seen`` shows in its
+    output, and return its exit status, stdout and stderr. The process is killed by pid if it is
+    still there when the test ends."""
+    import signal
+
+    from noderole.testing import eventually
+
+    out, err = where / "interrupted.out", where / "interrupted.err"
+    with out.open("w") as stdout, err.open("w") as stderr:
+        process = subprocess.Popen(
+            [sys.executable, "-c", AS_AT_A_TERMINAL, *args],
+            stdout=stdout,
+            stderr=stderr,
+            env=env,
+        )
+    try:
+        eventually(
+            lambda: seen in out.read_text() + err.read_text() or process.poll() is not None,
+            f"{seen!r} in the output of noderole {' '.join(args)}",
+            timeout=60,
+        )
+        assert process.poll() is None, err.read_text()
+        process.send_signal(signal.SIGINT)
+        status = process.wait(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    return status, out.read_text(), err.read_text()
+
+
+class TestInterrupt:
+    def test_ctrl_c_ends_a_command_with_130(self, tmp_path: Path) -> None:
+        """Ctrl-C during a command's work says so and exits 130, as a shell counts a SIGINT;
+        not click's "Aborted!" with 1, which the exit codes keep for a failed service."""
+        never = "/never/there"
+        status, _, stderr = interrupt_when(
+            tmp_path, f"waiting for {never}", "--root", str(tmp_path),
+            "wait", "--path", never, "--timeout", "600",
+        )  # fmt: skip
+        assert status == 130, stderr
+        assert stderr.splitlines()[-1] == "noderole: interrupted"
+        assert "Aborted!" not in stderr

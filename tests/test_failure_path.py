@@ -445,27 +445,12 @@ class TestHeadline:
         """The issue's headline, as a real run of the shipped plugins: with
         `[konnectivity] wait_timeout = 2` and a k3s that never writes its CA, konnectivity fails
         on its own 2 s wait (the seed's message), with no 60 s readiness gate before it."""
-        import importlib.metadata
         import subprocess
         import sys
 
-        from noderole.testing import ScratchRoot, stage_standins
-        from noderole_k3s import plugin as k3s_plugin
-        from noderole_konnectivity import plugin as konnectivity_plugin
-
-        config = "[noderole]\nnet_check = false\n[konnectivity]\nwait_timeout = 2\n"
-        scratch = ScratchRoot(node.root)
-        plugins = [("k3s", k3s_plugin), ("konnectivity", konnectivity_plugin)]
-        stage_standins(*plugins, node_root=scratch, config_text=config)
-        scratch.write_config(config)  # the test's settings replace the rehearsal's
-        scratch.write("/usr/local/bin/k3s", SILENT_K3S, mode=0o755)
-        others = {ep.name for ep in importlib.metadata.entry_points(group="noderole")}
-        disabled = [
-            a for n in sorted(others - {"k3s", "konnectivity"}) for a in ("--disable-plugin", n)
-        ]
+        command = _silent_k3s_node(node, wait_timeout=2)
         result = subprocess.run(
-            [sys.executable, "-m", "noderole", "apply", "server", "--json",
-             "--root", str(node.root), *disabled],
+            [sys.executable, "-m", "noderole", *command, "--json"],
             capture_output=True, text=True, timeout=100,
             env={**os.environ, "NODEROLE_ROOT": str(node.root)},
         )  # fmt: skip
@@ -477,6 +462,51 @@ class TestHeadline:
         assert "readiness" not in [step["kind"] for step in konn["steps"]]
         (wait,) = [step for step in konn["steps"] if step["kind"] == "wait"]
         assert wait["seconds"] < 30  # 62 s before: the 60 s readiness gate, then the 2 s wait
+
+
+def _silent_k3s_node(node: Node, *, wait_timeout: int) -> list[str]:
+    """Stage the shipped plugins' stand-ins in ``node`` with a k3s that never writes its CA and
+    konnectivity's wait bounded at ``wait_timeout`` s; the arguments of ``apply server`` there."""
+    import importlib.metadata
+
+    from noderole.testing import ScratchRoot, stage_standins
+    from noderole_k3s import plugin as k3s_plugin
+    from noderole_konnectivity import plugin as konnectivity_plugin
+
+    config = f"[noderole]\nnet_check = false\n[konnectivity]\nwait_timeout = {wait_timeout}\n"
+    scratch = ScratchRoot(node.root)
+    plugins = [("k3s", k3s_plugin), ("konnectivity", konnectivity_plugin)]
+    stage_standins(*plugins, node_root=scratch, config_text=config)
+    scratch.write_config(config)  # the test's settings replace the rehearsal's
+    scratch.write("/usr/local/bin/k3s", SILENT_K3S, mode=0o755)
+    others = {ep.name for ep in importlib.metadata.entry_points(group="noderole")}
+    disabled = [
+        a for n in sorted(others - {"k3s", "konnectivity"}) for a in ("--disable-plugin", n)
+    ]
+    return ["apply", "server", "--root", str(node.root), *disabled]
+
+
+@pytest.mark.slow
+class TestInterruptedApply:
+    def test_ctrl_c_while_waiting_ends_the_apply_and_keeps_what_runs(self, node: Node) -> None:
+        """Ctrl-C while konnectivity waits for a k3s that never writes its CA: the apply says it
+        was interrupted and exits 130 (not 1, a failed service), k3s keeps running under the
+        supervisor, and the next apply is not locked out: it reaches the same wait."""
+        from noderole.testing import node_processes
+        from tests.test_cli_exit import interrupt_when
+
+        command = _silent_k3s_node(node, wait_timeout=600)
+        env = {**os.environ, "NODEROLE_ROOT": str(node.root)}
+        waiting = "konnectivity-server: waiting for /var/lib/rancher/k3s/server/tls/server-ca.crt"
+        status, stdout, stderr = interrupt_when(node.root, waiting, *command, env=env)
+        assert status == 130, stdout + stderr
+        assert stderr.splitlines()[-1] == "noderole: interrupted"
+        assert " * Started k3s" in stdout
+        k3s = int((node.root / "run/k3s.pid").read_text())
+        assert k3s in node_processes(node.root)
+        again, stdout, stderr = interrupt_when(node.root, waiting, *command, env=env)
+        assert again == 130, stdout + stderr
+        assert int((node.root / "run/k3s.pid").read_text()) == k3s  # left alone: running
 
 
 class TestBackendChoice:

@@ -204,6 +204,12 @@ class LazyGroup(Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except KeyboardInterrupt:
+            # Caught here, before click turns it into "Aborted!" and status 1, which the exit
+            # codes keep for a failed service. What was started keeps running; locks die with us.
+            after_echo = "\n" if sys.stderr.isatty() else ""  # past the terminal's ^C
+            click.echo(f"{after_echo}noderole: interrupted", err=True)
+            ctx.exit(ExitCode.INTERRUPTED)
         except NoderoleError as exc:
             from noderole.cli._app import App
 
@@ -343,7 +349,7 @@ def cli(ctx: click.Context, root: str, disabled: Sequence[str], debug: bool) -> 
 
     Exit codes: 0 ok, 1 a service failed, 2 usage, 3 plugin, 4 config, 5 definition, 6 plan,
     7 certificate, 8 env file, 9 locked, 10 backend, 11 still starting (status), 12 would fail
-    (plan, apply --dry-run).
+    (plan, apply --dry-run), 130 interrupted (Ctrl-C).
     """
     from noderole.cli._app import App
     from noderole.root import NodeRoot
@@ -360,9 +366,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     """Console-script entry point."""
     try:
         cli.main(args=list(argv) if argv is not None else None, prog_name="noderole")
-    except KeyboardInterrupt:  # pragma: no cover - interactive only
+    except KeyboardInterrupt:  # pragma: no cover - Ctrl-C outside a command (invoke takes those)
         click.echo("noderole: interrupted", err=True)
-        sys.exit(130)
+        sys.exit(ExitCode.INTERRUPTED)
     except NoderoleError as exc:  # raised before a subcommand ran (e.g. in the group itself)
         if os.environ.get("NODEROLE_DEBUG"):
             raise
