@@ -21,11 +21,12 @@ rehearsal alone; a file or program at its path is refused.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import socket
 import tempfile
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -242,11 +243,35 @@ def run_rehearsal(
         rows, verdict = rehearsal.status(plan, backend, wait=True, timeout=30.0)
         show_status(plan.role, rows, verdict)
     finally:
-        if backend is not None:
-            backend.supervisor.shutdown()
-            echo("\nstopped every service of the rehearsal")
-        if keep:
-            echo(f"kept {scratch}")
-        else:
-            shutil.rmtree(scratch, ignore_errors=True)
+        with _interrupts_deferred():  # cut short, it would leave a supervisor or the scratch root
+            if backend is not None:
+                backend.supervisor.shutdown()
+                echo("\nstopped every service of the rehearsal")
+            if keep:
+                echo(f"kept {scratch}")
+            else:
+                shutil.rmtree(scratch, ignore_errors=True)
     return ok
+
+
+@contextlib.contextmanager
+def _interrupts_deferred() -> Iterator[None]:
+    """Hold a Ctrl-C (SIGINT) that arrives inside the block until the block is done, then
+    deliver it as it would have been. Only the main thread receives signals; elsewhere, and
+    where SIGINT is not Python's to handle, the block runs as it is."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda number, frame: held.append(number))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if held and callable(previous):
+        previous(signal.SIGINT, None)  # Python's own handler raises KeyboardInterrupt
+    elif held and previous == signal.SIG_DFL:
+        signal.raise_signal(signal.SIGINT)

@@ -44,3 +44,64 @@ class TestRehearseShippedRoles:
             assert status_line.split()[1] in ("running", "ready")
         assert not scratch.exists()
         assert node_processes(scratch) == []
+
+
+@pytest.mark.slow
+class TestInterruptedRehearsal:
+    def test_ctrl_c_through_the_clean_up_still_leaves_nothing(self, tmp_path: Path) -> None:
+        """Ctrl-C pressed again and again from the status table on (an impatient user): the
+        rehearsal's clean-up is not cut short, so its supervisor and services are stopped and
+        its scratch root removed, and the command exits 130. Before, a Ctrl-C that landed in
+        the supervisor's shutdown left the scratch root (and could leave the supervisor)."""
+        import os
+        import shutil
+        import signal
+        import subprocess
+        import sys
+        import time
+
+        from noderole.plugins import load_plugins
+        from noderole.testing import eventually
+        from tests.test_cli_exit import AS_AT_A_TERMINAL
+
+        others = [n for n in load_plugins().names() if n not in ("builtin", "k3s", "konnectivity")]
+        disabled = [a for n in others for a in ("--disable-plugin", n)]
+        out = tmp_path / "out"
+        env = {k: v for k, v in os.environ.items() if k != "NODEROLE_ROOT"}
+        with out.open("w") as stdout:
+            process = subprocess.Popen(
+                [sys.executable, "-c", AS_AT_A_TERMINAL, *disabled, "rehearse", "server"],
+                stdout=stdout,
+                stderr=subprocess.STDOUT,
+                env=env,
+            )
+        scratch: Path | None = None
+        left: list[int] = []
+        kept = False
+        try:
+            eventually(
+                lambda: "SERVICE " in out.read_text() or process.poll() is not None,
+                "the rehearsal's status table",
+                timeout=60,
+            )
+            scratch = Path(out.read_text().splitlines()[0].split(" in ", 1)[1])
+            while process.poll() is None and "stopped every" not in out.read_text():
+                process.send_signal(signal.SIGINT)
+                time.sleep(0.02)
+            status = process.wait(timeout=60)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+            if scratch is not None:
+                left = node_processes(scratch)
+                for pid in left:
+                    os.kill(pid, signal.SIGKILL)
+                kept = scratch.exists()
+                shutil.rmtree(scratch, ignore_errors=True)
+        text = out.read_text()
+        assert status == 130, text
+        assert "stopped every service of the rehearsal" in text
+        assert text.splitlines()[-1] == "noderole: interrupted"
+        assert left == []
+        assert not kept
