@@ -242,6 +242,30 @@ def _fingerprint(digests: Mapping[str, str], certificates: Sequence[str]) -> str
     return sha256(blob.encode()).hexdigest()
 
 
+class _Told:
+    """The apply's :class:`Progress`, told every line whatever becomes of the console: a
+    reader that went away (``apply | head``, a boot console closed) loses its lines, while the
+    services go on. An ``OSError`` writing a line is the console's; anything else is a bug of
+    the progress object, and still raised."""
+
+    __slots__ = ("_progress",)
+
+    def __init__(self, progress: Progress) -> None:
+        self._progress = progress
+
+    def starting(self, name: str, description: str) -> None:
+        with contextlib.suppress(OSError):
+            self._progress.starting(name, description)
+
+    def waiting(self, name: str, what: str) -> None:
+        with contextlib.suppress(OSError):
+            self._progress.waiting(name, what)
+
+    def finished(self, report: ServiceReport) -> None:
+        with contextlib.suppress(OSError):
+            self._progress.finished(report)
+
+
 class _Run:
     """One apply: the schedule, and the state its threads share."""
 
@@ -267,7 +291,7 @@ class _Run:
         self.root = root
         self.clock = clock
         self.backend = backend
-        self.progress = progress
+        self.progress = _Told(progress)
         self.readiness_timeout = readiness_timeout
         self.previous = previous
         self.done = {entry.name: threading.Event() for entry in plan.services}
@@ -410,8 +434,7 @@ class _Run:
                 # Fail fast: whatever waits after this service stops waiting, naming the cause.
                 for dependent in self.dependents.get(entry.name, ()):
                     self.cancels[dependent].cancel(cause)
-            with contextlib.suppress(OSError):  # the console is gone: the report still counts
-                self.progress.finished(report)
+            self.progress.finished(report)
         finally:  # whatever happened above, the dependents must not wait forever
             self.done[entry.name].set()
 

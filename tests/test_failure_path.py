@@ -448,7 +448,7 @@ class TestHeadline:
         import subprocess
         import sys
 
-        command = _silent_k3s_node(node, wait_timeout=2)
+        command = _shipped_node(node, wait_timeout=2)
         result = subprocess.run(
             [sys.executable, "-m", "noderole", *command, "--json"],
             capture_output=True, text=True, timeout=100,
@@ -464,9 +464,10 @@ class TestHeadline:
         assert wait["seconds"] < 30  # 62 s before: the 60 s readiness gate, then the 2 s wait
 
 
-def _silent_k3s_node(node: Node, *, wait_timeout: int) -> list[str]:
-    """Stage the shipped plugins' stand-ins in ``node`` with a k3s that never writes its CA and
-    konnectivity's wait bounded at ``wait_timeout`` s; the arguments of ``apply server`` there."""
+def _shipped_node(node: Node, *, wait_timeout: int, silent_k3s: bool = True) -> list[str]:
+    """Stage the shipped plugins' stand-ins in ``node``, with konnectivity's wait bounded at
+    ``wait_timeout`` s and (``silent_k3s``) a k3s that never writes its CA; the arguments of
+    ``apply server`` there."""
     import importlib.metadata
 
     from noderole.testing import ScratchRoot, stage_standins
@@ -478,7 +479,8 @@ def _silent_k3s_node(node: Node, *, wait_timeout: int) -> list[str]:
     plugins = [("k3s", k3s_plugin), ("konnectivity", konnectivity_plugin)]
     stage_standins(*plugins, node_root=scratch, config_text=config)
     scratch.write_config(config)  # the test's settings replace the rehearsal's
-    scratch.write("/usr/local/bin/k3s", SILENT_K3S, mode=0o755)
+    if silent_k3s:
+        scratch.write("/usr/local/bin/k3s", SILENT_K3S, mode=0o755)
     others = {ep.name for ep in importlib.metadata.entry_points(group="noderole")}
     disabled = [
         a for n in sorted(others - {"k3s", "konnectivity"}) for a in ("--disable-plugin", n)
@@ -495,7 +497,7 @@ class TestInterruptedApply:
         from noderole.testing import node_processes
         from tests.test_cli_exit import interrupt_when
 
-        command = _silent_k3s_node(node, wait_timeout=600)
+        command = _shipped_node(node, wait_timeout=600)
         env = {**os.environ, "NODEROLE_ROOT": str(node.root)}
         waiting = "konnectivity-server: waiting for /var/lib/rancher/k3s/server/tls/server-ca.crt"
         status, stdout, stderr = interrupt_when(node.root, waiting, *command, env=env)
@@ -507,6 +509,42 @@ class TestInterruptedApply:
         again, stdout, stderr = interrupt_when(node.root, waiting, *command, env=env)
         assert again == 130, stdout + stderr
         assert int((node.root / "run/k3s.pid").read_text()) == k3s  # left alone: running
+
+
+@pytest.mark.slow
+class TestLostConsole:
+    def test_a_closed_stdout_fails_no_service(self, node: Node) -> None:
+        """``noderole apply server | head -1``, or a boot console that went away: stdout is a
+        pipe nobody reads. The console's lines are lost, the node is not: every service starts,
+        the record of the apply says so, and the exit status is the apply's own (0)."""
+        import subprocess
+        import sys
+
+        from noderole.state import read_last_apply
+        from noderole.testing import node_processes
+
+        def unread(*args: str) -> subprocess.CompletedProcess[str]:
+            read, write = os.pipe()
+            os.close(read)  # the reader is gone before the first line
+            try:
+                return subprocess.run(
+                    [sys.executable, "-m", "noderole", *args],
+                    stdout=write, stderr=subprocess.PIPE, text=True, timeout=100,
+                    env={**os.environ, "NODEROLE_ROOT": str(node.root)},
+                )  # fmt: skip
+            finally:
+                os.close(write)
+
+        command = _shipped_node(node, wait_timeout=30, silent_k3s=False)
+        done = unread(*command)
+        record = read_last_apply(NodeRoot(node.root))
+        outcomes = {name: entry["outcome"] for name, entry in record["services"].items()}
+        assert outcomes["k3s"] == outcomes["konnectivity-server"] == "started", (record, done)
+        assert done.returncode == 0, done.stderr
+        k3s = int((node.root / "run/k3s.pid").read_text())
+        stopped = unread("--root", str(node.root), "stop")
+        assert stopped.returncode == 0, stopped.stderr
+        assert k3s not in node_processes(node.root)
 
 
 class TestBackendChoice:

@@ -80,17 +80,17 @@ def apply_command(
         plan, chosen, progress=progress, lock_timeout=lock_timeout, failures=failures
     )
     if as_json:
-        click.echo(json.dumps(report.to_dict(), indent=2))
+        _say(json.dumps(report.to_dict(), indent=2))
     else:
         started = sum(1 for r in report.services if r.status in ("started", "restarted"))
         kept = sum(1 for r in report.services if r.status == "running")
         running = f", {kept} already running" if kept else ""
-        click.echo(
+        _say(
             f"role {role}: {len(report.services)} services, {started} started{running}, "
             f"{len(report.failed)} failed ({report.seconds:.2f}s, backend {report.backend})"
         )
         for failed in report.failed:
-            click.echo(f"  {failed.name}: {failed.reason}", err=True)
+            _say(f"  {failed.name}: {failed.reason}", err=True)
     if not report.ok:
         raise SystemExit(int(ExitCode.FAILED))
 
@@ -190,12 +190,20 @@ def _full_status_plan(app: App, role: str | None, backend: str) -> tuple[Plan, B
     return plan, app.recorded_backend(backend), only
 
 
+def _say(text: str, *, err: bool = False) -> None:
+    """``click.echo`` for the commands that change the node (apply, stop, restart): a console
+    that went away (a reader gone from the pipe, a closed terminal) loses the line, and the
+    command's exit status stays its work's (click would end it with 1, a failed service)."""
+    with contextlib.suppress(OSError):
+        click.echo(text, err=err)
+
+
 def _warn_config(app: App) -> None:
     """Print the operations' warnings (a broken config, a backend that does not fit) once."""
     syntax = app.config_syntax_warning() if not app.config_warning else ""
     shown = [w for w in (app.config_warning, syntax) if w]
     for warning in shown + app.warnings:
-        click.echo(f"noderole: warning: {warning}", err=True)
+        _say(f"noderole: warning: {warning}", err=True)
     app.config_warning = ""
     app.warnings.clear()
 
@@ -217,10 +225,10 @@ def stop_command(app: App, names: tuple[str, ...], backend: str, lock_timeout: f
     _warn_config(app)
     stopped = app.stop(plan, targets, chosen, lock_timeout=lock_timeout)
     for name in stopped:
-        click.echo(f" * Stopped {name}")
+        _say(f" * Stopped {name}")
     idle = [n for n in targets if n not in stopped and plan[n].service.command is not None]
     if idle:
-        click.echo(f" * Not running: {', '.join(idle)}")
+        _say(f" * Not running: {', '.join(idle)}")
 
 
 @click.command("restart", cls=Command)
