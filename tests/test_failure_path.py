@@ -488,7 +488,6 @@ def _shipped_node(node: Node, *, wait_timeout: int, silent_k3s: bool = True) -> 
     return ["apply", "server", "--root", str(node.root), *disabled]
 
 
-@pytest.mark.slow
 class TestInterruptedApply:
     def test_ctrl_c_while_waiting_ends_the_apply_and_keeps_what_runs(self, node: Node) -> None:
         """Ctrl-C while konnectivity waits for a k3s that never writes its CA: the apply says it
@@ -511,7 +510,6 @@ class TestInterruptedApply:
         assert int((node.root / "run/k3s.pid").read_text()) == k3s  # left alone: running
 
 
-@pytest.mark.slow
 class TestLostConsole:
     def test_a_closed_stdout_fails_no_service(self, node: Node) -> None:
         """``noderole apply server | head -1``, or a boot console that went away: stdout is a

@@ -46,7 +46,6 @@ class TestRehearseShippedRoles:
         assert node_processes(scratch) == []
 
 
-@pytest.mark.slow
 class TestInterruptedRehearsal:
     def test_ctrl_c_through_the_clean_up_still_leaves_nothing(self, tmp_path: Path) -> None:
         """Ctrl-C pressed again and again from the status table on (an impatient user): the
