@@ -27,7 +27,7 @@ TYPE_CHECKING = False  # typing is not imported before the collector's pace is s
 if TYPE_CHECKING:
     from typing import NoReturn
 
-__all__ = ["GC_THRESHOLD", "drop_script_directory", "run"]
+__all__ = ["GC_THRESHOLD", "drop_script_directory", "open_standard_streams", "run"]
 
 GC_THRESHOLD = (100_000, 50, 100)
 """Allocations before a first-generation collection, and the two older generations' counts."""
@@ -36,11 +36,33 @@ GC_THRESHOLD = (100_000, 50, 100)
 def run() -> NoReturn:
     """The ``noderole`` console script: drop the script's directory from the import path, set
     the collector's pace, then :func:`noderole.cli.run`."""
+    open_standard_streams()
     drop_script_directory()
     gc.set_threshold(*GC_THRESHOLD)
     from noderole.cli import run as cli_run
 
     cli_run()
+
+
+def open_standard_streams() -> None:
+    """Open ``/dev/null`` in each of descriptors 0, 1 and 2 that the caller closed, and give
+    Python a stream on it (a boot script's ``noderole apply >&-``).
+
+    Python starts with ``sys.stdout`` None when descriptor 1 is closed, so the first line
+    printed raises; and the next file the command opens takes the lowest free descriptor, 1,
+    where a child that inherits its stdout would write into it (a certificate, the state). With
+    every slot held, nothing else can land there. One ``fstat`` each when all are open.
+    """
+    for number, name, mode in ((0, "stdin", "r"), (1, "stdout", "w"), (2, "stderr", "w")):
+        try:
+            os.fstat(number)
+        except OSError:
+            opened = os.open(os.devnull, os.O_RDWR)  # the lowest free slot: this one
+            if opened != number:  # pragma: no cover - the slots below are held by now
+                os.dup2(opened, number)
+                os.close(opened)
+            if getattr(sys, name) is None:
+                setattr(sys, name, open(number, mode, closefd=False))  # noqa: SIM115
 
 
 def drop_script_directory() -> None:

@@ -75,6 +75,31 @@ class TestStart:
         )
         assert run_snippet(probe) == ["[]", f"{GC_THRESHOLD} True"]
 
+    def test_a_closed_standard_descriptor_is_held_by_dev_null(self, tmp_path: Path) -> None:
+        """With stdin and stdout closed by the caller, the command's first step puts /dev/null
+        in both slots and gives Python a stdout: the next file opened takes descriptor 3 or
+        above, never 1, where a child inheriting its stdout would write into it."""
+        probe = (
+            "import os, sys\n"
+            "from noderole._start import open_standard_streams\n"
+            "open_standard_streams()\n"
+            "opened = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT, 0o600)\n"
+            "print('hidden')\n"
+            "sys.stdout.flush()\n"
+            "held = [os.readlink(f'/proc/self/fd/{n}') for n in (0, 1)]\n"
+            "os.write(2, f'{opened} {held}'.encode())\n"
+        )
+        target = tmp_path / "state"
+        done = subprocess.run(
+            ["sh", "-c", 'exec "$@" <&- >&-', "sh", sys.executable, "-c", probe, str(target)],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        opened, held = done.stderr.split(" ", 1)
+        assert int(opened) >= 3
+        assert held == "['/dev/null', '/dev/null']"
+        assert target.read_text() == ""
+
 
 AS_AT_A_TERMINAL = (
     "import os, signal, sys\n"

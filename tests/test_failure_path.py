@@ -544,6 +544,37 @@ class TestLostConsole:
         assert stopped.returncode == 0, stopped.stderr
         assert k3s not in node_processes(node.root)
 
+    @pytest.mark.parametrize("closing", [">&-", "2>&-", "<&- >&- 2>&-"])
+    def test_a_closed_standard_descriptor_fails_nothing(self, node: Node, closing: str) -> None:
+        """A boot script runs ``noderole apply server >&-`` (or with stderr, or all three,
+        closed): Python then has no sys.stdout, and the next file noderole opened would take
+        descriptor 1. The command opens /dev/null in each closed slot first, so every service
+        starts, exit 0, and ``stop`` works the same way."""
+        import subprocess
+        import sys
+
+        from noderole.state import read_last_apply
+        from noderole.testing import node_processes
+
+        def closed(*args: str) -> subprocess.CompletedProcess[str]:
+            script = f'exec "$@" {closing}'
+            return subprocess.run(
+                ["sh", "-c", script, "sh", sys.executable, "-m", "noderole", *args],
+                capture_output=True, text=True, timeout=100,
+                env={**os.environ, "NODEROLE_ROOT": str(node.root)},
+            )  # fmt: skip
+
+        command = _shipped_node(node, wait_timeout=30, silent_k3s=False)
+        done = closed(*command)
+        assert done.returncode == 0, done.stdout + done.stderr
+        record = read_last_apply(NodeRoot(node.root))
+        outcomes = {name: entry["outcome"] for name, entry in record["services"].items()}
+        assert outcomes["k3s"] == outcomes["konnectivity-server"] == "started", record
+        k3s = int((node.root / "run/k3s.pid").read_text())
+        stopped = closed("--root", str(node.root), "stop")
+        assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+        assert k3s not in node_processes(node.root)
+
 
 class TestBackendChoice:
     def test_systemd_without_systemd_is_refused_and_root_warns(

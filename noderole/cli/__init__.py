@@ -391,8 +391,9 @@ def run() -> NoReturn:
     except SystemExit as exc:
         status = _exit_status(exc.code)
     for stream in (sys.stdout, sys.stderr):
-        # A reader that went away (a closed pipe): nothing left to tell it.
-        with contextlib.suppress(OSError, ValueError):
+        # A reader that went away (a closed pipe): nothing left to tell it. None: a descriptor
+        # the caller closed, when this runs without noderole._start (which opens /dev/null).
+        with contextlib.suppress(OSError, ValueError, AttributeError):
             stream.flush()
     os._exit(status)
 
