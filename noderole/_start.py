@@ -27,7 +27,13 @@ TYPE_CHECKING = False  # typing is not imported before the collector's pace is s
 if TYPE_CHECKING:
     from typing import NoReturn
 
-__all__ = ["GC_THRESHOLD", "drop_script_directory", "open_standard_streams", "run"]
+__all__ = [
+    "GC_THRESHOLD",
+    "drop_script_directory",
+    "open_standard_streams",
+    "restrict_umask",
+    "run",
+]
 
 GC_THRESHOLD = (100_000, 50, 100)
 """Allocations before a first-generation collection, and the two older generations' counts."""
@@ -37,6 +43,7 @@ def run() -> NoReturn:
     """The ``noderole`` console script: drop the script's directory from the import path, set
     the collector's pace, then :func:`noderole.cli.run`."""
     open_standard_streams()
+    restrict_umask()
     drop_script_directory()
     gc.set_threshold(*GC_THRESHOLD)
     from noderole.cli import run as cli_run
@@ -63,6 +70,18 @@ def open_standard_streams() -> None:
                 os.close(opened)
             if getattr(sys, name) is None:
                 setattr(sys, name, open(number, mode, closefd=False))  # noqa: SIM115
+
+
+def restrict_umask() -> None:
+    """Add group and other write to the caller's umask (``umask 000`` becomes ``022``; a
+    stricter one, ``077``, stays).
+
+    Every file noderole writes gets its mode exactly, but directories made on the way (``mkdir
+    -p``: the parents of a certificate, of a k3s drop-in, the entry-point cache) take theirs from
+    the umask: under ``umask 000`` they were world-writable, and any local user could swap
+    what root reads next in them. The supervisor daemon sets ``022`` for itself.
+    """
+    os.umask(os.umask(0o022) | 0o022)
 
 
 def drop_script_directory() -> None:

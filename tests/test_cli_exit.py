@@ -100,6 +100,21 @@ class TestStart:
         assert held == "['/dev/null', '/dev/null']"
         assert target.read_text() == ""
 
+    @pytest.mark.parametrize(("given", "kept"), [("000", 0o022), ("002", 0o022), ("077", 0o077)])
+    def test_the_umask_never_lets_others_write(self, given: str, kept: int) -> None:
+        """The caller's umask gains group and other write, and keeps anything stricter."""
+        probe = (
+            "import os\n"
+            "from noderole._start import restrict_umask\n"
+            "restrict_umask()\n"
+            "print(oct(os.umask(0)))\n"
+        )
+        done = subprocess.run(
+            ["sh", "-c", f'umask {given}; exec "$@"', "sh", sys.executable, "-c", probe],
+            capture_output=True, text=True, timeout=60, check=True,
+        )  # fmt: skip
+        assert done.stdout.strip() == oct(kept)
+
 
 AS_AT_A_TERMINAL = (
     "import os, signal, sys\n"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import stat
 import threading
 from pathlib import Path
 from typing import Any
@@ -574,6 +575,43 @@ class TestLostConsole:
         stopped = closed("--root", str(node.root), "stop")
         assert stopped.returncode == 0, stopped.stdout + stopped.stderr
         assert k3s not in node_processes(node.root)
+
+
+class TestCallerUmask:
+    def test_a_permissive_umask_makes_no_writable_directory(self, node: Node) -> None:
+        """A caller with ``umask 000`` (a script that set it, a unit with ``UMask=0000``): the
+        directories apply makes (the entry-point cache, the certificate's parents, the state)
+        must not be writable by group or others, or any local user could swap what root reads
+        next (a certificate directory, the cache of the plugins to import). Before, apply left
+        /var/cache/noderole and /var/lib/spinifex-eks mode 0777."""
+        import subprocess
+        import sys
+
+        command = _shipped_node(node, wait_timeout=30, silent_k3s=False)
+
+        def directories() -> dict[str, int]:
+            found = {}
+            for parent, names, _ in os.walk(node.root):
+                for name in names:
+                    path = os.path.join(parent, name)
+                    found[path] = os.lstat(path).st_mode
+            return found
+
+        before = directories()
+        done = subprocess.run(
+            ["sh", "-c", 'umask 000; exec "$@"', "sh", sys.executable, "-m", "noderole", *command],
+            capture_output=True, text=True, timeout=100,
+            env={**os.environ, "NODEROLE_ROOT": str(node.root)},
+        )  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+        made = {path: mode for path, mode in directories().items() if path not in before}
+        assert any(path.endswith("/var/cache/noderole") for path in made), sorted(made)
+        writable = sorted(
+            f"{os.path.relpath(path, node.root)} {stat.filemode(mode)}"
+            for path, mode in made.items()
+            if mode & 0o022 and not stat.S_ISLNK(mode)
+        )
+        assert writable == [], writable
 
 
 class TestBackendChoice:
