@@ -6,6 +6,7 @@ The command (``noderole.cli.run``, also ``python -m noderole``) leaves through `
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -127,9 +128,11 @@ AS_AT_A_TERMINAL = (
 def interrupt_when(
     where: Path, seen: str, *args: str, env: dict[str, str] | None = None
 ) -> tuple[int, str, str]:
-    """Run ``noderole ARGS`` as a real process, press Ctrl-C (SIGINT) once ``seen`` shows in its
-    output, and return its exit status, stdout and stderr. The process is killed by pid if it is
-    still there when the test ends."""
+    """Run ``noderole ARGS`` as a real process, press Ctrl-C once ``seen`` shows in its output,
+    and return its exit status, stdout and stderr. As at a terminal, the SIGINT goes to the
+    command's whole process group (it is started as a group of its own): a supervisor or a
+    service still in it would be interrupted too. The process is killed by pid if it is still
+    there when the test ends."""
     import signal
 
     from noderole.testing import eventually
@@ -141,6 +144,7 @@ def interrupt_when(
             stdout=stdout,
             stderr=stderr,
             env=env,
+            start_new_session=True,
         )
     try:
         eventually(
@@ -149,7 +153,7 @@ def interrupt_when(
             timeout=60,
         )
         assert process.poll() is None, err.read_text()
-        process.send_signal(signal.SIGINT)
+        os.killpg(process.pid, signal.SIGINT)
         status = process.wait(timeout=30)
     finally:
         if process.poll() is None:

@@ -491,10 +491,12 @@ def _shipped_node(node: Node, *, wait_timeout: int, silent_k3s: bool = True) -> 
 
 class TestInterruptedApply:
     def test_ctrl_c_while_waiting_ends_the_apply_and_keeps_what_runs(self, node: Node) -> None:
-        """Ctrl-C while konnectivity waits for a k3s that never writes its CA: the apply says it
-        was interrupted and exits 130 (not 1, a failed service), k3s keeps running under the
-        supervisor, and the next apply is not locked out: it reaches the same wait."""
-        from noderole.testing import node_processes
+        """Ctrl-C (to the command's process group, as a terminal sends it) while konnectivity
+        waits for a k3s that never writes its CA: the apply says it was interrupted and exits 130
+        (not 1, a failed service); the supervisor this first apply started, and k3s under it,
+        are in no group of the command's and keep running; the next apply is not locked out: it
+        reaches the same wait."""
+        from noderole.testing import node_processes, supervisor_processes
         from tests.test_cli_exit import interrupt_when
 
         command = _shipped_node(node, wait_timeout=600)
@@ -506,6 +508,8 @@ class TestInterruptedApply:
         assert " * Started k3s" in stdout
         k3s = int((node.root / "run/k3s.pid").read_text())
         assert k3s in node_processes(node.root)
+        daemons, watchdogs = supervisor_processes(node.root)
+        assert len(daemons) == len(watchdogs) == 1
         again, stdout, stderr = interrupt_when(node.root, waiting, *command, env=env)
         assert again == 130, stdout + stderr
         assert int((node.root / "run/k3s.pid").read_text()) == k3s  # left alone: running
