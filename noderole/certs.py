@@ -37,6 +37,7 @@ from noderole.atomic import FileSpec, StepHook, remove_stale_temps, write_files
 from noderole.certstamp import CertOutcome, record_stamp
 from noderole.clock import Clock
 from noderole.errors import CertificateError
+from noderole.reading import read_regular
 from noderole.records import MintCertificate
 from noderole.root import NodeRoot
 from noderole.sans import SubjectAltName, parse_sans
@@ -86,8 +87,7 @@ def _load_certificates(data: bytes) -> list[x509.Certificate]:
 
 def _read(path: str | os.PathLike[str], what: str) -> bytes:
     try:
-        with open(path, "rb") as file:
-            return file.read()
+        return read_regular(path)  # a mistyped path onto a FIFO or a device is refused at once
     except FileNotFoundError:
         raise CertificateError(f"{what} {path} does not exist; check the path") from None
     except OSError as error:
@@ -95,8 +95,9 @@ def _read(path: str | os.PathLike[str], what: str) -> bytes:
 
 
 def _ca_certificates(path: str | os.PathLike[str]) -> list[x509.Certificate]:
+    data = _read(path, "CA certificate")  # its own message: not "holds no PEM" of a FIFO
     try:
-        return _load_certificates(_read(path, "CA certificate"))
+        return _load_certificates(data)
     except ValueError as error:
         raise CertificateError(
             f"CA certificate {path} holds no readable PEM certificate ({error}); point it at the "
@@ -164,8 +165,9 @@ def load_ca(
     chain = _ca_certificates(cert_path)
     signer = chain[0]
     _check_ca_certificate(signer, cert_path, now)
+    key_pem = _read(key_path, "CA key")
     try:
-        key = serialization.load_pem_private_key(_read(key_path, "CA key"), password=None)
+        key = serialization.load_pem_private_key(key_pem, password=None)
     except TypeError:
         raise CertificateError(
             f"CA key {key_path} is encrypted; give an unencrypted PEM key"

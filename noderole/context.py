@@ -109,9 +109,13 @@ class NodeContext:
 
     def read_text(self, node_path: str) -> str:
         """The node file's text, read as UTF-8 (``resolve(node_path).read_text("utf-8")``,
-        without pathlib); raises ``OSError`` or ``UnicodeDecodeError`` as that does."""
-        with open(self.root.local(node_path), encoding="utf-8") as file:
-            return file.read()
+        without pathlib); raises ``OSError`` or ``UnicodeDecodeError`` as that does. The file
+        must be a regular file of at most 1 MiB: a FIFO (which would wait for a writer) or a
+        device is an ``OSError`` at once, naming what it is."""
+        from noderole.reading import read_regular
+
+        text = str(read_regular(self.root.local(node_path)), "utf-8")
+        return text.replace("\r\n", "\n").replace("\r", "\n")  # universal newlines, as open()
 
     def read_env(self, node_path: str) -> EnvFile:
         """Parse a ``KEY=VALUE`` environment file; a missing file reads as empty.

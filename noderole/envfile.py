@@ -26,6 +26,7 @@ from collections.abc import Iterable, Mapping
 from noderole import recordclass
 from noderole.errors import EnvFileError
 from noderole.names import is_variable_name
+from noderole.reading import read_regular
 
 __all__ = ["EnvFile", "parse_env_text", "read_env_file"]
 
@@ -81,13 +82,13 @@ def read_env_file(path: str | os.PathLike[str], *, display_path: str | None = No
     """Read and parse ``path``; a missing file reads as empty with ``exists=False``.
 
     ``display_path`` is how messages name the file (the node path when ``path`` is under
-    ``--root``). Raises :class:`EnvFileError` when the file exists but cannot be read, is not
-    UTF-8, or contains NUL bytes (a binary file, or one truncated by a crash).
+    ``--root``). Raises :class:`EnvFileError` when the file exists but cannot be read, is no
+    regular file (a FIFO, a device) or is over 1 MiB, is not UTF-8, or contains NUL bytes (a
+    binary file, or one truncated by a crash).
     """
     name = display_path if display_path is not None else os.fspath(path)
     try:
-        with open(path, "rb") as file:  # not through pathlib: `plan` imports none
-            data = file.read()
+        data = read_regular(path)  # not a FIFO that would wait, nor /dev/zero, nor a disk image
     except FileNotFoundError:
         return EnvFile(path=name, exists=False, values={})
     except OSError as error:

@@ -46,6 +46,29 @@ class TestNodeFiles:
             with pytest.raises(error):
                 node.resolve(path).read_text(encoding="utf-8")  # type: ignore[attr-defined]
 
+    def test_newlines_are_read_as_pathlib_reads_them(self, node: object, tmp_path: Path) -> None:
+        """CRLF and lone CR become LF, as text mode does."""
+        (tmp_path / "etc").mkdir()
+        (tmp_path / "etc/crlf").write_bytes(b"a: 1\r\nb: 2\rc: 3\n")
+        assert node.read_text("/etc/crlf") == "a: 1\nb: 2\nc: 3\n"  # type: ignore[attr-defined]
+        assert node.read_text("/etc/crlf") == node.resolve(  # type: ignore[attr-defined]
+            "/etc/crlf"
+        ).read_text(encoding="utf-8")
+
+    def test_a_fifo_or_a_huge_file_is_refused_at_once(self, node: object, tmp_path: Path) -> None:
+        """Where pathlib would wait for a FIFO's writer, or read a disk image whole, read_text
+        refuses, naming what it found (a config path mistyped onto one at boot)."""
+        import os
+
+        (tmp_path / "etc").mkdir()
+        os.mkfifo(tmp_path / "etc/fifo")
+        with (tmp_path / "etc/huge").open("wb") as file:
+            file.truncate(2 << 20)
+        with pytest.raises(OSError, match=r"not a regular file \(a FIFO\)"):
+            node.read_text("/etc/fifo")  # type: ignore[attr-defined]
+        with pytest.raises(OSError, match=r"2097152 bytes, more than the 1 MiB"):
+            node.read_text("/etc/huge")  # type: ignore[attr-defined]
+
     def test_a_path_climbing_out_is_refused_as_resolve_refuses_it(self, node: object) -> None:
         """A node path whose '..' would leave the root is a ValueError, never a host file."""
         for ask in (node.exists, node.read_text, node.resolve):  # type: ignore[attr-defined]

@@ -1,0 +1,61 @@
+"""Reading a file that a configuration or a plugin names: a regular file, bounded in size.
+
+A path in ``config.toml`` can be mistyped onto a FIFO (opening one for reading waits for a
+writer: a boot that hangs), a device (``/dev/zero`` never ends: memory until the OOM killer) or
+a disk image. Such a file is refused before anything is read, with an :class:`OSError` whose
+``strerror`` says what it is, so each caller's message (an environment file, a CA) names the
+path and the fix as it does for any unreadable file. Symbolic links are followed: these are the
+node's own configuration files, not files another user could plant.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+
+__all__ = ["LIMIT", "read_regular"]
+
+LIMIT = 1 << 20
+"""The most bytes such a file may hold: an environment file or a PEM bundle is a few KiB."""
+
+_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def read_regular(path: str | os.PathLike[str], *, limit: int = LIMIT) -> bytes:
+    """The content of ``path``, which must be a regular file of at most ``limit`` bytes.
+
+    Raises :class:`OSError` (``FileNotFoundError`` when absent) with ``filename`` set:
+    ``EINVAL`` "not a regular file (a FIFO)" and the like (``IsADirectoryError`` for a
+    directory), ``EFBIG`` when it is too large.
+    """
+    # O_NONBLOCK: opening a FIFO for reading returns at once instead of waiting for a writer.
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            kind = next((name for test, name in _KINDS if test(info.st_mode)), "not a file")
+            # A directory is IsADirectoryError, as open() says; the rest plain OSError.
+            number = errno.EISDIR if stat.S_ISDIR(info.st_mode) else errno.EINVAL
+            raise OSError(number, f"not a regular file ({kind})", os.fspath(path))
+        if info.st_size > limit:
+            raise OSError(errno.EFBIG, _too_large(info.st_size, limit), os.fspath(path))
+    except BaseException:
+        os.close(fd)
+        raise
+    with os.fdopen(fd, "rb") as file:
+        data = file.read(limit + 1)  # it may have grown since
+    if len(data) > limit:
+        raise OSError(errno.EFBIG, _too_large(len(data), limit), os.fspath(path))
+    return data
+
+
+def _too_large(size: int, limit: int) -> str:
+    most = f"{limit >> 20} MiB" if limit >= 1 << 20 else f"{limit} bytes"
+    return f"{size} bytes, more than the {most} such a file may hold"
