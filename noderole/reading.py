@@ -40,7 +40,7 @@ def read_regular(path: str | os.PathLike[str], *, limit: int = LIMIT) -> bytes:
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            kind = next((name for test, name in _KINDS if test(info.st_mode)), "not a file")
+            kind = next((name for test, name in _KINDS if test(info.st_mode)), "an unknown kind")
             # A directory is IsADirectoryError, as open() says; the rest plain OSError.
             number = errno.EISDIR if stat.S_ISDIR(info.st_mode) else errno.EINVAL
             raise OSError(number, f"not a regular file ({kind})", os.fspath(path))

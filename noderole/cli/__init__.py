@@ -207,7 +207,8 @@ class LazyGroup(Group):
         except KeyboardInterrupt:
             # Caught here, before click turns it into "Aborted!" and status 1, which the exit
             # codes keep for a failed service. What was started keeps running; locks die with us.
-            after_echo = "\n" if sys.stderr.isatty() else ""  # past the terminal's ^C
+            terminal = sys.stderr is not None and sys.stderr.isatty()
+            after_echo = "\n" if terminal else ""  # past the terminal's ^C
             click.echo(f"{after_echo}noderole: interrupted", err=True)
             ctx.exit(ExitCode.INTERRUPTED)
         except NoderoleError as exc:
