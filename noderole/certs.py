@@ -17,6 +17,7 @@ the warning is silenced around loading only, so ``-W error`` still catches every
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import errno
 import os
@@ -507,6 +508,38 @@ def _fingerprint(cert: x509.Certificate) -> str:
     return cert.fingerprint(hashes.SHA256()).hex()
 
 
+CA_SETTLE = 1.0
+"""Seconds since a CA file was written during which, if it does not parse, it may still be being
+written: k3s writes its CA as client-go's ``cert.WriteCert`` does (create, then write), and a
+path wait ends on the create."""
+CA_LOOK_AGAIN = 0.02
+"""Seconds between two reads of a CA that is still settling."""
+
+
+def _settled_ca(cert_path: str, key_path: str, *, clock: Clock) -> CertificateAuthority:
+    """:func:`load_ca`, read again while it fails and either file was written less than
+    :data:`CA_SETTLE` seconds ago, for :data:`CA_SETTLE` seconds at most (a file stamped in the
+    future by a clock set back cannot keep it looking); then its error stands."""
+    deadline = clock.monotonic() + CA_SETTLE
+    while True:
+        try:
+            return load_ca(cert_path, key_path, now=_now(clock))
+        except CertificateError:
+            if clock.monotonic() >= deadline or not _written_within(
+                CA_SETTLE, (cert_path, key_path), now=clock.time()
+            ):
+                raise
+        clock.sleep(min(CA_LOOK_AGAIN, max(0.0, deadline - clock.monotonic())))
+
+
+def _written_within(seconds: float, paths: Sequence[str], *, now: float) -> bool:
+    for path in paths:
+        with contextlib.suppress(OSError):
+            if now - os.stat(path).st_mtime < seconds:
+                return True
+    return False
+
+
 def ensure_certificate(
     request: MintCertificate,
     *,
@@ -531,7 +564,8 @@ def ensure_certificate(
     now = _now(clock)
     directory = root.local(request.directory)
     cert_path, key_path = os.path.join(directory, CERT_NAME), os.path.join(directory, KEY_NAME)
-    ca = load_ca(root.local(request.ca_cert), root.local(request.ca_key), now=now)
+    ca = _settled_ca(root.local(request.ca_cert), root.local(request.ca_key), clock=clock)
+    now = _now(clock)  # looking again may have taken a moment
     existing = _read_existing(directory)
     verdict = _assess(
         existing,

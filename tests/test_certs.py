@@ -11,6 +11,7 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
 import attrs
 import click.testing
@@ -22,6 +23,8 @@ from cryptography.utils import CryptographyDeprecationWarning
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from noderole.certs import (
+    CA_LOOK_AGAIN,
+    CA_SETTLE,
     CertOutcome,
     ensure_certificate,
     inspect_certificate,
@@ -196,6 +199,19 @@ class Node:
 
     def snapshot(self) -> dict[str, bytes]:
         return {p.name: p.read_bytes() for p in sorted(self.dir.iterdir())}
+
+
+class _FinishingClock(FakeClock):
+    """A FakeClock whose first sleep lets a writer finish (``finish``): what a real writer does
+    while a step waits to look again."""
+
+    finish: Any = None
+
+    def sleep(self, seconds: float) -> None:
+        if self.finish is not None:
+            finish, self.finish = self.finish, None
+            finish()
+        super().sleep(seconds)
 
 
 def assert_sound_pair(node: Node, ca: x509.Certificate, sans: str = SANS) -> None:
@@ -410,6 +426,52 @@ class TestCertificateAuthority:
         node.root.resolve(CA_KEY).unlink()
         with pytest.raises(CertificateError, match=r"CA key .*server-ca\.key does not exist"):
             node.ensure()
+
+    def test_a_ca_still_being_written_is_read_again_until_whole(self, tmp_path: Path) -> None:
+        """k3s writes its CA as client-go's cert.WriteCert does (create, then write), and a path
+        wait ends on the create: the step may find the certificate or the key half-written. A CA
+        file that does not parse and was written in the last CA_SETTLE seconds is read again
+        (every CA_LOOK_AGAIN) until it parses; here the writer finishes during the first look."""
+        node = Node(tmp_path, clock=_FinishingClock(wall=time.time()))
+        cert, key = make_ca(now=node.clock.time())
+        node.install_ca(cert, key)
+        key_path = node.root.resolve(CA_KEY)
+        whole = key_path.read_bytes()
+        key_path.write_bytes(whole[: len(whole) // 2])  # the writer is half-way
+        os.utime(key_path, (node.clock.time(), node.clock.time()))
+        node.clock.finish = lambda: key_path.write_bytes(whole)  # type: ignore[attr-defined]
+        before = node.clock.monotonic()
+        outcome = node.ensure()
+        assert outcome.action == "minted"
+        assert 0 < node.clock.monotonic() - before <= CA_SETTLE
+        assert_sound_pair(node, cert)
+
+    def test_a_ca_that_stays_broken_fails_once_it_has_settled(self, tmp_path: Path) -> None:
+        """A young CA file that never parses is looked at for CA_SETTLE seconds at most, then
+        fails with the same message as at once."""
+        node = Node(tmp_path)
+        node.install_ca(*make_ca(now=node.clock.time()))
+        path = node.root.resolve(CA_CERT)
+        path.write_text("-----BEGIN CERTIFICATE-----\nMIIB")  # a writer that died half-way
+        os.utime(path, (node.clock.time(), node.clock.time()))
+        before = node.clock.monotonic()
+        with pytest.raises(CertificateError, match=r"server-ca\.crt holds no readable PEM"):
+            node.ensure()
+        assert CA_SETTLE <= node.clock.monotonic() - before <= CA_SETTLE + CA_LOOK_AGAIN
+
+    def test_an_old_broken_ca_fails_at_once(self, tmp_path: Path) -> None:
+        """CA files written more than CA_SETTLE seconds ago are not being written: no look again."""
+        node = Node(tmp_path)
+        node.install_ca(*make_ca(now=node.clock.time()))
+        path = node.root.resolve(CA_CERT)
+        path.write_text("not a certificate\n")
+        old = node.clock.time() - 60
+        for written in (path, node.root.resolve(CA_KEY)):
+            os.utime(written, (old, old))
+        before = node.clock.monotonic()
+        with pytest.raises(CertificateError, match=r"server-ca\.crt holds no readable PEM"):
+            node.ensure()
+        assert node.clock.monotonic() == before
 
     def test_garbage_ca(self, node: Node) -> None:
         """A CA file with no PEM certificate is named."""

@@ -11,6 +11,7 @@ import json
 import os
 import stat
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -465,28 +466,78 @@ class TestHeadline:
         assert wait["seconds"] < 30  # 62 s before: the 60 s readiness gate, then the 2 s wait
 
 
-def _shipped_node(node: Node, *, wait_timeout: int, silent_k3s: bool = True) -> list[str]:
+def _shipped_node(
+    node: Node, *, wait_timeout: int, k3s: str | None = SILENT_K3S, konnectivity: str = ""
+) -> list[str]:
     """Stage the shipped plugins' stand-ins in ``node``, with konnectivity's wait bounded at
-    ``wait_timeout`` s and (``silent_k3s``) a k3s that never writes its CA; the arguments of
-    ``apply server`` there."""
+    ``wait_timeout`` s (and the ``konnectivity`` lines added to its table), k3s replaced by the
+    script ``k3s`` (None: the rehearsal's stand-in; by default one that never writes its CA);
+    the arguments of ``apply server`` there."""
     import importlib.metadata
 
     from noderole.testing import ScratchRoot, stage_standins
     from noderole_k3s import plugin as k3s_plugin
     from noderole_konnectivity import plugin as konnectivity_plugin
 
-    config = f"[noderole]\nnet_check = false\n[konnectivity]\nwait_timeout = {wait_timeout}\n"
+    config = (
+        f"[noderole]\nnet_check = false\n"
+        f"[konnectivity]\nwait_timeout = {wait_timeout}\n{konnectivity}"
+    )
     scratch = ScratchRoot(node.root)
     plugins = [("k3s", k3s_plugin), ("konnectivity", konnectivity_plugin)]
     stage_standins(*plugins, node_root=scratch, config_text=config)
     scratch.write_config(config)  # the test's settings replace the rehearsal's
-    if silent_k3s:
-        scratch.write("/usr/local/bin/k3s", SILENT_K3S, mode=0o755)
+    if k3s is not None:
+        scratch.write("/usr/local/bin/k3s", k3s, mode=0o755)
     others = {ep.name for ep in importlib.metadata.entry_points(group="noderole")}
     disabled = [
         a for n in sorted(others - {"k3s", "konnectivity"}) for a in ("--disable-plugin", n)
     ]
     return ["apply", "server", "--root", str(node.root), *disabled]
+
+
+class TestCaWrittenInTwoGoes:
+    def test_a_key_still_being_written_is_read_again(self, node: Node, tmp_path: Path) -> None:
+        """A k3s that writes its CA key as client-go's cert.WriteCert does, create then write,
+        here with 0.3 s between the halves, and a konnectivity that waits for the CA alone (its
+        kubeconfig set to a file already there): the wait ends on the create, the certificate
+        step finds half a key and reads it again until it is whole; konnectivity starts.
+        Before, it failed: "CA key ... is not a readable PEM private key"."""
+        import subprocess
+        import sys
+
+        from cryptography.hazmat.primitives import serialization
+
+        from noderole.state import read_last_apply
+        from tests.test_certs import cert_pem, key_pem, make_ca
+
+        cert, key = make_ca(now=time.time())
+        source = tmp_path / "ca"
+        source.mkdir()
+        (source / "ca.crt").write_bytes(cert_pem(cert))
+        (source / "ca.key").write_bytes(key_pem(key, serialization.PrivateFormat.PKCS8))
+        tls = node.root / "var/lib/rancher/k3s/server/tls"
+        writer = f"""#!/bin/sh
+trap 'exit 0' TERM
+mkdir -p {tls}
+cp {source}/ca.crt {tls}/server-ca.crt
+head -c 100 {source}/ca.key > {tls}/server-ca.key
+sleep 0.3
+tail -c +101 {source}/ca.key >> {tls}/server-ca.key
+while :; do sleep 1; done
+"""
+        command = _shipped_node(
+            node, wait_timeout=30, k3s=writer, konnectivity='kubeconfig = "/etc/hostname"\n'
+        )
+        (node.root / "etc/hostname").write_text("node\n")
+        done = subprocess.run(
+            [sys.executable, "-m", "noderole", *command],
+            capture_output=True, text=True, timeout=100,
+            env={**os.environ, "NODEROLE_ROOT": str(node.root)},
+        )  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+        record = read_last_apply(NodeRoot(node.root))
+        assert record["services"]["konnectivity-server"]["outcome"] == "started", record
 
 
 class TestInterruptedApply:
@@ -538,7 +589,7 @@ class TestLostConsole:
             finally:
                 os.close(write)
 
-        command = _shipped_node(node, wait_timeout=30, silent_k3s=False)
+        command = _shipped_node(node, wait_timeout=30, k3s=None)
         done = unread(*command)
         record = read_last_apply(NodeRoot(node.root))
         outcomes = {name: entry["outcome"] for name, entry in record["services"].items()}
@@ -569,7 +620,7 @@ class TestLostConsole:
                 env={**os.environ, "NODEROLE_ROOT": str(node.root)},
             )  # fmt: skip
 
-        command = _shipped_node(node, wait_timeout=30, silent_k3s=False)
+        command = _shipped_node(node, wait_timeout=30, k3s=None)
         done = closed(*command)
         assert done.returncode == 0, done.stdout + done.stderr
         record = read_last_apply(NodeRoot(node.root))
@@ -591,7 +642,7 @@ class TestCallerUmask:
         import subprocess
         import sys
 
-        command = _shipped_node(node, wait_timeout=30, silent_k3s=False)
+        command = _shipped_node(node, wait_timeout=30, k3s=None)
 
         def directories() -> dict[str, int]:
             found = {}
