@@ -36,7 +36,8 @@ _UNSTORED: dict[str, dict[str, Any]] = {}
 
 
 def parse_config_text(text: str, cache: str | os.PathLike[str] | None) -> dict[str, Any]:
-    """``tomllib.loads(text)``, from ``cache`` when it was made from this very text.
+    """``tomllib.loads(text)`` (a leading byte-order mark skipped), from ``cache`` when it was
+    made from this very text.
 
     Writes nothing: a parse the cache did not have is kept for :func:`store_parsed`. Raises what
     ``tomllib.loads`` raises (``TOMLDecodeError``, a ``ValueError``) for text that is not TOML.
@@ -57,7 +58,9 @@ def parse_config_text(text: str, cache: str | os.PathLike[str] | None) -> dict[s
             return document
     import tomllib  # only on a first read or after an edit
 
-    document = tomllib.loads(text)
+    # A byte-order mark some editors write (Notepad) is theirs, not a first statement: tomllib
+    # would refuse it as "Invalid statement (at line 1, column 1)", showing nothing to fix.
+    document = tomllib.loads(text[1:] if text.startswith("\ufeff") else text)
     if cache is not None and _plain(document):
         _UNSTORED[os.fspath(cache)] = {"format": _FORMAT, "text": text, "document": document}
     return document

@@ -91,6 +91,21 @@ class TestLoadConfig:
         with pytest.raises(ConfigError, match="not valid TOML"):
             load_config(NodeRoot(tmp_path), TABLES)
 
+    def test_a_byte_order_mark_is_not_part_of_the_first_line(self, tmp_path: Path) -> None:
+        """A config.toml saved by an editor that writes a UTF-8 byte-order mark (Notepad) reads
+        as without it, as an environment file does; before, every command refused it with "not
+        valid TOML: Invalid statement (at line 1, column 1)", naming nothing visible."""
+        path = tmp_path / "etc/noderole/config.toml"
+        path.parent.mkdir(parents=True)
+        path.write_bytes(b"\xef\xbb\xbf[demo]\nport = 6443\n")
+        assert load_config(NodeRoot(tmp_path), TABLES).table("demo")["port"] == 6443
+
+    def test_a_byte_order_mark_later_is_still_an_error(self, tmp_path: Path) -> None:
+        """Only a leading mark is the editor's: one inside the text stays the user's."""
+        _write(tmp_path, "[demo]\n\ufeffport = 6443\n")
+        with pytest.raises(ConfigError, match="not valid TOML"):
+            load_config(NodeRoot(tmp_path), TABLES)
+
     def test_secret_is_shown_masked(self, tmp_path: Path) -> None:
         """A secret setting shows as *** in config show output."""
         _write(tmp_path, '[demo]\ntoken = "abc"\n')
