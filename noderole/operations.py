@@ -363,9 +363,12 @@ class Operations:
         try:
             return services[name]
         except KeyError:
+            from noderole.records import did_you_mean
+
             known = ", ".join(sorted(services)) or "none"
             raise UsageError(
-                f"no installed plugin defines service {name!r} (services: {known})"
+                f"no installed plugin defines service {name!r}{did_you_mean(name, services)} "
+                f"(services: {known})"
             ) from None
 
     def targets(self, names: Sequence[str], *, from_record: bool = False) -> tuple[Plan, list[str]]:
@@ -401,8 +404,11 @@ class Operations:
             return plan, list(plan.stop_order())
         unknown = [n for n in names if n not in plan]
         if unknown:
+            from noderole.records import did_you_mean
+
+            named = ", ".join(f"{n}{did_you_mean(n, plan.names())}" for n in unknown)
             raise UsageError(
-                f"{', '.join(unknown)}: not a service of role {plan.role} "
+                f"{named}: not a service of role {plan.role} "
                 f"(its services: {', '.join(plan.names())})"
             )
         return plan, [n for n in plan.stop_order() if n in names]

@@ -35,7 +35,7 @@ from typing import Any, Final, Literal, TypeAlias, cast
 
 from noderole import recordclass
 from noderole.errors import PlanError
-from noderole.records import RecordBase, Service, unknown_names
+from noderole.records import RecordBase, Service, did_you_mean, unknown_names
 
 __all__ = ["KINDS", "Kind", "Plan", "PlannedService", "build_plan"]
 
@@ -425,7 +425,8 @@ class _Graph:
         if not seed:
             known = sorted({r for svc in self.records for r in svc.roles})
             raise PlanError(
-                f"unknown role {role!r}; known roles: {', '.join(known) or '(none)'}. "
+                f"unknown role {role!r}{did_you_mean(role, known)}; known roles: "
+                f"{', '.join(known) or '(none)'}. "
                 f"No service of the installed plugins ({self._plugin_list()}) declares role "
                 f"{role!r}: pass one of the known roles, or install the plugin that defines it."
             )

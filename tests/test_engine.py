@@ -378,6 +378,36 @@ class TestBootCommands:
         assert result.exit_code == 2
         assert "no installed plugin defines service 'nope'" in result.stderr
 
+    def test_hook_misspelled_service_names_the_closest(self, node: Node) -> None:
+        """A runscript or unit with a typo in the service's name (edited by hand at 3 a.m.)
+        hears the name it probably meant."""
+        node.services.append(sleeper("konnectivity-server"))
+        result = CliRunner().invoke(
+            cli, ["hook", "konectivity-server", "start-pre"], obj=node.app()
+        )
+        assert result.exit_code == 2
+        assert (
+            "no installed plugin defines service 'konectivity-server' "
+            "(did you mean 'konnectivity-server'?) (services: " in result.stderr
+        )
+
+    def test_a_misspelled_service_names_the_closest_everywhere(self, node: Node) -> None:
+        """restart, stop and status of a misspelled service of the applied role say which one
+        it probably is; status, which takes a role or a service, says it is neither."""
+        node.services.append(sleeper("konnectivity-server"))
+        assert node.run("apply", "demo").exit_code == 0
+        hint = "(did you mean 'konnectivity-server'?)"
+        for command in ("restart", "stop"):
+            result = node.run(command, "konectivity-server")
+            assert result.exit_code == 2
+            assert f"konectivity-server {hint}: not a service of role demo" in result.stderr
+        result = node.run("status", "konectivity-server")
+        assert result.exit_code == 6
+        assert (
+            f"'konectivity-server' is not a service of role demo {hint}, nor a role: "
+            "unknown role 'konectivity-server'" in " ".join(result.stderr.split())
+        )
+
     def test_exec_runs_the_resolved_command(self, node: Node, tmp_path: Path) -> None:
         """`noderole exec NAME` replaces itself with the service's argv and environment."""
         import subprocess

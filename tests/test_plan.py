@@ -81,6 +81,12 @@ class TestSeed:
         )
         assert "builtin, k3s, konnectivity" in message
 
+    def test_a_misspelled_role_names_the_closest(self) -> None:
+        """A typo of a known role says which one it probably is, before the list."""
+        assert plan_error(server_services(), "sever").startswith(
+            "unknown role 'sever' (did you mean 'server'?); known roles: "
+        )
+
     def test_unknown_role_with_no_roles_at_all(self) -> None:
         """With no role anywhere the message says so instead of listing nothing."""
         assert "known roles: (none)" in plan_error(builtins(), "server")

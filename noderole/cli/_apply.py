@@ -15,7 +15,7 @@ from noderole.cli import Command
 from noderole.cli._app import App
 from noderole.cli._options import backend_option, lock_timeout_option, optional_role_argument
 from noderole.cli._params import Seconds
-from noderole.errors import ExitCode, NoderoleError
+from noderole.errors import ExitCode, NoderoleError, PlanError
 from noderole.operations import status_verdict
 
 if TYPE_CHECKING:
@@ -177,6 +177,7 @@ def _full_status_plan(app: App, role: str | None, backend: str) -> tuple[Plan, B
     the recorded plan's records, or planned from the plugins for another role."""
     only = None
     plan = None
+    recorded = None
     if role:
         # SERVICE of the applied role? Asked of the recorded plan: no plugin is imported.
         with contextlib.suppress(NoderoleError):
@@ -186,7 +187,18 @@ def _full_status_plan(app: App, role: str | None, backend: str) -> tuple[Plan, B
     if plan is None:
         # From the plan the last apply recorded: status imports no plugin (a broken one cannot
         # hide what runs). Another role is planned from the plugins.
-        plan = app.recorded_plan(role)
+        try:
+            plan = app.recorded_plan(role)
+        except PlanError as exc:
+            from noderole.records import did_you_mean
+
+            hint = did_you_mean(role, recorded.names()) if role and recorded else ""
+            if not hint:
+                raise
+            assert recorded is not None
+            raise PlanError(
+                f"{role!r} is not a service of role {recorded.role}{hint}, nor a role: {exc}"
+            ) from None
     return plan, app.recorded_backend(backend), only
 
 
