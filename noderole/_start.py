@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 __all__ = [
     "GC_THRESHOLD",
     "drop_script_directory",
+    "end_attempts_when_terminated",
     "open_standard_streams",
     "restrict_umask",
     "run",
@@ -44,6 +45,7 @@ def run() -> NoReturn:
     the collector's pace, then :func:`noderole.cli.run`."""
     open_standard_streams()
     restrict_umask()
+    end_attempts_when_terminated()
     drop_script_directory()
     gc.set_threshold(*GC_THRESHOLD)
     from noderole.cli import run as cli_run
@@ -82,6 +84,32 @@ def restrict_umask() -> None:
     what root reads next in them. The supervisor daemon sets ``022`` for itself.
     """
     os.umask(os.umask(0o022) | 0o022)
+
+
+def end_attempts_when_terminated() -> None:
+    """On SIGTERM or SIGHUP, kill the command attempts of this process's waits, then die of the
+    signal as before (a caller ignoring either keeps it ignored).
+
+    Each attempt runs in a session of its own, so a timed-out one is killed with its children;
+    that also keeps it out of reach of a signal sent to noderole's group, and dying of the signal
+    would leave it running, reparented to init (``timeout 60 noderole wait --command ...``, an
+    init system stopping an apply, an SSH session gone). Installed through ``_signal``, the C
+    module the interpreter loaded at start: ``signal`` would build its enums (1 ms)."""
+    import _signal  # type: ignore[import-not-found]  # typeshed has no stub for the C half
+
+    for number in (_signal.SIGTERM, _signal.SIGHUP):
+        if _signal.getsignal(number) == _signal.SIG_DFL:
+            _signal.signal(number, _end_attempts_and_die)
+
+
+def _end_attempts_and_die(number: int, frame: object) -> None:
+    import signal  # dying: its cost no longer matters
+
+    probes = sys.modules.get("noderole.supervisor.probes")  # loaded only by a wait
+    if probes is not None:
+        probes.end_attempts()
+    signal.signal(number, signal.SIG_DFL)
+    os.kill(os.getpid(), number)
 
 
 def drop_script_directory() -> None:

@@ -6,7 +6,9 @@ The command (``noderole.cli.run``, also ``python -m noderole``) leaves through `
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -126,10 +128,11 @@ AS_AT_A_TERMINAL = (
 
 
 def interrupt_when(
-    where: Path, seen: str, *args: str, env: dict[str, str] | None = None
+    where: Path, seen: str | Path, *args: str, env: dict[str, str] | None = None
 ) -> tuple[int, str, str]:
-    """Run ``noderole ARGS`` as a real process, press Ctrl-C once ``seen`` shows in its output,
-    and return its exit status, stdout and stderr. As at a terminal, the SIGINT goes to the
+    """Run ``noderole ARGS`` as a real process, press Ctrl-C once ``seen`` shows in its output
+    (or, a path, exists), and return its exit status, stdout and stderr. As at a terminal, the
+    SIGINT goes to the
     command's whole process group (it is started as a group of its own): a supervisor or a
     service still in it would be interrupted too. The process is killed by pid if it is still
     there when the test ends."""
@@ -147,9 +150,15 @@ def interrupt_when(
             start_new_session=True,
         )
     try:
+
+        def there() -> bool:
+            if isinstance(seen, Path):
+                return seen.exists()
+            return seen in out.read_text() + err.read_text()
+
         eventually(
-            lambda: seen in out.read_text() + err.read_text() or process.poll() is not None,
-            f"{seen!r} in the output of noderole {' '.join(args)}",
+            lambda: there() or process.poll() is not None,
+            f"{seen!r} for noderole {' '.join(args)}",
             timeout=60,
         )
         assert process.poll() is None, err.read_text()
@@ -174,3 +183,63 @@ class TestInterrupt:
         assert status == 130, stderr
         assert stderr.splitlines()[-1] == "noderole: interrupted"
         assert "Aborted!" not in stderr
+
+    def test_ctrl_c_ends_a_command_waits_attempt(self, tmp_path: Path) -> None:
+        """A command wait runs each attempt in a session of its own (so a timed-out attempt is
+        killed with its children); the terminal's Ctrl-C therefore never reaches it. Before,
+        the interrupted wait left the attempt running, reparented to init."""
+        from noderole.testing import eventually
+
+        marker = tmp_path / "attempt.pid"
+        attempt = f"sh -c 'echo $$ > {marker}; exec sleep 300'"
+        status, _, stderr = interrupt_when(
+            tmp_path, marker, "--root", str(tmp_path),
+            "wait", "--command", attempt, "--timeout", "600",
+        )  # fmt: skip
+        assert status == 130, stderr
+        pid = int(eventually(marker.read_text, "the attempt's pid", timeout=10))
+        try:
+            eventually(lambda: not _alive(pid), f"attempt {pid} ended", timeout=10)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+    @pytest.mark.parametrize("number", [signal.SIGTERM, signal.SIGHUP])
+    def test_a_termination_ends_a_command_waits_attempt(self, tmp_path: Path, number: int) -> None:
+        """SIGTERM (``timeout``, an init system stopping a job) or SIGHUP (the SSH session gone)
+        while a command wait's attempt runs: the command still dies of that signal, as before,
+        and takes the attempt with it, which its own session kept out of reach. Before, the
+        attempt lived on, reparented to init."""
+        from noderole.testing import eventually
+
+        marker = tmp_path / "attempt.pid"
+        attempt = f"sh -c 'echo $$ > {marker}; exec sleep 300'"
+        process = subprocess.Popen(
+            [sys.executable, "-m", "noderole", "--root", str(tmp_path),
+             "wait", "--command", attempt, "--timeout", "600"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        )  # fmt: skip
+        pid = None
+        try:
+            pid = int(
+                eventually(lambda: marker.exists() and marker.read_text(), "its pid", timeout=30)
+            )
+            process.send_signal(number)
+            assert process.wait(timeout=30) == -number
+            eventually(lambda: not _alive(pid), f"attempt {pid} ended", timeout=10)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+            if pid is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    """Running, not a zombie (a child of init is reaped by it at once)."""
+    try:
+        with open(f"/proc/{pid}/stat") as file:
+            return file.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False

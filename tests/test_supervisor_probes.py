@@ -7,6 +7,7 @@ of ``noderole/supervisor/probes.py``.
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import os
 import socket
@@ -157,6 +158,40 @@ class TestTimeouts:
         )
         assert status.state == "running"
         assert status.reason.startswith("not ready after 0.3s")
+
+
+class TestEndAttempts:
+    def test_attempts_of_other_threads_are_ended_on_the_way_out(self, tmp_path: Path) -> None:
+        """``noderole`` leaves through ``os._exit`` (Ctrl-C, an error) while an apply's threads
+        wait on command attempts, each in a session of its own: end_attempts kills them, and
+        each waiting thread gets its answer (killed) instead of an orphan living on."""
+        from noderole.testing import eventually
+
+        marker = tmp_path / "attempt.pid"
+        probe = probes.CommandProbe(
+            argv=("/bin/sh", "-c", f"echo $$ > {marker}; exec sleep 300"), shown=("sleeper",)
+        )
+        outcomes: list[probes.Outcome] = []
+        thread = threading.Thread(
+            target=lambda: outcomes.append(probes.attempt(probe, left=300)), daemon=True
+        )
+        thread.start()
+        pid = None
+        try:
+            pid = int(
+                eventually(lambda: marker.exists() and marker.read_text(), "its pid", timeout=10)
+            )
+            probes.end_attempts()
+            thread.join(30)
+            assert outcomes
+            assert not outcomes[0].done
+            assert outcomes[0].missing == ("`sleeper` (exit -9)",)
+            assert not os.path.exists(f"/proc/{pid}")  # killed and reaped by its waiter
+        finally:
+            probes.end_attempts()  # even when the pid never showed
+            if pid is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, 9)
 
 
 class TestWire:

@@ -122,6 +122,9 @@ class Outcome:
 
 _DONE = Outcome(done=True)
 
+_RUNNING: set[subprocess.Popen[bytes]] = set()
+"""Command attempts under way in this process (any thread), for :func:`end_attempts`."""
+
 
 def attempt(
     probe: Probe,
@@ -253,9 +256,10 @@ def _command(
         )
     except OSError as error:
         return Outcome(done=False, missing=(f"{label} (cannot run: {_reason(error)})",))
-    if started is not None:
-        started(proc)
+    _RUNNING.add(proc)
     try:
+        if started is not None:
+            started(proc)
         _, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         kill_group(proc)
@@ -263,6 +267,13 @@ def _command(
     except ValueError:  # the caller gave up and closed our pipe: not ready
         kill_group(proc)
         return Outcome(done=False, missing=(f"{label} (cancelled)",))
+    except BaseException:
+        # Ctrl-C in this thread: the attempt, in a session of its own, never got the terminal's
+        # SIGINT, and nobody would end it at the deadline any more.
+        kill_group(proc)
+        raise
+    finally:
+        _RUNNING.discard(proc)
     if proc.returncode == 0:
         return _DONE
     last = next(
@@ -270,6 +281,17 @@ def _command(
     )
     detail = f": {last.strip()[:200]}" if last else ""
     return Outcome(done=False, missing=(f"{label} (exit {proc.returncode}{detail})",))
+
+
+def end_attempts() -> None:
+    """SIGKILL every command attempt still under way in this process: it is leaving (Ctrl-C, an
+    error) while other threads were waiting on attempts, and exiting would leave them running,
+    reparented to init, until they end on their own."""
+    import signal
+
+    for proc in list(_RUNNING):  # a copy made under the GIL: the threads may discard meanwhile
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
 
 
 def kill_group(proc: subprocess.Popen[bytes]) -> None:
