@@ -1,5 +1,10 @@
-"""The ``noderole`` command's first module: the import path and the collector's pace are set
-before anything else loads.
+"""The ``noderole`` command's first module: the process is made sound, and the import path and
+the collector's pace are set, before anything else loads.
+
+A root tool at boot meets whatever its caller left: closed standard descriptors, ``umask 000``,
+a SIGTERM or SIGHUP while a wait's command try runs in a session of its own.
+:func:`open_standard_streams`, :func:`restrict_umask` and :func:`end_attempts_when_terminated`
+deal with each, with a few system calls and no import.
 
 Python puts a script's own directory first on ``sys.path`` (``python -P`` would not): for the
 ``noderole`` console script that is the directory it was installed in, where a stray ``json.py``
@@ -11,8 +16,8 @@ A command's start-up allocates tens of thousands of long-lived objects (modules,
 functions, records) and makes almost no garbage in reference cycles, yet the cyclic collector,
 counting allocations, walks the young generations about fifty times while they are made: about 5%
 of ``noderole plan``'s instructions (callgrind, 271M -> 258M). This module imports nothing but
-:mod:`gc` (and :mod:`os` and :mod:`sys`, loaded with the interpreter) and raises the first
-generation's threshold before click or any noderole module loads, as mypy does for its own runs;
+:mod:`gc` (and :mod:`os`, :mod:`sys` and ``_signal``, loaded with the interpreter) and raises
+the first generation's threshold before click or any noderole module loads, as mypy does;
 collection still happens, once every 100,000 net allocations, so a long ``apply`` (waits of
 minutes, a thousand services) keeps its memory bounded.
 """
@@ -31,6 +36,7 @@ __all__ = [
     "GC_THRESHOLD",
     "drop_script_directory",
     "end_attempts_when_terminated",
+    "end_wait_attempts",
     "open_standard_streams",
     "restrict_umask",
     "run",
@@ -41,8 +47,9 @@ GC_THRESHOLD = (100_000, 50, 100)
 
 
 def run() -> NoReturn:
-    """The ``noderole`` console script: drop the script's directory from the import path, set
-    the collector's pace, then :func:`noderole.cli.run`."""
+    """The ``noderole`` console script: make the process sound (descriptors, umask, what a
+    SIGTERM or SIGHUP leaves), drop the script's directory from the import path, set the
+    collector's pace, then :func:`noderole.cli.run`."""
     open_standard_streams()
     restrict_umask()
     end_attempts_when_terminated()
@@ -102,12 +109,19 @@ def end_attempts_when_terminated() -> None:
             _signal.signal(number, _end_attempts_and_die)
 
 
+def end_wait_attempts() -> None:
+    """Kill the command tries of this process's waits (the process is leaving, by ``os._exit``
+    or a signal: its threads will not end them). Imports nothing: a command that ran no wait
+    has no tries, and no probe module to ask."""
+    probes = sys.modules.get("noderole.supervisor.probes")
+    if probes is not None:
+        probes.end_attempts()
+
+
 def _end_attempts_and_die(number: int, frame: object) -> None:
     import signal  # dying: its cost no longer matters
 
-    probes = sys.modules.get("noderole.supervisor.probes")  # loaded only by a wait
-    if probes is not None:
-        probes.end_attempts()
+    end_wait_attempts()
     signal.signal(number, signal.SIG_DFL)
     os.kill(os.getpid(), number)
 

@@ -190,12 +190,13 @@ def _full_status_plan(app: App, role: str | None, backend: str) -> tuple[Plan, B
         try:
             plan = app.recorded_plan(role)
         except PlanError as exc:
+            if not role or recorded is None:
+                raise
             from noderole.records import did_you_mean
 
-            hint = did_you_mean(role, recorded.names()) if role and recorded else ""
+            hint = did_you_mean(role, recorded.names())  # a misspelled service of the role?
             if not hint:
                 raise
-            assert recorded is not None
             raise PlanError(
                 f"{role!r} is not a service of role {recorded.role}{hint}, nor a role: {exc}"
             ) from None
