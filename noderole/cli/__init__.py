@@ -391,9 +391,11 @@ def run() -> NoReturn:
         status = 0
     except SystemExit as exc:
         status = _exit_status(exc.code)
-    from noderole._start import end_wait_attempts
-
-    end_wait_attempts()  # of waits in threads os._exit would leave behind: no orphan
+    # The tries of waits in threads os._exit would leave behind (as _start.end_wait_attempts
+    # does for a signal; not imported from there: _start imports this module).
+    probes = sys.modules.get("noderole.supervisor.probes")  # loaded only by a wait
+    if probes is not None:
+        probes.end_attempts()
     for stream in (sys.stdout, sys.stderr):
         # A reader that went away (a closed pipe): nothing left to tell it. None: a descriptor
         # the caller closed, when this runs without noderole._start (which opens /dev/null).
