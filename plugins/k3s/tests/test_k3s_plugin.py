@@ -533,6 +533,51 @@ class TestAgentContributions:
         assert "plugin 'beta'" in message
         assert outcome.written == []
 
+    def test_each_hook_called_once_for_both_sides(self, node_root: ScratchRoot) -> None:
+        """The server's and the agent's k3s are built from one call of each contributing hook:
+        another plugin's hook runs once per apply, not once per k3s (it ran twice)."""
+        node_root.write(CONFIG, "")
+        node_root.write_env(AGENT_ENV, {"K3S_URL": "https://s:6443", "K3S_TOKEN": "t"})
+        calls: list[str] = []
+
+        class Counting(Contributor):
+            @noderole.hookimpl(optionalhook=True)
+            def noderole_k3s_config(self, node: NodeContext) -> Any:
+                calls.append("config")
+                return ConfigKeys(keys={"kubelet-arg": ["max-pods=200"]}, applies_to="all")
+
+            @noderole.hookimpl(optionalhook=True)
+            def noderole_k3s_files(self, node: NodeContext) -> Any:
+                calls.append("files")
+                return None
+
+            @noderole.hookimpl(optionalhook=True)
+            def noderole_k3s_manifests(self, node: NodeContext) -> Any:
+                calls.append("manifests")
+                return [manifest()]
+
+        by_name = services(node_root, ("c", Counting()))
+        assert sorted(calls) == ["config", "files", "manifests"]
+        # Both sides still get what is theirs: the keys for all, the manifest for the server.
+        for name in ("k3s", "k3s-agent"):
+            assert not any(isinstance(s, noderole.Fail) for s in by_name[name].pre_start)
+        succeeded(run_prestart(by_name["k3s-agent"], node_root))
+        assert read_yaml(node_root, DROPIN) == {"kubelet-arg": ["max-pods=200"]}
+        assert not node_root.exists(f"{MANIFESTS}/extra.yaml")
+        succeeded(run_prestart(by_name["k3s"], node_root))
+        assert read_yaml(node_root, f"{MANIFESTS}/extra.yaml")["data"] == {"k": "a"}
+
+    def test_broken_manifests_hook_fails_the_server_only(self, node_root: ScratchRoot) -> None:
+        """Manifests are the server's: a manifests hook returning the wrong type fails k3s,
+        naming the plugin and the hook, and leaves k3s-agent alone."""
+        node_root.write(CONFIG, "")
+        node_root.write_env(AGENT_ENV, {"K3S_URL": "https://s:6443", "K3S_TOKEN": "t"})
+        by_name = services(node_root, ("odd", Contributor(manifests=["text"])))
+        message = failed(run_prestart(by_name["k3s"], node_root))
+        assert "plugin 'odd'" in message
+        assert "noderole_k3s_manifests" in message
+        assert not any(isinstance(s, noderole.Fail) for s in by_name["k3s-agent"].pre_start)
+
     def test_bad_applies_to_is_refused(self) -> None:
         """applies_to is server, agent or all."""
         with pytest.raises(noderole.DefinitionError, match="applies_to"):

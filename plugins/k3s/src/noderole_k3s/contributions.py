@@ -21,7 +21,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Contributions",
+    "Gathered",
     "collect_contributions",
+    "contributions_for",
+    "gather_contributions",
     "merge_config",
     "parse_config_text",
     "render_yaml",
@@ -45,14 +48,43 @@ class Contributions:
     """One sentence per problem; any problem keeps this k3s from starting."""
 
 
-def _collect(node: NodeContext, hook_name: str, kind: type[R], problems: list[str]) -> list[R]:
-    """The hook's records, sorted by plugin (stable), or none and a problem."""
+def _collect(node: NodeContext, hook_name: str, kind: type[R]) -> tuple[list[R], list[str]]:
+    """The hook's records, sorted by plugin (stable); or none and the problem."""
     try:
         records = node.collect(hook_name, kind)
     except NoderoleError as exc:
-        problems.append(str(exc))
-        return []
-    return sorted(records, key=lambda record: str(getattr(record, "origin", "")))
+        return [], [str(exc)]
+    return sorted(records, key=lambda record: str(getattr(record, "origin", ""))), []
+
+
+@recordclass.frozen(kw_only=True)
+class Gathered:
+    """What the k3s hooks returned, each called once, before it is merged for a side: the k3s
+    plugin builds the server's and the agent's k3s from one gathering, so another plugin's hook
+    runs once per apply, not once per k3s."""
+
+    keys: tuple[ConfigKeys, ...]
+    files: tuple[ConfigFile, ...]
+    manifests: tuple[Manifest, ...]
+    problems: Mapping[str, tuple[str, ...]]
+    """Hook name -> the problems calling it raised (a side hears only of the hooks it uses)."""
+
+
+def gather_contributions(node: NodeContext) -> Gathered:
+    """Call every plugin's k3s hooks once: what :func:`contributions_for` merges for a side."""
+    keys, keys_problems = _collect(node, "noderole_k3s_config", ConfigKeys)
+    files, files_problems = _collect(node, "noderole_k3s_files", ConfigFile)
+    manifests, manifests_problems = _collect(node, "noderole_k3s_manifests", Manifest)
+    return Gathered(
+        keys=tuple(keys),
+        files=tuple(files),
+        manifests=tuple(manifests),
+        problems={
+            "noderole_k3s_config": tuple(keys_problems),
+            "noderole_k3s_files": tuple(files_problems),
+            "noderole_k3s_manifests": tuple(manifests_problems),
+        },
+    )
 
 
 def _unique(records: Sequence[Any], attribute: str, what: str, problems: list[str]) -> list[Any]:
@@ -72,18 +104,25 @@ def _unique(records: Sequence[Any], attribute: str, what: str, problems: list[st
 
 def collect_contributions(node: NodeContext, side: str = "server") -> Contributions:
     """Call every plugin's k3s hooks and merge what they return for ``side`` (server or agent)."""
-    problems: list[str] = []
+    return contributions_for(gather_contributions(node), side)
 
-    def for_side(records: list[Any]) -> list[Any]:
+
+def contributions_for(gathered: Gathered, side: str) -> Contributions:
+    """Merge what the hooks returned (:func:`gather_contributions`) for ``side`` (server or
+    agent): keys and files meant for that side or for all, manifests for the server only."""
+    problems: list[str] = [*gathered.problems["noderole_k3s_config"]]
+
+    def for_side(records: Sequence[Any]) -> list[Any]:
         return [r for r in records if r.applies_to in (side, "all")]
 
-    keys = for_side(_collect(node, "noderole_k3s_config", ConfigKeys, problems))
-    config, found = merge_config(keys)
+    config, found = merge_config(for_side(gathered.keys))
     problems += found
-    files = for_side(_collect(node, "noderole_k3s_files", ConfigFile, problems))
-    manifests: list[Manifest] = []
+    problems += gathered.problems["noderole_k3s_files"]
+    files = for_side(gathered.files)
+    manifests: Sequence[Manifest] = ()
     if side == "server":  # agents have no auto-deploy directory
-        manifests = _collect(node, "noderole_k3s_manifests", Manifest, problems)
+        problems += gathered.problems["noderole_k3s_manifests"]
+        manifests = gathered.manifests
     return Contributions(
         config=config,
         files=tuple(_unique(files, "path", "file", problems)),

@@ -33,7 +33,9 @@ import noderole
 from noderole import EnvFileError, StepError
 from noderole_k3s import hookspecs
 from noderole_k3s.contributions import (
-    collect_contributions,
+    Gathered,
+    contributions_for,
+    gather_contributions,
     parse_config_text,
     render_yaml,
     with_base_lists,
@@ -186,11 +188,14 @@ def noderole_settings() -> noderole.SettingsTable:
 @noderole.hookimpl
 def noderole_services(node: NodeContext) -> list[noderole.Service]:
     cfg = node.settings(TABLE)
+    # The server's and the agent's k3s both take what other plugins contribute: their hooks are
+    # called once, here, and merged for each side.
+    gathered = gather_contributions(node)
     return [
         _cluster_init(cfg),
         _cluster_join(node, cfg),
-        _server(node, cfg),
-        _agent(node, cfg),
+        _server(node, cfg, gathered),
+        _agent(node, cfg, gathered),
     ]
 
 
@@ -369,10 +374,10 @@ def _base_config(
 
 
 def _contributed(
-    node: NodeContext, cfg: Mapping[str, Any], side: str, base: Mapping[str, Any]
+    gathered: Gathered, cfg: Mapping[str, Any], side: str, base: Mapping[str, Any]
 ) -> tuple[list[Step], list[str]]:
     """The steps writing what other plugins contribute to the ``side`` k3s, and problems."""
-    contributed = collect_contributions(node, side)
+    contributed = contributions_for(gathered, side)
     steps: list[Step] = []
     for extra in contributed.files:
         steps.append(
@@ -418,9 +423,9 @@ def _restore_guard(marker: str) -> noderole.Call:
     )
 
 
-def _server(node: NodeContext, cfg: Mapping[str, Any]) -> noderole.Service:
+def _server(node: NodeContext, cfg: Mapping[str, Any], gathered: Gathered) -> noderole.Service:
     base, steps, problems = _base_config(node, cfg)
-    contributed, found = _contributed(node, cfg, "server", base)
+    contributed, found = _contributed(gathered, cfg, "server", base)
     problems += found
     if problems:
         steps = [noderole.Fail(message="; ".join(problems))]
@@ -464,7 +469,7 @@ def _agent_base(node: NodeContext, cfg: Mapping[str, Any]) -> tuple[Mapping[str,
         return {}, [str(exc)]
 
 
-def _agent(node: NodeContext, cfg: Mapping[str, Any]) -> noderole.Service:
+def _agent(node: NodeContext, cfg: Mapping[str, Any], gathered: Gathered) -> noderole.Service:
     env_path = cfg["agent_env"]
     values, unreadable = _read_env(node, env_path)
     url, token = values.get("K3S_URL", "").strip(), values.get("K3S_TOKEN", "").strip()
@@ -472,7 +477,7 @@ def _agent(node: NodeContext, cfg: Mapping[str, Any]) -> noderole.Service:
     environment: dict[str, str | noderole.Secret] = {}
     steps: list[Step] = []
     base, problems = _agent_base(node, cfg)
-    contributed, found = _contributed(node, cfg, "agent", base)
+    contributed, found = _contributed(gathered, cfg, "agent", base)
     problems += found
     if unreadable:
         steps.append(noderole.Fail(message=unreadable))
