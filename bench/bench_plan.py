@@ -25,6 +25,11 @@ side does, which the machine's caches and TLB cannot move. Each figure is a chil
 builds the services and plans them, less the same child that stops before planning. It takes
 several minutes (valgrind runs the 100,000-service child at about a fiftieth of its speed), so it
 is not part of ``python -m bench``.
+
+``python -m bench.bench_plan --phases [--quick]`` times each phase of ``build_plan`` apart (the
+graph's set-up, where every declared name is looked up; the closure; the edges; the waves; the
+planned records), measured as ``run`` measures the whole, and prints each phase's growth: where the
+time above tenfold goes.
 """
 
 from __future__ import annotations
@@ -45,10 +50,10 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from bench._common import Row, summarize
-from noderole.plan import build_plan
+from noderole.plan import Plan, _Graph, build_plan
 from noderole.records import Service
 
-__all__ = ["count_instructions", "instructions", "run", "synthetic_services"]
+__all__ = ["PHASES", "count_instructions", "instructions", "phases", "run", "synthetic_services"]
 
 EDGES_PER_SERVICE = 5
 ROLE = "bench"
@@ -190,6 +195,78 @@ def _spread(large: list[float], small: list[float]) -> float:
     return max(ratios) - min(ratios)
 
 
+PHASES = ("graph set-up", "closure", "edges", "waves", "records")
+"""The phases of :func:`noderole.plan.build_plan`, in order (see :func:`timed_phases`)."""
+
+
+def timed_phases(services: list[Service], role: str) -> tuple[list[float], Plan]:
+    """CPU seconds of each of :data:`PHASES` in one build of the plan, and the plan (freed by
+    the caller after the clock stops). The calls are ``noderole.plan._build_plan``'s, in its
+    order, with the collector off as ``build_plan`` keeps it; a test checks that they build the
+    plan ``build_plan`` builds."""
+    clock = time.process_time
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        ticks = [clock()]
+        graph = _Graph(services, role, ())
+        ticks.append(clock())
+        member, pulled_in_by = graph.closure(role)
+        ticks.append(clock())
+        providing = graph.planned_providers(member)
+        befores = graph.before_edges(member, providing)
+        ticks.append(clock())
+        levels = graph.levels(member, providing, befores)
+        ticks.append(clock())
+        if levels is None:
+            raise ValueError("the services form a cycle: time the phases of an acyclic graph")
+        plan = graph.plan(role, member, pulled_in_by, providing, befores, levels)
+        ticks.append(clock())
+    finally:
+        if paused:
+            gc.enable()
+    return [end - start for start, end in itertools.pairwise(ticks)], plan
+
+
+def phases(quick: bool) -> list[Row]:
+    """Median CPU time of each phase per size, then each phase's growth between sizes."""
+    sizes = (100, 1_000) if quick else (1_000, 10_000, 100_000)
+    repeat = 3 if quick else 9
+    services = {size: synthetic_services(size) for size in sizes}
+    samples: dict[int, list[list[float]]] = {size: [] for size in sizes}
+    for _ in range(repeat):
+        for size in sizes:  # interleaved, as in ``run``
+            gc.collect()
+            times, plan = timed_phases(services[size], ROLE)
+            del plan
+            samples[size].append(times)
+    rows: list[Row] = []
+    for index, phase in enumerate(PHASES):
+        per_size = {size: [times[index] for times in samples[size]] for size in sizes}
+        for size in sizes:
+            median, spread, _ = summarize(per_size[size])
+            rows.append(
+                Row(
+                    benchmark=f"plan phase {phase}, {size:,} services",
+                    unit="s CPU",
+                    median=median,
+                    spread=spread,
+                    samples=repeat,
+                )
+            )
+        for small, large in itertools.pairwise(sizes):
+            rows.append(
+                Row(
+                    benchmark=f"plan phase {phase}, growth {small:,} -> {large:,} services",
+                    unit="x",
+                    median=_growth(per_size[large], per_size[small]),
+                    spread=_spread(per_size[large], per_size[small]),
+                    samples=repeat,
+                )
+            )
+    return rows
+
+
 # The child of an instruction count: the same services and edges as ``run`` builds, then nothing
 # ("none"), build_plan ("plan") or the peer's sort ("sort"). The baseline differs from the others
 # only by the call being counted.
@@ -282,7 +359,7 @@ def instructions(quick: bool) -> list[Row]:
 
 def main(argv: list[str]) -> None:
     """Print the figures."""
-    rows = instructions if "--instructions" in argv else run
+    rows = instructions if "--instructions" in argv else phases if "--phases" in argv else run
     for row in rows(quick="--quick" in argv):
         peer = ""
         if row.peer is not None and row.peer_median is not None:

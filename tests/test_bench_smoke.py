@@ -56,3 +56,40 @@ class TestBenchSmoke:
         assert growth.startswith("plan instruction growth 100 -> 1,000 services: ")
         ours = float(growth.split(": ", 1)[1].split(" x", 1)[0])
         assert 5 < ours < 20, growth
+
+
+def test_timed_phases_build_the_plan_build_plan_builds() -> None:
+    """`--phases` times build_plan's own steps: the plan they build is build_plan's, service for
+    service, so the phases cannot drift from what the whole row times."""
+    from bench.bench_plan import PHASES, ROLE, synthetic_services, timed_phases
+    from noderole.plan import build_plan
+
+    services = synthetic_services(400)
+    times, plan = timed_phases(services, ROLE)
+    whole = build_plan(services, ROLE)
+    assert len(times) == len(PHASES)
+    assert all(t >= 0 for t in times)
+    assert plan.waves == whole.waves
+    assert plan.to_dict() == whole.to_dict()
+
+
+@pytest.mark.slow
+def test_phases_quick_prints_each_phase_and_its_growth() -> None:
+    """`python -m bench.bench_plan --phases --quick` prints, per phase, its time at both sizes
+    and its growth."""
+    from bench.bench_plan import PHASES
+
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.bench_plan", "--phases", "--quick"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert len(lines) == 3 * len(PHASES), done.stdout
+    for phase in PHASES:
+        assert any(
+            line.startswith(f"plan phase {phase}, growth 100 -> 1,000 services: ") for line in lines
+        )
