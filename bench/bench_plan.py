@@ -168,19 +168,37 @@ def run(quick: bool) -> list[Row]:
     # any Python graph code grows somewhat faster than linearly on the same machine.
     for small, large in itertools.pairwise(sizes):
         rows.append(
-            Row(
-                benchmark=f"plan time growth {small:,} -> {large:,} services",
-                unit="x",
-                median=_growth(ours[large], ours[small]),
-                spread=_spread(ours[large], ours[small]),
-                samples=repeat,
-                peer="graphlib.TopologicalSorter growth",
-                peer_median=_growth(peer[large], peer[small]),
-                peer_spread=_spread(peer[large], peer[small]),
+            _growth_row(
+                f"plan time growth {small:,} -> {large:,} services",
+                ours[large],
+                ours[small],
+                peer=("graphlib.TopologicalSorter growth", peer[large], peer[small]),
                 target="<= 11x per tenfold step",
             )
         )
     return rows
+
+
+def _growth_row(
+    benchmark: str,
+    large: list[float],
+    small: list[float],
+    *,
+    peer: tuple[str, list[float], list[float]] | None = None,
+    target: str = "",
+) -> Row:
+    """The growth from ``small``'s samples to ``large``'s (and the peer's beside it)."""
+    return Row(
+        benchmark=benchmark,
+        unit="x",
+        median=_growth(large, small),
+        spread=_spread(large, small),
+        samples=len(large),
+        peer=None if peer is None else peer[0],
+        peer_median=None if peer is None else _growth(peer[1], peer[2]),
+        peer_spread=None if peer is None else _spread(peer[1], peer[2]),
+        target=target,
+    )
 
 
 def _growth(large: list[float], small: list[float]) -> float:
@@ -254,16 +272,14 @@ def phases(quick: bool) -> list[Row]:
                     samples=repeat,
                 )
             )
-        for small, large in itertools.pairwise(sizes):
-            rows.append(
-                Row(
-                    benchmark=f"plan phase {phase}, growth {small:,} -> {large:,} services",
-                    unit="x",
-                    median=_growth(per_size[large], per_size[small]),
-                    spread=_spread(per_size[large], per_size[small]),
-                    samples=repeat,
-                )
+        rows.extend(
+            _growth_row(
+                f"plan phase {phase}, growth {small:,} -> {large:,} services",
+                per_size[large],
+                per_size[small],
             )
+            for small, large in itertools.pairwise(sizes)
+        )
     return rows
 
 

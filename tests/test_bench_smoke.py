@@ -42,16 +42,8 @@ class TestBenchSmoke:
         """`python -m bench.bench_plan --instructions --quick` counts both sides at two sizes
         and prints their growth; the counts are real callgrind figures, so planning ten times
         the services must count several times the instructions."""
-        done = subprocess.run(
-            [sys.executable, "-m", "bench.bench_plan", "--instructions", "--quick"],
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-        assert done.returncode == 0, done.stderr
-        lines = done.stdout.splitlines()
-        assert len(lines) == 3, done.stdout
+        lines = _bench_plan("--instructions", "--quick")
+        assert len(lines) == 3, lines
         growth = lines[2]
         assert growth.startswith("plan instruction growth 100 -> 1,000 services: ")
         ours = float(growth.split(": ", 1)[1].split(" x", 1)[0])
@@ -79,17 +71,22 @@ def test_phases_quick_prints_each_phase_and_its_growth() -> None:
     and its growth."""
     from bench.bench_plan import PHASES
 
-    done = subprocess.run(
-        [sys.executable, "-m", "bench.bench_plan", "--phases", "--quick"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr
-    lines = done.stdout.splitlines()
-    assert len(lines) == 3 * len(PHASES), done.stdout
+    lines = _bench_plan("--phases", "--quick")
+    assert len(lines) == 3 * len(PHASES), lines
     for phase in PHASES:
         assert any(
             line.startswith(f"plan phase {phase}, growth 100 -> 1,000 services: ") for line in lines
         )
+
+
+def _bench_plan(*args: str) -> list[str]:
+    """The lines ``python -m bench.bench_plan ARGS`` prints, after checking it succeeded."""
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.bench_plan", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.splitlines()
