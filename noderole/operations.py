@@ -990,11 +990,14 @@ def _log_tail(path: str, lines: int, secrets: Sequence[str] | None) -> list[str]
             "(log not shown: the service has secrets and its plugin could not be loaded "
             "to hide them; read the log as root)"
         ]
+    from noderole.supervisor._safeopen import UnsafePathError, read_tail
+
     try:
-        with open(path, "rb") as f:
-            size = f.seek(0, 2)
-            f.seek(max(0, size - 65536))
-            text = f.read().decode(errors="replace")
+        # The log sits where the service's user may write: a link or a FIFO planted there is
+        # neither read through nor waited on.
+        text = read_tail(path, 65536).decode(errors="replace")
+    except UnsafePathError as exc:
+        return [f"(log not shown: {exc})"]
     except OSError:
         return []
     tail = text.splitlines()[-lines:]

@@ -24,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -282,6 +283,92 @@ class TestPlantedLinks:
 
 
 # ---------------------------------------------------------------------------- part 2
+
+
+class TestStatusLogTail:
+    """``status`` shows a failing service's last log lines, read by root from a file in a
+    directory the service's user owns: the user must not turn that read onto root's files, nor
+    hang it."""
+
+    SECRET = "root-only: the line the service's user must never see\n"
+
+    def _tail(self, scene: Scene) -> list[str]:
+        """What status would show for a service logging to the user's ``svc.log``, read in a
+        thread so that a read that blocks fails the test instead of hanging it."""
+        from noderole.operations import _log_tail
+
+        found: list[list[str]] = []
+        reader = threading.Thread(
+            target=lambda: found.append(_log_tail(str(scene.svc / "svc.log"), 5, [])),
+            daemon=True,
+        )
+        reader.start()
+        reader.join(10)
+        if reader.is_alive():  # blocked opening a FIFO: a writer releases it, then fail
+            fd = os.open(scene.svc / "svc.log", os.O_WRONLY | os.O_NONBLOCK)
+            os.close(fd)
+            reader.join(10)
+            pytest.fail("reading the log tail blocked on a FIFO the service's user planted")
+        return found[0]
+
+    def _victim(self, scene: Scene) -> Path:
+        victim = scene.base / "shadow"
+        victim.write_text("root:$6$hash:19000::::::\n" + self.SECRET)
+        victim.chmod(0o600)
+        return victim
+
+    def test_the_users_own_log_is_shown(self, scene: Scene) -> None:
+        """The control: a log the user wrote himself is shown, last lines first to last."""
+        scene.plant("sh", "-c", f"printf 'one\\ntwo\\n' > {scene.svc / 'svc.log'}")
+        assert self._tail(scene) == ["one", "two"]
+
+    def test_a_symbolic_link_is_not_read_through(self, scene: Scene) -> None:
+        """A link the user planted at his log, to a file only root can read: status says it
+        does not follow it, and shows nothing of the file."""
+        victim = self._victim(scene)
+        scene.plant("ln", "-s", str(victim), str(scene.svc / "svc.log"))
+        shown = self._tail(scene)
+        assert not any("root-only" in line or "hash" in line for line in shown)
+        assert shown == [
+            f"(log not shown: refusing to read {scene.svc / 'svc.log'}: it is a symbolic link; "
+            "remove it)"
+        ]
+
+    def test_a_fifo_does_not_hang_status(self, scene: Scene) -> None:
+        """A FIFO in place of the log (swapped in after status saw a file): the read returns
+        at once, saying what it found."""
+        scene.plant("mkfifo", str(scene.svc / "svc.log"))
+        assert self._tail(scene) == [
+            f"(log not shown: refusing to read {scene.svc / 'svc.log'}: it is not a regular "
+            "file; remove it)"
+        ]
+
+    def test_a_hard_link_to_roots_file_is_not_read(self, scene: Scene) -> None:
+        """With fs.protected_hardlinks=0 the user can link a root-owned file into his
+        directory (made here by root, as the user could there): not shown either."""
+        victim = self._victim(scene)
+        os.link(victim, scene.svc / "svc.log")
+        shown = self._tail(scene)
+        assert not any("root-only" in line or "hash" in line for line in shown)
+        assert len(shown) == 1
+        assert shown[0].startswith(f"(log not shown: refusing to read {scene.svc / 'svc.log'}: ")
+        assert "2 hard links" in shown[0]
+
+    def test_a_link_in_place_of_the_log_directory_is_not_followed(self, scene: Scene) -> None:
+        """The user replaces a directory of his by a link to a root-only one."""
+        private = scene.base / "private"
+        private.mkdir(mode=0o700)
+        (private / "svc.log").write_text(self.SECRET)
+        (scene.svc / "logs").mkdir()
+        os.chown(scene.svc / "logs", scene.user.uid, scene.user.gid)
+        scene.plant("rmdir", str(scene.svc / "logs"))
+        scene.plant("ln", "-s", str(private), str(scene.svc / "logs"))
+        from noderole.operations import _log_tail
+
+        shown = _log_tail(str(scene.svc / "logs/svc.log"), 5, [])
+        assert not any("root-only" in line for line in shown)
+        assert len(shown) == 1
+        assert "refusing to follow the symbolic link" in shown[0]
 
 
 class TestPrivateRunDirectory:

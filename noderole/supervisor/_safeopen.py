@@ -8,7 +8,8 @@ The supervisor and ``apply`` run as root, and write into directories a service's
   and is refused otherwise (:func:`open_dir`);
 - a file is opened ``O_NOFOLLOW`` relative to that directory's descriptor: a link planted at the
   file itself is never written through; ``O_NONBLOCK`` on open, so a planted FIFO cannot hang
-  the daemon; what was opened must be a regular file (:func:`open_append`, :func:`read_small`);
+  the daemon; what was opened must be a regular file (:func:`open_append`, :func:`read_small`,
+  :func:`read_tail`, which ``status`` reads a failing service's log with);
 - a log in a directory the service's user can write is opened *with that user's rights*, in a
   short-lived forked child that has dropped to the user's uid and gid and hands the descriptor
   back over a socketpair (``SCM_RIGHTS``): the kernel then refuses whatever the user could not
@@ -37,6 +38,7 @@ __all__ = [
     "open_dir",
     "private_dir",
     "read_small",
+    "read_tail",
     "rename_in",
     "replace_file",
 ]
@@ -127,7 +129,7 @@ def _split(path: str) -> tuple[str, str]:
     return parent or "/", name
 
 
-def _check_opened(fd: int, path: str, owner: int | None) -> None:
+def _check_opened(fd: int, path: str, owner: int | None, *, verb: str = "write") -> None:
     """Refuse what is not a plain file of ours (closing ``fd``)."""
     info = os.fstat(fd)
     problem = ""
@@ -140,7 +142,7 @@ def _check_opened(fd: int, path: str, owner: int | None) -> None:
         )
     if problem:
         os.close(fd)
-        raise UnsafePathError(f"refusing to write {path}: {problem}; remove it")
+        raise UnsafePathError(f"refusing to {verb} {path}: {problem}; remove it")
 
 
 def _open_here(dfd: int, name: str, path: str, mode: int) -> int:
@@ -238,6 +240,30 @@ def read_small(path: str, limit: int = 1 << 20) -> bytes:
         return os.read(fd, limit)
     finally:
         os.close(fd)
+
+
+def read_tail(path: str, size: int) -> bytes:
+    """The last ``size`` bytes of the log ``path``, read as root from a directory its service's
+    user may own: the directories are resolved as :func:`open_dir` does, the file is opened
+    without following a link or blocking on a FIFO, and must be a regular file without a second
+    hard link (a planted link to a file of root's would show it to whoever reads the status).
+    """
+    parent, name = _split(path)
+    dfd = open_dir(parent)
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dfd)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise UnsafePathError(
+                f"refusing to read {path}: it is a symbolic link; remove it"
+            ) from None
+        raise
+    finally:
+        os.close(dfd)
+    _check_opened(fd, path, None, verb="read")
+    with os.fdopen(fd, "rb") as file:
+        file.seek(max(0, os.fstat(fd).st_size - size))
+        return file.read(size)
 
 
 def replace_file(path: str, data: bytes, *, mode: int = 0o600, create_dirs: bool = True) -> None:
