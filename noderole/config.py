@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import types
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Final
 
-from noderole import recordclass
+from noderole import recordclass, tomlcache
 from noderole.errors import ConfigError, DefinitionError
 from noderole.records import RecordBase, Setting, SettingsTable, did_you_mean
 from noderole.root import NodeRoot
@@ -28,7 +28,7 @@ __all__ = [
     "load_config",
 ]
 
-CONFIG_PATH = "/etc/noderole/config.toml"
+CONFIG_PATH: Final = tomlcache.CONFIG_PATH
 """Node path of the configuration file (read under ``--root``)."""
 
 
@@ -136,16 +136,14 @@ def check_config(
     Each problem is one line naming ``file:table.key`` and why, with the fix when it is known.
     The configuration is None when the file cannot be read or parsed at all.
     """
+    from noderole.tomlcache import CONFIG_CACHE, parse_config_text, read_config, unreadable
+
     try:
-        with open(
-            root.local(CONFIG_PATH), "rb"
-        ) as file:  # not through pathlib: `plan` imports none
-            raw = file.read()
+        raw = read_config(root.local(CONFIG_PATH))  # not through pathlib: `plan` imports none
     except FileNotFoundError:
         return _build(tables, {}, found=False)
     except OSError as exc:
-        return None, [f"{CONFIG_PATH}: cannot read it: {exc.strerror}"]
-    from noderole.tomlcache import CONFIG_CACHE, parse_config_text
+        return None, [unreadable(exc)]
 
     try:
         document = parse_config_text(raw.decode("utf-8"), root.local(CONFIG_CACHE))

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Self
 from noderole.clock import Clock, SystemClock
 from noderole.errors import ConfigError, ExitCode, NoderoleError, UsageError
 from noderole.root import NodeRoot
+from noderole.tomlcache import CONFIG_PATH
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -42,9 +43,6 @@ if TYPE_CHECKING:
 
 __all__ = ["Operations", "RenderResult", "status_verdict"]
 
-CONFIG_PATH = "/etc/noderole/config.toml"
-"""noderole.config.CONFIG_PATH, repeated: ``status`` checks the file's syntax without importing
-the configuration module (and the records with it)."""
 
 _UP = {"running", "ready"}
 _ACTIVE = {"starting", "running", "ready", "backoff"}
@@ -667,13 +665,16 @@ class Operations:
         read the settings, yet the operator should hear that the next apply will refuse."""
         if "config" in self.__dict__:
             return ""  # loaded already: config_warning says it
+        from noderole.tomlcache import read_config, unreadable
+
         try:
-            with open(self.root.local(CONFIG_PATH), encoding="utf-8") as file:
-                text = file.read()  # not through pathlib: `status` imports none
+            text = read_config(self.root.local(CONFIG_PATH)).decode("utf-8")
             self._parse_config(text)
         except FileNotFoundError:
             return ""
-        except (OSError, ValueError) as exc:
+        except OSError as exc:
+            return f"{unreadable(exc)}; the next apply will refuse it"
+        except ValueError as exc:  # not UTF-8, or not TOML
             return (
                 f"{CONFIG_PATH}: not valid TOML: {exc}; the next apply will refuse it: fix it "
                 "(noderole config check)"
@@ -697,10 +698,10 @@ class Operations:
         ``stop`` and ``status`` work from the recorded plan and must not import a plugin."""
         if "config" in self.__dict__:
             return str(self.setting("textfile_dir"))
+        from noderole.tomlcache import read_config
+
         try:
-            with open(self.root.local(CONFIG_PATH), encoding="utf-8") as file:
-                text = file.read()
-            document = self._parse_config(text)
+            document = self._parse_config(read_config(self.root.local(CONFIG_PATH)).decode("utf-8"))
         except (OSError, ValueError):
             return ""  # no file, or one `noderole config check` will explain: metrics stay off
         table = document.get("noderole")

@@ -25,14 +25,41 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pathlib import Path
 
-__all__ = ["CONFIG_CACHE", "parse_config_text", "store_parsed"]
+__all__ = [
+    "CONFIG_CACHE",
+    "CONFIG_PATH",
+    "parse_config_text",
+    "read_config",
+    "store_parsed",
+    "unreadable",
+]
 
+CONFIG_PATH = "/etc/noderole/config.toml"
+"""Node path of the configuration file (read under ``--root``); ``noderole.config.CONFIG_PATH``.
+"""
 CONFIG_CACHE = "/var/cache/noderole/config.json"
 """Where the parsed configuration is kept, as a node path (under ``--root``)."""
 _FORMAT = 1
 _PLAIN = (str, int, float, bool)
 _UNSTORED: dict[str, dict[str, Any]] = {}
 """What this process parsed and found no cache for, by cache path, for :func:`store_parsed`."""
+
+
+def read_config(local: str | os.PathLike[str]) -> bytes:
+    """The bytes of ``config.toml`` at ``local`` (``root.local(CONFIG_PATH)``): a regular file
+    of at most 1 MiB, else an :class:`OSError` saying what is there instead (a FIFO would hang
+    the boot, a link to /dev/zero fill the memory). Every command reads it through here."""
+    from noderole.reading import read_regular
+
+    return read_regular(local)
+
+
+def unreadable(error: OSError) -> str:
+    """The problem line for a ``config.toml`` :func:`read_config` could not read."""
+    return (
+        f"{CONFIG_PATH}: cannot read it: {error.strerror}; config.toml must be a regular file of "
+        "TOML text (at most 1 MiB): fix it, then check it with noderole config check"
+    )
 
 
 def parse_config_text(text: str, cache: str | os.PathLike[str] | None) -> dict[str, Any]:

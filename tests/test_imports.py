@@ -189,12 +189,6 @@ class TestRepeatedConstants:
 
         assert waits.ATTEMPT_TIMEOUT == probes.ATTEMPT_TIMEOUT
 
-    def test_operations_repeats_the_config_path(self) -> None:
-        """operations' copy of CONFIG_PATH (kept so status need not import config) matches."""
-        from noderole import config, operations
-
-        assert operations.CONFIG_PATH == config.CONFIG_PATH
-
 
 class TestTerminalColumns:
     @pytest.mark.parametrize("columns", ["", "0", "-3", "abc", "120", "37"])

@@ -15,9 +15,12 @@ from typing import Any
 
 import pytest
 
+from noderole.config import load_config
 from noderole.envfile import read_env_file
-from noderole.errors import CertificateError, EnvFileError
+from noderole.errors import CertificateError, ConfigError, EnvFileError
+from noderole.operations import Operations
 from noderole.reading import LIMIT, read_regular
+from noderole.root import NodeRoot
 from tests.test_certs import CA_CERT, CA_KEY, Node, make_ca
 
 
@@ -126,3 +129,54 @@ class TestCertificateAuthority:
         error = finishing(node.ensure)
         assert isinstance(error, CertificateError)
         assert str(error) == f"cannot read {named} {path}: not a regular file (a FIFO)"
+
+
+class TestConfigFile:
+    """``/etc/noderole/config.toml`` is read like every file a configuration names: a FIFO, a
+    device or a directory in its place is refused at once, naming what it is (a FIFO hung
+    ``apply``, ``plan`` and ``config check``; a link to /dev/zero read until memory ran out)."""
+
+    def _place(self, tmp_path: Path, make: Callable[[Path], None]) -> NodeRoot:
+        path = tmp_path / "etc/noderole/config.toml"
+        path.parent.mkdir(parents=True)
+        make(path)
+        return NodeRoot(tmp_path)
+
+    @pytest.mark.parametrize(
+        ("make", "what"),
+        [
+            (os.mkfifo, "not a regular file (a FIFO)"),
+            (lambda p: p.symlink_to("/dev/zero"), "not a regular file (a character device)"),
+            (lambda p: p.mkdir(), "not a regular file (a directory)"),
+            (
+                lambda p: p.write_bytes(b"#" * (LIMIT + 1)),
+                "more than the 1 MiB such a file may hold",
+            ),
+        ],
+        ids=["fifo", "dev-zero", "directory", "huge"],
+    )
+    def test_refused_at_once_naming_what_it_is(
+        self, tmp_path: Path, make: Callable[[Path], None], what: str
+    ) -> None:
+        root = self._place(tmp_path, make)
+        error = finishing(lambda: load_config(root, []))
+        assert isinstance(error, ConfigError)
+        assert str(error).startswith("/etc/noderole/config.toml: cannot read it: ")
+        assert what in str(error)
+        assert str(error).endswith(
+            "; config.toml must be a regular file of TOML text (at most 1 MiB): fix it, then "
+            "check it with noderole config check"
+        )
+
+    def test_status_warns_without_blocking_and_without_calling_it_toml(
+        self, tmp_path: Path
+    ) -> None:
+        """``status`` and ``stop`` glance at config.toml to warn that the next apply will refuse
+        it: a FIFO there gets the reason, not a hang, and is not called invalid TOML."""
+        root = self._place(tmp_path, os.mkfifo)
+        operations = Operations(root=root)
+        warning = finishing(operations.config_syntax_warning)
+        assert warning.startswith("/etc/noderole/config.toml: cannot read it: not a regular file")
+        assert "not valid TOML" not in warning
+        assert "the next apply will refuse it" in warning
+        assert finishing(operations._textfile_dir) == ""  # metrics stay off, nothing blocks
