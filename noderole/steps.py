@@ -11,6 +11,7 @@ Internal module: import ``StepContext`` and ``StepResult`` from :mod:`noderole`.
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 import threading
@@ -213,16 +214,22 @@ def _make_directories(step: MakeDirectories, ctx: StepContext) -> str:
 
 def _write_file(step: WriteFile, ctx: StepContext) -> str:
     from noderole.atomic import write_atomic
+    from noderole.reading import read_regular
 
     local = ctx.root.local(step.path)
     data = step.content.encode()
     try:
-        with open(local, "rb") as file:
-            same = file.read() == data
+        # What is there now, read only as far as the content goes: a longer file differs, and a
+        # FIFO or a device at the path (mistyped in config.toml) fails the step, naming it,
+        # instead of waiting for a writer or reading /dev/zero for ever.
+        same = read_regular(local, limit=len(data)) == data
         if same and (os.stat(local).st_mode & 0o7777) == step.mode:
             return "unchanged"
     except FileNotFoundError:
         pass
+    except OSError as exc:
+        if exc.errno != errno.EFBIG:
+            raise
     os.makedirs(os.path.dirname(local), exist_ok=True)
     write_atomic(local, data, mode=step.mode)
     ctx.written.append(step.path)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import stat
 import threading
 from pathlib import Path
 
@@ -54,6 +56,58 @@ class TestRunSteps:
         )
         with pytest.raises(StepError, match="CA not present after 120s"):
             run_steps([wait], _ctx(tmp_path))
+
+
+class TestWriteFileTarget:
+    """What a ``WriteFile`` finds at its path before it compares and writes."""
+
+    def _run(self, tmp_path: Path, step: WriteFile) -> object:
+        """The step's result or its StepError; fails (rather than hanging) if the step blocks."""
+        outcome: list[object] = []
+
+        def run() -> None:
+            try:
+                outcome.append(run_steps([step], _ctx(tmp_path))[0])
+            except StepError as exc:
+                outcome.append(exc)
+
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        thread.join(30)  # a guard against a hang, not a measure of speed
+        if not outcome:
+            target = tmp_path / step.path.lstrip("/")
+            os.close(os.open(target, os.O_WRONLY | os.O_NONBLOCK))  # a writer releases it
+            thread.join(30)
+            pytest.fail("the step blocked opening a FIFO at its path")
+        return outcome[0]
+
+    def test_a_fifo_at_the_path_fails_the_step_at_once(self, tmp_path: Path) -> None:
+        """A FIFO where the file goes (a plugin's path set in config.toml, mistyped): the step
+        fails naming it, instead of waiting for a writer for ever; the FIFO is left alone."""
+        (tmp_path / "etc").mkdir()
+        os.mkfifo(tmp_path / "etc/demo.conf")
+        failed = self._run(tmp_path, WriteFile(path="/etc/demo.conf", content="x=1\n"))
+        assert isinstance(failed, StepError)
+        assert "/etc/demo.conf" in str(failed)
+        assert "not a regular file (a FIFO)" in str(failed)
+        assert stat.S_ISFIFO(os.lstat(tmp_path / "etc/demo.conf").st_mode)
+
+    def test_a_link_to_a_device_fails_the_step(self, tmp_path: Path) -> None:
+        """A link to /dev/zero where the file goes is not read until memory runs out."""
+        (tmp_path / "etc").mkdir()
+        (tmp_path / "etc/demo.conf").symlink_to("/dev/zero")
+        failed = self._run(tmp_path, WriteFile(path="/etc/demo.conf", content="x=1\n"))
+        assert isinstance(failed, StepError)
+        assert "not a regular file (a character device)" in str(failed)
+
+    def test_a_larger_file_is_replaced(self, tmp_path: Path) -> None:
+        """A file longer than the content (an older, longer version) is rewritten, not compared
+        byte for byte to the end."""
+        (tmp_path / "etc").mkdir()
+        (tmp_path / "etc/demo.conf").write_text("x=1\n" + "# old\n" * 100_000)
+        result = self._run(tmp_path, WriteFile(path="/etc/demo.conf", content="x=1\n"))
+        assert getattr(result, "detail", None) == "written"
+        assert (tmp_path / "etc/demo.conf").read_text() == "x=1\n"
 
 
 class TestWarn:
