@@ -7,6 +7,7 @@ import http.server
 import itertools
 import os
 import socket
+import ssl
 import stat
 import subprocess
 import sys
@@ -508,6 +509,148 @@ class TestHttp:
         assert missing(wait, root=root) == [
             f"http://127.0.0.1:{closed_port}/healthz (connection refused)"
         ]
+
+
+class _Drip:
+    """A listener that answers every connection with an endless HTTP status line, one byte
+    every 50 ms for a minute: each read gets something well within any per-read timeout. With
+    ``tls`` (a server context) it does so after a real TLS handshake. Closed, its threads
+    ended, at the end of the test."""
+
+    def __init__(self, tls: ssl.SSLContext | None = None) -> None:
+        self.tls = tls
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port: int = self.listener.getsockname()[1]
+        self.stop = threading.Event()
+        self.threads = [threading.Thread(target=self._accept, daemon=True)]
+        self.threads[0].start()
+
+    def _accept(self) -> None:
+        while not self.stop.is_set():
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            thread = threading.Thread(target=self._serve, args=(conn,), daemon=True)
+            self.threads.append(thread)
+            thread.start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        with contextlib.suppress(OSError), contextlib.ExitStack() as stack:
+            stack.enter_context(conn)
+            if self.tls is not None:
+                conn.settimeout(GENEROUS)
+                conn = stack.enter_context(self.tls.wrap_socket(conn, server_side=True))
+            source = itertools.chain(b"HTTP/1.1 200 ", itertools.repeat(ord("O")))
+            deadline = time.monotonic() + 60
+            for byte in source:
+                if self.stop.wait(0.05) or time.monotonic() > deadline:
+                    return
+                conn.sendall(bytes([byte]))
+
+    def close(self) -> None:
+        self.stop.set()
+        with contextlib.suppress(OSError):
+            self.listener.shutdown(socket.SHUT_RDWR)  # wakes the accept (close alone does not)
+        self.listener.close()
+        for thread in self.threads:
+            thread.join(GENEROUS)
+
+
+@pytest.fixture
+def tls_context(tmp_path: Path) -> ssl.SSLContext:
+    """A server context with a self-signed certificate made by openssl."""
+    key, crt = tmp_path / "tls.key", tmp_path / "tls.crt"
+    made = subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+         "-nodes", "-keyout", key, "-out", crt, "-days", "1", "-subj", "/CN=localhost"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(crt, key)
+    return context
+
+
+@pytest.fixture
+def tls_port(tls_context: ssl.SSLContext) -> Iterator[int]:
+    """A real TLS server answering GETs as the plain one does."""
+    context = tls_context
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def _attempt_guarded(probe: probes.Probe, left: float) -> probes.Outcome:
+    """One attempt, failing the test (instead of hanging it) if it outlives a generous guard."""
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        future = pool.submit(probes.attempt, probe, left=left)
+        try:
+            return future.result(timeout=GENEROUS)
+        except TimeoutError:
+            pytest.fail("the attempt outlived its bound by far: a dripping server held it")
+            raise  # unreachable: pytest.fail raises
+
+
+class TestHttpBound:
+    """One HTTP attempt lasts at most its bound even when the server sends a byte now and
+    then: a per-read timeout never fires then, and a local user who binds the port a wait
+    watches (any port above 1023) could hold a boot's wait, and its own timeout, for ever."""
+
+    def test_a_dripping_status_line_ends_at_the_bound(self) -> None:
+        drip = _Drip()
+        try:
+            outcome = _attempt_guarded(
+                probes.HttpProbe(url=f"http://127.0.0.1:{drip.port}/healthz"), left=0.5
+            )
+        finally:
+            drip.close()
+        assert not outcome.done
+        assert outcome.missing == (f"http://127.0.0.1:{drip.port}/healthz (timed out)",)
+
+    def test_a_dripping_status_line_over_tls_ends_at_the_bound(
+        self, tls_context: ssl.SSLContext
+    ) -> None:
+        drip = _Drip(tls=tls_context)
+        try:
+            outcome = _attempt_guarded(
+                probes.HttpProbe(url=f"https://127.0.0.1:{drip.port}/ok"), left=0.5
+            )
+        finally:
+            drip.close()
+        assert not outcome.done
+        assert outcome.missing == (f"https://127.0.0.1:{drip.port}/ok (timed out)",)
+
+    def test_https_answers_through_a_real_handshake(self, tls_port: int) -> None:
+        """The control: the same TLS server, undripped, answers 200 and 500 as http does."""
+        ok = _attempt_guarded(probes.HttpProbe(url=f"https://127.0.0.1:{tls_port}/ok"), left=2)
+        assert ok.done
+        bad = _attempt_guarded(probes.HttpProbe(url=f"https://127.0.0.1:{tls_port}/bad"), left=2)
+        assert bad.missing == (f"https://127.0.0.1:{tls_port}/bad (HTTP 500)",)
+
+    def test_not_http_is_named(self) -> None:
+        """A server that answers something else than an HTTP status line."""
+        with socket.create_server(("127.0.0.1", 0)) as listener:
+            port = listener.getsockname()[1]
+
+            def answer() -> None:
+                conn, _ = listener.accept()
+                with conn:
+                    conn.recv(4096)
+                    conn.sendall(b"SSH-2.0-OpenSSH_9.2\r\n")
+
+            thread = threading.Thread(target=answer, daemon=True)
+            thread.start()
+            outcome = _attempt_guarded(probes.HttpProbe(url=f"http://127.0.0.1:{port}/"), left=2)
+            thread.join(GENEROUS)
+        assert outcome.missing == (f"http://127.0.0.1:{port}/ (not an HTTP response)",)
 
 
 @pytest.fixture

@@ -206,7 +206,7 @@ class Unit:
             self.check = check
             self.check_deadline = time.monotonic() + spec.readiness.timeout
             if check_after_write:
-                # An attempt may import on first use (an HTTP probe imports http.client, ~20 ms
+                # An attempt may import on first use (an https probe imports ssl, milliseconds
                 # holding the GIL), which would hold up the state write and so the answer the
                 # client (apply) waits for. A respawn, which no client waits for, and a start
                 # answered once ready look at once, as before.

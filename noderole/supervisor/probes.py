@@ -19,7 +19,9 @@ One meaning, whoever asks:
   verify the certificate (the question is "does it answer", and nothing secret is sent).
 - timeouts: a single attempt (a connect, a request, a command run) lasts at most
   :data:`ATTEMPT_TIMEOUT` seconds and never longer than the time the caller has left, so a
-  server that hangs cannot eat a whole wait.
+  server that hangs cannot eat a whole wait; an HTTP attempt is bounded as a whole, not per
+  read, so neither can one that sends a byte now and then. A host name is resolved by the C
+  library, whose own timeouts apply (a name in ``/etc/hosts`` or an address: none).
 
 Standard library only.
 """
@@ -37,6 +39,7 @@ from noderole.supervisor._record import fields, record
 TYPE_CHECKING = False  # typing is not imported at run time: the daemon stays small
 if TYPE_CHECKING:
     import subprocess
+    import urllib.parse
     from typing import Literal, TypeAlias
 
 __all__ = [
@@ -204,35 +207,73 @@ def _tcp(probe: TcpProbe, timeout: float) -> Outcome:
 
 
 def _http(url: str, timeout: float) -> Outcome:
-    import http.client
+    """One ``GET``; the status line is all that is read. The whole try (name, connect, TLS
+    handshake, request, status line) ends by ``timeout``: a per-read timeout alone never fires
+    while a server (or a local user who bound the port first) sends a byte now and then."""
+    import time
     import urllib.parse
 
     parts = urllib.parse.urlsplit(url)
-    conn: http.client.HTTPConnection
-    if parts.scheme == "https":
-        import ssl
-
-        # Like a kubelet HTTPS probe: local services at boot serve certificates from CAs this
-        # process does not (yet) trust, and the probe sends nothing secret.
-        context = ssl.create_default_context()
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-        conn = http.client.HTTPSConnection(
-            parts.hostname or "", parts.port, timeout=timeout, context=context
-        )
-    else:
-        conn = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=timeout)
-    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    deadline = time.monotonic() + timeout
     try:
-        conn.request("GET", target, headers={"User-Agent": "noderole-probe", "Connection": "close"})
-        status = conn.getresponse().status
-    except (OSError, http.client.HTTPException) as error:
+        line = _status_line(parts, deadline)
+    except OSError as error:
         return Outcome(done=False, missing=(f"{url} ({_reason(error)})",))
-    finally:
-        conn.close()
+    fields = line.split(None, 2)
+    if len(fields) < 2 or not fields[0].startswith(b"HTTP/") or not fields[1].isdigit():
+        return Outcome(done=False, missing=(f"{url} (not an HTTP response)",))
+    status = int(fields[1])
     if 200 <= status < 300:
         return _DONE
     return Outcome(done=False, missing=(f"{url} (HTTP {status})",))
+
+
+def _status_line(parts: urllib.parse.SplitResult, deadline: float) -> bytes:
+    """The first line of the answer to ``GET`` ``parts`` (at most 1 KiB), read by ``deadline``;
+    TimeoutError past it."""
+    import socket
+
+    https = parts.scheme == "https"
+    host = parts.hostname or ""
+    port = parts.port or (443 if https else 80)
+    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    request = (
+        f"GET {target} HTTP/1.1\r\nHost: {parts.netloc.rpartition('@')[2]}\r\n"
+        "User-Agent: noderole-probe\r\nConnection: close\r\n\r\n"
+    ).encode()
+    sock = socket.create_connection((host, port), timeout=_left(deadline))
+    try:
+        if https:
+            import ssl
+
+            # Like a kubelet HTTPS probe: local services at boot serve certificates from CAs
+            # this process does not (yet) trust, and the probe sends nothing secret.
+            context = ssl.create_default_context()
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+            sock.settimeout(_left(deadline))  # the handshake, as a whole
+            sock = context.wrap_socket(sock, server_hostname=host or None)
+        sock.settimeout(_left(deadline))
+        sock.sendall(request)
+        answer = b""
+        while b"\n" not in answer and len(answer) < 1024:
+            sock.settimeout(_left(deadline))
+            chunk = sock.recv(1024 - len(answer))
+            if not chunk:
+                break
+            answer += chunk
+        return answer.partition(b"\n")[0].rstrip(b"\r")
+    finally:
+        sock.close()
+
+
+def _left(deadline: float) -> float:
+    import time
+
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise TimeoutError("timed out")
+    return left
 
 
 def _command(
@@ -312,6 +353,8 @@ def kill_group(proc: subprocess.Popen[bytes]) -> None:
 
 
 def _reason(error: BaseException) -> str:
+    if isinstance(error, TimeoutError):  # a socket's, or the TLS handshake's own words
+        return "timed out"
     if isinstance(error, OSError) and error.strerror:
         return error.strerror.lower()
     return str(error) or type(error).__name__
