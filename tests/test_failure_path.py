@@ -377,6 +377,51 @@ class TestStatusRemembers:
         assert "gave up after 1 respawn" in detail.stdout
 
 
+ESCAPING = (
+    "#!/bin/sh\nprintf 'plain line\\n'\n"
+    "printf 'title \\033]0;owned\\007 clear \\033[2J csi \\302\\233 bell \\007 tab\\tend\\n'\n"
+    "exit 3\n"
+)
+
+
+class TestStatusShowsLogLinesInert:
+    def test_control_characters_in_a_log_are_shown_escaped(self, node: Node) -> None:
+        """A service's log is written by the service (its user, maybe hostile): the lines
+        status prints to root's terminal show escape sequences as text (a title change, a
+        screen clear, a one-byte CSI), never as what they would do; --json keeps the bytes,
+        which JSON escapes."""
+        path = node.root / "usr/local/bin/crasher"
+        path.write_text(ESCAPING)
+        path.chmod(0o755)
+        node.services.append(
+            noderole.Service(
+                name="k3s",
+                roles=["demo"],
+                command=["/usr/local/bin/crasher"],
+                output_log="/var/log/k3s.log",
+                supervision=noderole.Supervision(respawn_delay=0.01, respawn_max=1),
+            )
+        )
+        node.run("apply", "demo")
+        from tests.test_engine import wait_until
+
+        wait_until(
+            lambda: (
+                json.loads(node.run("status", "--json").stdout)["services"][0]["state"] == "crashed"
+            ),
+            "k3s gives up",
+        )
+        detail = node.run("status", "k3s")
+        assert "    plain line" in detail.stdout
+        assert (
+            "    title \\x1b]0;owned\\x07 clear \\x1b[2J csi \\x9b bell \\x07 tab\tend"
+            in detail.stdout
+        )
+        assert not any(ch in detail.stdout for ch in "\x1b\x07\x9b")
+        raw = json.loads(node.run("status", "k3s", "--json").stdout)["services"][0]["log_tail"]
+        assert "title \x1b]0;owned\x07 clear \x1b[2J csi \x9b bell \x07 tab\tend" in raw
+
+
 class TestBrokenConfig:
     def test_status_and_stop_work_with_a_duplicated_table(self, node: Node) -> None:
         """A broken config.toml: status and stop use the recorded state and warn; apply refuses."""

@@ -61,6 +61,20 @@ def format_plan(plan: Plan) -> str:
     return "\n".join(lines)
 
 
+# C0 controls but the tab, DEL and the C1 controls: a terminal acts on them (ESC starts a
+# sequence that can retitle the window or clear the screen, U+009B is a one-character CSI).
+_CONTROLS: dict[int, str] = {
+    code: f"\\x{code:02x}"
+    for code in (*range(0x09), *range(0x0A, 0x20), 0x7F, *range(0x80, 0xA0))
+}
+
+
+def inert(text: str) -> str:
+    """``text`` with its control characters written out (``\\x1b``): what a service wrote to its
+    log, shown on root's terminal by ``status``, is read, never acted on by the terminal."""
+    return text.translate(_CONTROLS)
+
+
 def format_uptime(seconds: float | None) -> str:
     """``1h02m`` or ``3m07s``; ``-`` when not up."""
     if seconds is None:
@@ -118,8 +132,8 @@ def echo_status(
         click.echo("")
         click.echo(f"{r['name']}:")
         for note in notes:
-            click.echo(f"  {note}")
+            click.echo(f"  {inert(note)}")
         if r.get("log_tail"):
             click.echo(f"  last lines of {r['log']}:")
             for line in r["log_tail"]:
-                click.echo(f"    {line}")
+                click.echo(f"    {inert(line)}")
