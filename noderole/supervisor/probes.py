@@ -219,10 +219,10 @@ def _http(url: str, timeout: float) -> Outcome:
         line = _status_line(parts, deadline)
     except OSError as error:
         return Outcome(done=False, missing=(f"{url} ({_reason(error)})",))
-    fields = line.split(None, 2)
-    if len(fields) < 2 or not fields[0].startswith(b"HTTP/") or not fields[1].isdigit():
+    words = line.split(None, 2)  # b"HTTP/1.1", b"200", b"OK"
+    if len(words) < 2 or not words[0].startswith(b"HTTP/") or not words[1].isdigit():
         return Outcome(done=False, missing=(f"{url} (not an HTTP response)",))
-    status = int(fields[1])
+    status = int(words[1])
     if 200 <= status < 300:
         return _DONE
     return Outcome(done=False, missing=(f"{url} (HTTP {status})",))
