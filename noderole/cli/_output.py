@@ -64,8 +64,7 @@ def format_plan(plan: Plan) -> str:
 # C0 controls but the tab, DEL and the C1 controls: a terminal acts on them (ESC starts a
 # sequence that can retitle the window or clear the screen, U+009B is a one-character CSI).
 _CONTROLS: dict[int, str] = {
-    code: f"\\x{code:02x}"
-    for code in (*range(0x09), *range(0x0A, 0x20), 0x7F, *range(0x80, 0xA0))
+    code: f"\\x{code:02x}" for code in (*range(0x09), *range(0x0A, 0x20), 0x7F, *range(0x80, 0xA0))
 }
 
 
