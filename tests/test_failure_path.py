@@ -322,6 +322,33 @@ class TestVerdict:
 CRASHER = "#!/bin/sh\necho \"token is $TOKEN\"\necho 'boom: no config'\nexit 3\n"
 
 
+def _crash(node: Node, script: str, **service: Any) -> None:
+    """Apply a service ``k3s`` running ``script`` (logging to /var/log/k3s.log) that exits at
+    once and gives up after one respawn; return once status says it crashed."""
+    path = node.root / "usr/local/bin/crasher"
+    path.write_text(script)
+    path.chmod(0o755)
+    node.services.append(
+        noderole.Service(
+            name="k3s",
+            roles=["demo"],
+            command=["/usr/local/bin/crasher"],
+            output_log="/var/log/k3s.log",
+            supervision=noderole.Supervision(respawn_delay=0.01, respawn_max=1),
+            **service,
+        )
+    )
+    node.run("apply", "demo")
+    from tests.test_engine import wait_until
+
+    wait_until(
+        lambda: (
+            json.loads(node.run("status", "--json").stdout)["services"][0]["state"] == "crashed"
+        ),
+        "k3s gives up",
+    )
+
+
 class TestStatusRemembers:
     def test_status_after_a_failed_apply(self, node: Node) -> None:
         """Each service's last outcome and reason; no log path for a log that does not exist."""
@@ -346,28 +373,7 @@ class TestStatusRemembers:
 
     def test_crashed_service_shows_its_log_tail_redacted(self, node: Node) -> None:
         """A service that gave up shows the end of its log, its secret replaced by ***."""
-        path = node.root / "usr/local/bin/crasher"
-        path.write_text(CRASHER)
-        path.chmod(0o755)
-        node.services.append(
-            noderole.Service(
-                name="k3s",
-                roles=["demo"],
-                command=["/usr/local/bin/crasher"],
-                environment={"TOKEN": noderole.Secret("s3cret-value")},
-                output_log="/var/log/k3s.log",
-                supervision=noderole.Supervision(respawn_delay=0.01, respawn_max=1),
-            )
-        )
-        node.run("apply", "demo")
-        from tests.test_engine import wait_until
-
-        wait_until(
-            lambda: (
-                json.loads(node.run("status", "--json").stdout)["services"][0]["state"] == "crashed"
-            ),
-            "k3s gives up",
-        )
+        _crash(node, CRASHER, environment={"TOKEN": noderole.Secret("s3cret-value")})
         detail = node.run("status", "k3s")
         assert detail.exit_code == 1
         assert "last lines of /var/log/k3s.log:" in detail.stdout
@@ -390,27 +396,7 @@ class TestStatusShowsLogLinesInert:
         status prints to root's terminal show escape sequences as text (a title change, a
         screen clear, a one-byte CSI), never as what they would do; --json keeps the bytes,
         which JSON escapes."""
-        path = node.root / "usr/local/bin/crasher"
-        path.write_text(ESCAPING)
-        path.chmod(0o755)
-        node.services.append(
-            noderole.Service(
-                name="k3s",
-                roles=["demo"],
-                command=["/usr/local/bin/crasher"],
-                output_log="/var/log/k3s.log",
-                supervision=noderole.Supervision(respawn_delay=0.01, respawn_max=1),
-            )
-        )
-        node.run("apply", "demo")
-        from tests.test_engine import wait_until
-
-        wait_until(
-            lambda: (
-                json.loads(node.run("status", "--json").stdout)["services"][0]["state"] == "crashed"
-            ),
-            "k3s gives up",
-        )
+        _crash(node, ESCAPING)
         detail = node.run("status", "k3s")
         assert "    plain line" in detail.stdout
         assert (

@@ -604,29 +604,19 @@ class TestHttpBound:
     then: a per-read timeout never fires then, and a local user who binds the port a wait
     watches (any port above 1023) could hold a boot's wait, and its own timeout, for ever."""
 
-    def test_a_dripping_status_line_ends_at_the_bound(self) -> None:
-        drip = _Drip()
-        try:
-            outcome = _attempt_guarded(
-                probes.HttpProbe(url=f"http://127.0.0.1:{drip.port}/healthz"), left=0.5
-            )
-        finally:
-            drip.close()
-        assert not outcome.done
-        assert outcome.missing == (f"http://127.0.0.1:{drip.port}/healthz (timed out)",)
-
-    def test_a_dripping_status_line_over_tls_ends_at_the_bound(
-        self, tls_context: ssl.SSLContext
+    @pytest.mark.parametrize("scheme", ["http", "https"])
+    def test_a_dripping_status_line_ends_at_the_bound(
+        self, scheme: str, tls_context: ssl.SSLContext
     ) -> None:
-        drip = _Drip(tls=tls_context)
+        """In clear, or after a real TLS handshake: the attempt ends at its bound, timed out."""
+        drip = _Drip(tls=tls_context if scheme == "https" else None)
+        url = f"{scheme}://127.0.0.1:{drip.port}/healthz"
         try:
-            outcome = _attempt_guarded(
-                probes.HttpProbe(url=f"https://127.0.0.1:{drip.port}/ok"), left=0.5
-            )
+            outcome = _attempt_guarded(probes.HttpProbe(url=url), left=0.5)
         finally:
             drip.close()
         assert not outcome.done
-        assert outcome.missing == (f"https://127.0.0.1:{drip.port}/ok (timed out)",)
+        assert outcome.missing == (f"{url} (timed out)",)
 
     def test_https_answers_through_a_real_handshake(self, tls_port: int) -> None:
         """The control: the same TLS server, undripped, answers 200 and 500 as http does."""
