@@ -226,14 +226,26 @@ def open_append(
     return fd
 
 
-def read_small(path: str, limit: int = 1 << 20) -> bytes:
-    """The content of the regular file ``path`` (no link, no FIFO at its last component)."""
+def _open_reading(path: str) -> int:
+    """A descriptor reading ``path``: its directories resolved as :func:`open_dir` does, the
+    file itself opened without following a link or waiting for a FIFO's writer."""
     parent, name = _split(path)
     dfd = open_dir(parent)
     try:
-        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dfd)
+        return os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dfd)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise UnsafePathError(
+                f"refusing to read {path}: it is a symbolic link; remove it"
+            ) from None
+        raise
     finally:
         os.close(dfd)
+
+
+def read_small(path: str, limit: int = 1 << 20) -> bytes:
+    """The content of the regular file ``path`` (no link, no FIFO at its last component)."""
+    fd = _open_reading(path)
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise UnsafePathError(f"{path} is not a regular file", errno.EINVAL)
@@ -248,18 +260,7 @@ def read_tail(path: str, size: int) -> bytes:
     without following a link or blocking on a FIFO, and must be a regular file without a second
     hard link (a planted link to a file of root's would show it to whoever reads the status).
     """
-    parent, name = _split(path)
-    dfd = open_dir(parent)
-    try:
-        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dfd)
-    except OSError as e:
-        if e.errno == errno.ELOOP:
-            raise UnsafePathError(
-                f"refusing to read {path}: it is a symbolic link; remove it"
-            ) from None
-        raise
-    finally:
-        os.close(dfd)
+    fd = _open_reading(path)
     _check_opened(fd, path, None, verb="read")
     with os.fdopen(fd, "rb") as file:
         file.seek(max(0, os.fstat(fd).st_size - size))
