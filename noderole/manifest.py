@@ -42,6 +42,7 @@ import errno
 import fcntl
 import json
 import os
+import stat
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -49,6 +50,7 @@ from noderole import recordclass
 from noderole.digest import sha256
 from noderole.paths import LOCK_FILE, RUN_DIR, STATE_DIR
 from noderole.root import NodeRoot
+from noderole.supervisor._safeopen import UnsafePathError, open_dir
 
 if TYPE_CHECKING:
     from noderole.plan import Plan
@@ -400,8 +402,9 @@ def plan_reset(root: NodeRoot, *, purge: bool) -> list[Removal]:
     return removals
 
 
-def apply_reset(root: NodeRoot, removals: Iterable[Removal]) -> list[str]:
-    """Carry out :func:`plan_reset`'s answer; return the node paths removed.
+def apply_reset(root: NodeRoot, removals: Iterable[Removal]) -> tuple[list[str], list[Removal]]:
+    """Carry out :func:`plan_reset`'s answer; return the node paths removed, and the removals
+    as they ended (one that met a link planted on its way is kept, with the refusal as reason).
 
     A directory is removed only when empty (what a service put there stays). The manifest keeps
     the entries of what was kept, and is removed once nothing is left; noderole's own directories
@@ -409,8 +412,9 @@ def apply_reset(root: NodeRoot, removals: Iterable[Removal]) -> list[str]:
     """
     removed: list[str] = []
     forgotten: set[str] = set()
-    removals = list(removals)
+    ended: list[Removal] = []
     for item in removals:
+        ended.append(item)
         if item.kind == "own":
             continue  # after the manifest, which lives in one of them
         if item.action == "gone":
@@ -418,14 +422,13 @@ def apply_reset(root: NodeRoot, removals: Iterable[Removal]) -> list[str]:
             continue
         if item.action != "remove":
             continue
-        local = root.resolve(item.path)
         try:
-            if os.path.isdir(local) and not os.path.islink(local):
-                os.rmdir(local)
-            else:
-                os.unlink(local)
+            _remove(str(root.resolve(item.path)))
         except FileNotFoundError:
             pass
+        except UnsafePathError as error:  # recorded still: a reset after the link is gone
+            ended[-1] = recordclass.evolve(item, action="keep", reason=f"kept: {error}")
+            continue
         except OSError as error:
             if error.errno in (errno.ENOTEMPTY, errno.EEXIST):
                 continue  # a service's data is inside: the directory stays, and its entry
@@ -434,10 +437,28 @@ def apply_reset(root: NodeRoot, removals: Iterable[Removal]) -> list[str]:
             removed.append(item.path)
         forgotten.add(item.path)
     _rewrite(root, lambda entry: entry.path not in forgotten)
-    for item in removals:
+    for item in ended:
         if item.kind == "own" and item.action == "remove":
             # Not empty (a user's file, kept data) or already gone: it stays.
             with contextlib.suppress(OSError):
                 os.rmdir(root.resolve(item.path))
                 removed.append(item.path)
-    return removed
+    return removed, ended
+
+
+def _remove(local: str) -> None:
+    """Remove the file, link or empty directory at ``local``, its directories reached as
+    :func:`~noderole.supervisor._safeopen.open_dir` reaches them: a log or data directory may
+    be a service user's, and a subdirectory he swaps for a link to another directory (after
+    :func:`plan_reset` looked) would otherwise turn root's unlink onto the file of the same
+    name there. Such a link raises :class:`UnsafePathError`; a link at ``local`` itself is
+    removed, not followed."""
+    parent, name = os.path.split(local)
+    directory = open_dir(parent)
+    try:
+        if stat.S_ISDIR(os.stat(name, dir_fd=directory, follow_symlinks=False).st_mode):
+            os.rmdir(name, dir_fd=directory)
+        else:
+            os.unlink(name, dir_fd=directory)
+    finally:
+        os.close(directory)

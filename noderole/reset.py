@@ -112,7 +112,7 @@ def reset(
         if supervisor is not None:  # the native backend: its daemon goes with the role
             supervisor.shutdown()
         removals = _planned(root, purge=purge, had_lock=had_lock)  # after the stop's writes
-        removed = apply_reset(root, removals)
+        removed, removals = apply_reset(root, removals)
         from noderole.backends.systemd import reload_after_removal
 
         # systemd keeps removed units loaded until told; OpenRC rereads /etc/init.d by itself.

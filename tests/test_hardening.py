@@ -371,6 +371,66 @@ class TestStatusLogTail:
         assert "refusing to follow the symbolic link" in shown[0]
 
 
+class TestResetPurge:
+    """``reset --purge`` removes, as root, the logs noderole recorded, some of them in a
+    directory the service's user owns. A subdirectory he swaps for a link (at any time before
+    the removal, after reset looked at the file too) must not turn root's unlink onto the file
+    of the same name in the directory the link points to."""
+
+    PATH = "/var/log/svc/app/svc.log"
+
+    def _node(self, scene: Scene) -> tuple[NodeRoot, Path]:
+        """A node whose recorded log is in the user's ``/var/log/svc/app``; his log directory."""
+        from noderole.manifest import record
+
+        logs = scene.harness.root / "var/log/svc"
+        (logs / "app").mkdir(parents=True)
+        (logs / "app/svc.log").write_text("the service's log\n")
+        for mine in (logs, logs / "app", logs / "app/svc.log"):
+            os.chown(mine, scene.user.uid, scene.user.gid)
+        root = NodeRoot(scene.harness.root)
+        record(root, "log", [self.PATH])
+        return root, logs
+
+    def _purge(self, root: NodeRoot) -> Any:
+        from noderole.reset import reset
+
+        def no_role(role: str) -> Any:  # no role is recorded: nothing is planned or stopped
+            raise AssertionError(role)
+
+        return reset(None, None, purge=True, root=root, clock=SystemClock(), plan_for=no_role)
+
+    def test_a_directory_swapped_for_a_link_is_not_followed(self, scene: Scene) -> None:
+        from noderole.manifest import entries
+
+        root, logs = self._node(scene)
+        (scene.base / "rootdir").mkdir()
+        victim = scene.victim("rootdir/svc.log")
+        scene.plant("mv", str(logs / "app"), str(logs / "app.old"))
+        scene.plant("ln", "-s", str(victim.parent), str(logs / "app"))
+        report = self._purge(root)
+        assert scene.intact()
+        kept = {r.path: r.reason for r in report.kept}
+        assert "refusing to follow the symbolic link" in kept[self.PATH], kept
+        assert f"{logs}/app" in kept[self.PATH]
+        assert self.PATH not in report.removed
+        # Still recorded: once the link is gone, the next reset removes the log.
+        assert self.PATH in entries(root)
+        scene.plant("rm", str(logs / "app"))
+        scene.plant("mv", str(logs / "app.old"), str(logs / "app"))
+        again = self._purge(root)
+        assert self.PATH in again.removed
+        assert not (logs / "app/svc.log").exists()
+        assert scene.intact()
+
+    def test_the_users_own_log_is_removed(self, scene: Scene) -> None:
+        """The safe walk still removes what it should, in the user's directory."""
+        root, logs = self._node(scene)
+        report = self._purge(root)
+        assert self.PATH in report.removed
+        assert not (logs / "app/svc.log").exists()
+
+
 class TestPrivateRunDirectory:
     def test_another_user_cannot_take_the_lock_nor_read_the_log(self, scene: Scene) -> None:
         """apply.lock and supervisor.log are out of a local user's reach; modes 0700/0600."""
