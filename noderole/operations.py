@@ -218,16 +218,18 @@ class Operations:
     def recorded_role(self, role: str | None = None) -> str:
         """``role`` if given, else the role last applied; a UsageError when there is none."""
         from noderole.paths import ROLE_FILE
-        from noderole.state import read_role
+        from noderole.state import role_record
 
         if role:
             return role
-        recorded = read_role(self.root)
+        recorded, damage = role_record(self.root)
         if recorded is None:
             import click  # the error path only: name the command the user ran
 
             context = click.get_current_context(silent=True)
             command = f"noderole {context.info_name if context is not None else 'status'}"
+            if damage:
+                raise _damaged_role_record(damage, command)
             raise UsageError(
                 f"no role given and none recorded in {ROLE_FILE}: name one ({command} ROLE) "
                 "or apply a role first"
@@ -248,13 +250,15 @@ class Operations:
         """
         from noderole.paths import ROLE_FILE
         from noderole.plugins import resolve_role
-        from noderole.state import read_role
+        from noderole.state import role_record
 
         if role:
             return role
-        recorded = read_role(self.root)
+        recorded, damage = role_record(self.root)
         if recorded is not None:
             return recorded
+        if damage:  # the record decides, not the first-boot inputs: it cannot be read, so ask
+            raise _damaged_role_record(damage, "noderole apply")
         resolved = resolve_role(self.plugins, self.node_for(None))
         if resolved is not None:
             return resolved
@@ -1016,3 +1020,14 @@ def status_verdict(rows: Sequence[Mapping[str, Any]]) -> ExitCode:
     ):
         return ExitCode.OK
     return ExitCode.STARTING
+
+
+def _damaged_role_record(damage: str, command: str) -> UsageError:
+    """The error of a command the recorded role decides, when the record cannot be read."""
+    from noderole.paths import ROLE_FILE
+
+    return UsageError(
+        f"no role given, and {ROLE_FILE} is damaged ({damage}): noderole cannot tell this "
+        f"node's role from it. Give the role ({command} ROLE); `noderole apply ROLE` records "
+        "it anew"
+    )

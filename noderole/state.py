@@ -47,6 +47,7 @@ __all__ = [
     "read_applied",
     "read_last_apply",
     "read_role",
+    "role_record",
     "write_applied",
     "write_last_apply",
     "write_role",
@@ -77,13 +78,38 @@ def write_last_apply(root: NodeRoot, record: Mapping[str, Any]) -> None:
 
 
 def read_role(root: NodeRoot) -> str | None:
-    """The role last applied on this node, or None."""
+    """The role last applied on this node; None when none is recorded, or when the record is
+    damaged (:func:`role_record` says how, for the commands the record decides the role of)."""
+    return role_record(root)[0]
+
+
+def role_record(root: NodeRoot) -> tuple[str | None, str]:
+    """The recorded role, and what is wrong with the record when it is damaged: ``(role, "")``;
+    ``(None, "")`` when none is recorded; ``(None, why)`` for a record that is not one line
+    naming a role (a power cut, a bad disk or an editor's slip): ``not UTF-8 text``,
+    ``'../x' is not a role name``, ``not a regular file (a directory)``."""
+    from noderole.names import is_service_name
+    from noderole.reading import read_regular
+
     try:
-        with open(root.local(ROLE_FILE)) as f:  # not through pathlib: `status` imports none
-            text = f.read().strip()
+        data = read_regular(root.local(ROLE_FILE), limit=_ROLE_LIMIT)
     except FileNotFoundError:
-        return None
-    return text or None
+        return None, ""
+    except OSError as error:  # a directory, a FIFO, a file of a megabyte, unreadable
+        return None, error.strerror or str(error)
+    try:
+        text = data.decode().strip()
+    except UnicodeDecodeError:
+        return None, "not UTF-8 text"
+    if not text:
+        return None, ""  # emptied by a power cut before its first sync: nothing recorded
+    if not is_service_name(text):  # a role is named as a service is (records.Service.roles)
+        return None, f"{text[:60]!r} is not a role name"
+    return text, ""
+
+
+_ROLE_LIMIT = 4096
+"""Bytes a role record may hold: one name, with room to say what else a damaged one holds."""
 
 
 class StateError(NoderoleError):

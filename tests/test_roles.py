@@ -196,6 +196,71 @@ class TestNoSideEffect:
         assert node.processes() == []
 
 
+class TestDamagedRecord:
+    """The recorded role is a one-line file a power cut, a bad disk or a slip of an editor can
+    damage. Where the record decides the role (``apply``, ``status``, ``stop`` without one),
+    the error names the file, what is wrong with it and what to type; nothing is written or
+    started. An explicit role needs no record: it is applied, and recorded anew."""
+
+    DAMAGE = (
+        pytest.param(b"de\xffmo\n", "not UTF-8 text", id="not-utf8"),
+        pytest.param(b"../../etc\n", "'../../etc' is not a role name", id="not-a-name"),
+        pytest.param(b"demo\nother\n", "is not a role name", id="two-lines"),
+        pytest.param(b"demo\x00\n", "is not a role name", id="nul"),
+    )
+
+    def _damage(self, node: Node, data: bytes) -> Path:
+        record = node.root / STATE[0]
+        record.parent.mkdir(parents=True, exist_ok=True)
+        record.write_bytes(data)
+        return record
+
+    @pytest.mark.parametrize(("data", "words"), DAMAGE)
+    @pytest.mark.parametrize("command", ["apply", "status", "stop"])
+    def test_without_a_role_the_error_names_the_file_and_the_fix(
+        self, node: Node, data: bytes, words: str, command: str
+    ) -> None:
+        node.services += [sleeper("a"), sleeper("b", roles=["other"])]
+        set_input(node, "other")  # a resolver's answer never overrides a record, even damaged
+        self._damage(node, data)
+        before = tree(node.root)
+        result = run(node, command, plugins=(("resolver", resolver()),))
+        assert result.exit_code == ExitCode.USAGE, result.output
+        message = " ".join(result.output.split())
+        assert "Traceback" not in message
+        assert "/var/lib/noderole/role is damaged" in message
+        assert words in message
+        assert f"noderole {command} ROLE" in message
+        assert tree(node.root) == before
+        assert node.processes() == []
+
+    @pytest.mark.parametrize(("data", "words"), DAMAGE)
+    def test_an_explicit_role_is_applied_and_recorded_anew(
+        self, node: Node, data: bytes, words: str
+    ) -> None:
+        node.services += [sleeper("a"), sleeper("b", roles=["other"])]
+        record = self._damage(node, data)
+        result = run(node, "apply", "demo", "--json")
+        assert result.exit_code == 0, result.output
+        assert names(result)["a"]["status"] == "started"
+        assert record.read_bytes() == b"demo\n"
+        status = run(node, "status", "--json")  # the record, read again, decides the role
+        assert status.exit_code == 0, status.output
+        assert {s["name"] for s in json.loads(status.output)["services"]} == {"a"}
+        stop = run(node, "stop")
+        assert stop.exit_code == 0, stop.output
+
+    def test_a_directory_in_place_of_the_record(self, node: Node) -> None:
+        """Not a file at all: the same error, saying what is there."""
+        node.services.append(sleeper("a"))
+        (node.root / STATE[0]).mkdir(parents=True)
+        result = run(node, "apply")
+        assert result.exit_code == ExitCode.USAGE, result.output
+        message = " ".join(result.output.split())
+        assert "/var/lib/noderole/role is damaged (not a regular file" in message
+        assert node.processes() == []
+
+
 class TestRecordedPlan:
     def test_the_record_rebuilds_the_applied_plan(self, node: Node) -> None:
         """plan.json gives back the same order, waves, readiness and logs, with no environment."""
