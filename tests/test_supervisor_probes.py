@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import contextlib
 import http.server
+import json
 import os
+import shutil
 import socket
 import stat
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -158,6 +162,85 @@ class TestTimeouts:
         )
         assert status.state == "running"
         assert status.reason.startswith("not ready after 0.3s")
+
+
+# A child in private mount and network namespaces: a UDP socket on 127.0.0.1:53 that never
+# answers, and a resolv.conf naming it bind-mounted over /etc/resolv.conf (the namespace's view
+# only), so that glibc's resolver waits its own timeout (30 s here) for any name, as it does
+# at a boot whose DNS is down. It prints what each try said, and the resolver threads it saw.
+_SILENT_DNS = r"""
+import json, socket, subprocess, sys, threading
+subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
+silent = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+silent.bind(("127.0.0.1", 53))
+conf = sys.argv[1] + "/resolv.conf"
+with open(conf, "w") as file:
+    file.write("nameserver 127.0.0.1\noptions timeout:30 attempts:1\n")
+subprocess.run(["mount", "--bind", conf, "/etc/resolv.conf"], check=True)
+from noderole.supervisor import probes
+host = "db.noderole-test.example"
+tries = [
+    probes.TcpProbe(host=host, port=5432),
+    probes.TcpProbe(host=host, port=5432),
+    probes.TcpProbe(host=host, port=5432),
+    probes.HttpProbe(url=f"http://{host}:8080/healthz"),
+    probes.TcpProbe(host="127.0.0.1", port=9),
+]
+said = [list(probes.attempt(probe, left=0.2).missing) for probe in tries]
+resolving = sorted(t.name for t in threading.enumerate() if t.name.startswith("resolve"))
+print(json.dumps({"said": said, "resolving": resolving}))
+"""
+
+
+class TestResolution:
+    """With DNS down at boot, glibc's resolver waits its own timeouts (seconds per query, per
+    nameserver) before it fails; a try must still end by its deadline, so a wait does too."""
+
+    def test_a_silent_nameserver_costs_a_try_its_own_time_only(self, tmp_path: Path) -> None:
+        from tests.test_hardening import _unshare_works
+
+        why = _unshare_works()
+        if why is not None or shutil.which("ip") is None:
+            pytest.skip(why or "needs ip (iproute2)")
+        done = subprocess.run(
+            ["unshare", "-mn", "--propagation", "private", sys.executable, "-c", _SILENT_DNS,
+             str(tmp_path)],
+            capture_output=True, text=True, timeout=60, cwd=Path(__file__).parent.parent,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        result = json.loads(done.stdout)
+        tcp = "tcp db.noderole-test.example:5432 (name resolution timed out)"
+        http = "http://db.noderole-test.example:8080/healthz (name resolution timed out)"
+        assert result["said"][:4] == [[tcp], [tcp], [tcp], [http]]
+        # An address needs no resolver: the try goes on to the connection.
+        assert result["said"][4] == ["tcp 127.0.0.1:9 (connection refused)"]
+        # One resolution per host and port at a time: later tries wait on it, not on more.
+        assert result["resolving"] == [
+            "resolve db.noderole-test.example",
+            "resolve db.noderole-test.example",
+        ]
+
+    def test_without_a_thread_the_name_is_resolved_in_the_try(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Where no thread can be started, the try resolves the name itself (unbounded, as
+        before) rather than fail."""
+        start = threading.Thread.start
+
+        def refuse(thread: threading.Thread) -> None:
+            if thread.name.startswith("resolve"):
+                raise RuntimeError("can't start new thread")
+            start(thread)
+
+        monkeypatch.setattr(threading.Thread, "start", refuse)
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]  # bound, not listening: refused
+            outcome = probes.attempt(probes.TcpProbe(host="localhost", port=port), left=1.0)
+        assert not outcome.done
+        assert outcome.missing[0].startswith(f"tcp localhost:{port} (")
+        assert "name resolution" not in outcome.missing[0]
+        assert "refused" in outcome.missing[0]
 
 
 class TestEndAttempts:

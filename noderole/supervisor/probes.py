@@ -20,14 +20,18 @@ One meaning, whoever asks:
 - timeouts: a single attempt (a connect, a request, a command run) lasts at most
   :data:`ATTEMPT_TIMEOUT` seconds and never longer than the time the caller has left, so a
   server that hangs cannot eat a whole wait; an HTTP attempt is bounded as a whole, not per
-  read, so neither can one that sends a byte now and then. A host name is resolved by the C
-  library, whose own timeouts apply (a name in ``/etc/hosts`` or an address: none).
+  read, so neither can one that sends a byte now and then. A host name's resolution is
+  bounded too (:func:`_addresses`): the C library's resolver waits up to its own timeouts
+  (``resolv.conf``: 5 s a query, twice, for each nameserver) when DNS is down at boot, so it
+  runs in a thread of its own, one per host and port at a time, and a try that runs out of
+  time says ``(name resolution timed out)``; the next try takes that thread's answer.
 
 Standard library only.
 """
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import errno
 import os
@@ -38,9 +42,11 @@ from noderole.supervisor._record import fields, record
 
 TYPE_CHECKING = False  # typing is not imported at run time: the daemon stays small
 if TYPE_CHECKING:
+    import socket
     import subprocess
+    import threading
     import urllib.parse
-    from typing import Literal, TypeAlias
+    from typing import Any, Literal, TypeAlias
 
 __all__ = [
     "ATTEMPT_TIMEOUT",
@@ -189,21 +195,99 @@ def _tcp(probe: TcpProbe, timeout: float) -> Outcome:
 
     host, port = probe.host, probe.port
     label = f"tcp {f'[{host}]' if ':' in host else host}:{port}"
+    deadline = _monotonic() + timeout
     try:
         # Resolved on every try: at boot the name may start resolving, or change, mid-wait.
-        addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        addresses = _addresses(host, port, deadline)
     except OSError as error:
         return Outcome(done=False, missing=(f"{label} ({_reason(error)})",))
     reason = "no address"
     for family, kind, proto, _, address in addresses:
         # connect_ex, not create_connection: no exception per refusal, a third less CPU a try.
         with socket.socket(family, kind, proto) as sock:
-            sock.settimeout(timeout)
+            try:
+                sock.settimeout(_left(deadline))  # the whole try, as an HTTP one
+            except TimeoutError:
+                reason = "timed out"
+                break
             code = sock.connect_ex(address)
         if code == 0:
             return _DONE
         reason = "timed out" if code in (errno.EAGAIN, errno.EINPROGRESS) else os.strerror(code)
     return Outcome(done=False, missing=(f"{label} ({reason.lower()})",))
+
+
+class _ResolveTimeout(TimeoutError):
+    """The resolver had not answered when the try's time ran out."""
+
+
+class _Lookup:
+    """One ``getaddrinfo`` under way in a thread of its own, and its answer once it is done."""
+
+    __slots__ = ("answer", "done", "error")
+
+    def __init__(self, done: threading.Event) -> None:
+        self.done = done
+        self.answer: list[tuple[Any, ...]] = []
+        self.error: OSError | None = None
+
+    def run(self, host: str, port: int) -> None:
+        import socket
+
+        try:
+            self.answer = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        except OSError as error:
+            self.error = error
+        except BaseException as error:  # a bug, or an interpreter going down: not ready
+            self.error = OSError(str(error) or type(error).__name__)
+        finally:
+            self.done.set()
+
+
+_LOOKUPS: dict[tuple[str, int], _Lookup] = {}
+"""The resolution under way for each host and port (at most one; kept until a try takes it)."""
+_LOOKUPS_LOCK = _thread.allocate_lock()
+
+
+def _addresses(host: str, port: int, deadline: float) -> list[tuple[Any, ...]]:
+    """``getaddrinfo(host, port)`` for a stream socket, given up at ``deadline``.
+
+    An address is converted at once. A name is resolved in a daemon thread: with DNS down,
+    glibc's resolver waits its own timeouts (``resolv.conf``: 5 s a query, twice, for each
+    nameserver), which would hold a wait far past its deadline and a Ctrl-C until it answers.
+    A try whose time runs out raises :class:`_ResolveTimeout` and leaves the thread to finish;
+    a later try for the same host and port waits on that thread rather than starting another,
+    and takes its answer. Where no thread can be started, the name is resolved here.
+    """
+    import socket
+
+    try:  # an address: no resolver, no thread
+        return socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_NUMERICHOST)
+    except socket.gaierror:
+        pass
+    import threading
+
+    key = (host, port)
+    with _LOOKUPS_LOCK:
+        lookup = _LOOKUPS.get(key)
+        if lookup is None:
+            lookup = _LOOKUPS[key] = _Lookup(threading.Event())
+            try:
+                threading.Thread(
+                    target=lookup.run, args=key, name=f"resolve {host}", daemon=True
+                ).start()
+            except RuntimeError:  # can't start new thread: resolve here, unbounded
+                del _LOOKUPS[key]
+                return socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    left = deadline - _monotonic()
+    if not lookup.done.wait(max(0.0, left)):
+        raise _ResolveTimeout("name resolution timed out")
+    with _LOOKUPS_LOCK:
+        if _LOOKUPS.get(key) is lookup:
+            del _LOOKUPS[key]  # taken: the next try asks the resolver again
+    if lookup.error is not None:
+        raise lookup.error
+    return lookup.answer
 
 
 def _http(url: str, timeout: float) -> Outcome:
@@ -231,8 +315,6 @@ def _http(url: str, timeout: float) -> Outcome:
 def _status_line(parts: urllib.parse.SplitResult, deadline: float) -> bytes:
     """The first line of the answer to ``GET`` ``parts`` (at most 1 KiB), read by ``deadline``;
     TimeoutError past it."""
-    import socket
-
     https = parts.scheme == "https"
     host = parts.hostname or ""
     port = parts.port or (443 if https else 80)
@@ -241,7 +323,7 @@ def _status_line(parts: urllib.parse.SplitResult, deadline: float) -> bytes:
         f"GET {target} HTTP/1.1\r\nHost: {parts.netloc.rpartition('@')[2]}\r\n"
         "User-Agent: noderole-probe\r\nConnection: close\r\n\r\n"
     ).encode()
-    sock = socket.create_connection((host, port), timeout=_left(deadline))
+    sock = _connect(_addresses(host, port, deadline), deadline)
     try:
         if https:
             import ssl
@@ -267,13 +349,38 @@ def _status_line(parts: urllib.parse.SplitResult, deadline: float) -> bytes:
         sock.close()
 
 
-def _left(deadline: float) -> float:
-    import time
+def _connect(addresses: list[tuple[Any, ...]], deadline: float) -> socket.socket:
+    """A socket connected to the first of ``addresses`` that accepts by ``deadline`` (what
+    ``socket.create_connection`` does, on addresses already resolved); the last error."""
+    import socket
 
-    left = deadline - time.monotonic()
+    error: OSError = OSError("no address")
+    for family, kind, proto, _, address in addresses:
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.settimeout(_left(deadline))
+            sock.connect(address)
+        except OSError as failed:
+            sock.close()
+            error = failed
+            if isinstance(failed, TimeoutError):
+                break  # the try's time is up: no time left for the next address
+            continue
+        return sock
+    raise error
+
+
+def _left(deadline: float) -> float:
+    left = deadline - _monotonic()
     if left <= 0:
         raise TimeoutError("timed out")
     return left
+
+
+def _monotonic() -> float:
+    import time
+
+    return time.monotonic()
 
 
 def _command(
@@ -353,6 +460,8 @@ def kill_group(proc: subprocess.Popen[bytes]) -> None:
 
 
 def _reason(error: BaseException) -> str:
+    if isinstance(error, _ResolveTimeout):
+        return str(error)
     if isinstance(error, TimeoutError):  # a socket's, or the TLS handshake's own words
         return "timed out"
     if isinstance(error, OSError) and error.strerror:
