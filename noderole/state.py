@@ -134,10 +134,25 @@ def write_state_file(
         write_atomic(path, data, mode=0o600, durable=durable)
     except OSError as error:
         raise StateError(
-            f"cannot record {node_path} (at {path}): {error.strerror or error}; free space or "
-            "fix the directory, then run again"
+            f"cannot record {node_path} (at {path}): {error.strerror or error}{_remedy(error)}"
         ) from error
     _record(root, node_path, any_content=any_content)
+
+
+def _remedy(error: OSError) -> str:
+    """What to do when the machine refuses to write a state file, by its reason (a refused
+    link or owner says it in its own message)."""
+    if isinstance(error, _safeopen.UnsafePathError) or error.errno == errno.ELOOP:
+        return ""  # a link refused: its message says which, and to remove it
+    if error.errno in (errno.ENOSPC, errno.EDQUOT):
+        fix = "free space on its file system"
+    elif error.errno == errno.EROFS:
+        fix = "its file system is mounted read-only: remount it read-write"
+    elif error.errno in (errno.EACCES, errno.EPERM):
+        fix = "check the directory's owner, mode and attributes (lsattr)"
+    else:
+        fix = "fix the directory"
+    return f"; {fix}, then run again"
 
 
 def write_role(root: NodeRoot, role: str) -> None:

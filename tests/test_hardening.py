@@ -627,6 +627,26 @@ print(json.dumps(out))
 """
 )
 
+_STATE_READ_ONLY = """
+import json, subprocess, sys
+from pathlib import Path
+from noderole.errors import NoderoleError
+from noderole.root import NodeRoot
+from noderole.state import write_applied
+root = Path(sys.argv[1])
+state = root / "var/lib/noderole"
+state.mkdir(parents=True)
+subprocess.run(["mount", "--bind", str(state), str(state)], check=True)
+subprocess.run(["mount", "-o", "remount,ro,bind", str(state)], check=True)
+out = {}
+try:
+    write_applied(NodeRoot(root), {"a": {"x": "y"}})
+except NoderoleError as e:
+    out["error"] = (type(e).__name__, str(e))
+print(json.dumps(out))
+"""
+
+
 _RESPAWN_FULL = (
     """
 import json, os, signal, subprocess, sys, time
@@ -756,6 +776,17 @@ class TestFullRun:
         assert kind == "StateError"
         assert "/var/lib/noderole/applied.json" in message
         assert "No space left on device" in message
+        assert "free space on its file system" in message
+
+    def test_a_read_only_state_directory_says_to_remount(self, tmp_path: Path) -> None:
+        """An image booted with /var read-only: the fix named is a remount, not free space."""
+        result = _in_private_mounts(_STATE_READ_ONLY, tmp_path / "root", timeout=60)
+        kind, message = result["error"]
+        assert kind == "StateError"
+        assert "cannot record /var/lib/noderole/applied.json" in message
+        assert "Read-only file system" in message
+        assert "mounted read-only: remount it read-write" in message
+        assert "free space" not in message
 
     def test_a_full_disk_keeps_a_new_manifest_record(self, tmp_path: Path) -> None:
         """A manifest due for compaction on a full disk: the rewrite has no room, so the new
