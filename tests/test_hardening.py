@@ -431,6 +431,67 @@ class TestResetPurge:
         assert not (logs / "app/svc.log").exists()
 
 
+# A local user's process that takes the supervisor's abstract socket name before the daemon
+# does (abstract names have no file mode, and /proc/net/unix lists them for anyone to copy):
+# ``room`` listens and leaves its queue room; ``full`` fills its queue and never accepts.
+_SQUAT = r"""
+import socket, sys, time
+name, kind = "\0" + sys.argv[1], sys.argv[2]
+held = socket.socket(socket.AF_UNIX)
+held.bind(name)
+held.listen(0)
+if kind == "full":
+    first = socket.socket(socket.AF_UNIX)
+    first.connect(name)
+    second = socket.socket(socket.AF_UNIX)
+    second.setblocking(False)
+    try:
+        second.connect(name)
+    except BlockingIOError:
+        pass
+print("held", flush=True)
+time.sleep(300)
+"""
+
+
+class TestSquattedName:
+    """A local user who takes the native supervisor's abstract name first must not keep root
+    from supervising the node: the name is passed by, the daemon serves its socket file alone
+    (in its private run directory) and says who holds the name."""
+
+    @pytest.mark.parametrize("kind", ["room", "full"])
+    def test_a_name_taken_by_another_user_is_passed_by(self, scene: Scene, kind: str) -> None:
+        from noderole.supervisor._protocol import abstract_address
+
+        name = abstract_address(str(scene.harness.run_dir))
+        squatter = subprocess.Popen(
+            ["setpriv", f"--reuid={scene.user.uid}", f"--regid={scene.user.gid}",
+             "--clear-groups", sys.executable, "-c", _SQUAT, name.lstrip("\0"), kind],
+            stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        scene.harness.extra_pids.append(squatter.pid)
+        try:
+            assert squatter.stdout is not None
+            assert squatter.stdout.readline() == "held\n"
+            supervisor = scene.harness.supervisor
+            status = supervisor.start(scene.harness.spec("a", TICK))
+            assert status.state == "running"
+            assert _status(scene).state == "running"
+            wait_for(
+                lambda: scene.said(f"taken by pid {squatter.pid} (uid {scene.user.uid})"),
+                "the daemon naming who holds its name",
+            )
+            supervisor.stop(["a"])
+            assert _status(scene).state == "stopped"
+            supervisor.shutdown()  # returns: the daemon's lock, not the name, says it is gone
+            assert supervisor.daemon_pid() is None
+        finally:
+            squatter.kill()
+            squatter.wait()
+            assert squatter.stdout is not None
+            squatter.stdout.close()
+
+
 class TestPrivateRunDirectory:
     def test_another_user_cannot_take_the_lock_nor_read_the_log(self, scene: Scene) -> None:
         """apply.lock and supervisor.log are out of a local user's reach; modes 0700/0600."""

@@ -168,15 +168,14 @@ class Supervisor:
             standby.discard()
 
     def _holds_name(self) -> bool:
-        """Something holds this node's abstract name (a daemon runs, or is exiting)."""
-        with contextlib.closing(_stream()) as probe:
-            try:
-                probe.connect(_protocol.abstract_address(self._run))
-            except (ConnectionRefusedError, FileNotFoundError):
-                return False
-            except OSError:
-                return True  # a full backlog, or a name we cannot compute: no standby
-        return True
+        """A daemon holds this node's abstract name (it runs, or is exiting). A process of
+        another user holding it is none of ours (see :meth:`_connect`)."""
+        try:
+            address = _protocol.abstract_address(self._run)
+        except OSError:
+            return True  # a name we cannot compute: no standby
+        holder = _protocol.listener(address)
+        return holder is not None and not _foreign(holder)
 
     def _spawn_daemon(self) -> None:
         try:
@@ -206,14 +205,18 @@ class Supervisor:
     def _connect(self, hello: float) -> _socket.socket | None:
         """A connection to the daemon, or None when none listens.
 
-        The abstract name first (it outlives ``rm -rf`` of the run dir), then the socket file.
+        The socket file first, then the abstract name (it outlives ``rm -rf`` of the run dir).
+        The file sits in the private run directory, where only root can put one; the abstract
+        name has no file mode, and a local user may have taken it first (it is listed in
+        ``/proc/net/unix`` for anyone to copy): a listener there of another user is passed by,
+        as the daemon passes it by (:func:`~._daemon._claim`), whether it answers or not.
         A full listen backlog (``EAGAIN``: many callers at once) is retried with a growing pause
         for up to ``hello`` seconds; past that the daemon is reported as not answering.
         """
-        addresses: list[str] = []
+        path = os.path.join(self._run, _protocol.SOCKET_NAME)
+        addresses = [path]
         with contextlib.suppress(OSError):
             addresses.append(_protocol.abstract_address(self._run))
-        addresses.append(os.path.join(self._run, _protocol.SOCKET_NAME))
         deadline = time.monotonic() + hello
         for address in addresses:
             sock = _stream()
@@ -225,6 +228,8 @@ class Supervisor:
                         _connect_to(sock, address)
                         break
                     except (BlockingIOError, TimeoutError):
+                        if address != path and _foreign(_protocol.listener(address)):
+                            raise ConnectionRefusedError from None  # not ours: passed by
                         if time.monotonic() >= deadline:
                             raise NotAnswering(self._not_answering(None, hello)) from None
                         time.sleep(pause)
@@ -236,8 +241,10 @@ class Supervisor:
                 sock.close()
                 raise
             pid, uid = _protocol.peer_credentials(sock)
-            if uid not in (0, os.getuid()):
+            if not _trusted(uid):
                 sock.close()
+                if address != path:
+                    continue
                 raise SupervisorError(
                     f"the process listening as the native supervisor of {self._run} (pid "
                     f"{pid}, uid {uid}) is not run by root or by you: refusing to talk to it; "
@@ -433,20 +440,36 @@ class Supervisor:
             return
         deadline = time.monotonic() + timeout
         while True:
-            with contextlib.closing(_stream()) as probe:
-                probe.settimeout(1.0)
-                try:
-                    probe.connect(address)
-                except ConnectionRefusedError:
-                    return
-                except (BlockingIOError, TimeoutError):
-                    pass
+            holder = _protocol.listener(address)
+            if holder is None:
+                return
+            if _foreign(holder) and self._lock_free():
+                return  # another user's process holds the name: the daemon's lock tells
             if time.monotonic() >= deadline:
                 raise SupervisorError(
                     f"the native supervisor of {self._run} did not exit after shutdown "
                     f"(waited {timeout:g}s); see {self._log}"
                 )
             time.sleep(0.01)
+
+    def _lock_free(self) -> bool:
+        """No daemon holds the run directory's lock (each holds it for life): it is gone."""
+        import fcntl
+
+        try:
+            fd = os.open(
+                os.path.join(self._run, _protocol.LOCK_NAME),
+                os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC,
+            )
+        except FileNotFoundError:
+            return True
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        finally:
+            os.close(fd)  # and with it the lock, if taken: a starting daemon waits for it
+        return True
 
     # ---- without a daemon
 
@@ -773,3 +796,13 @@ def _stopped(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] in ("T", "t")
     except (OSError, IndexError):
         return False
+
+
+def _trusted(uid: int) -> bool:
+    """A daemon of this node runs as root, or as the user running noderole (a scratch root)."""
+    return uid in (0, os.getuid())
+
+
+def _foreign(holder: tuple[int, int] | None) -> bool:
+    """``holder`` (a listener's ``(pid, uid)``) is known, and no daemon of this node."""
+    return holder is not None and not _trusted(holder[1])

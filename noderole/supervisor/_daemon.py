@@ -553,11 +553,15 @@ def _runs_program(pid: int, argv: tuple[str, ...]) -> bool:
     return False
 
 
-def _claim(run_dir: str, timeout: float) -> socket.socket | str:
+def _claim(run_dir: str, timeout: float) -> socket.socket | str | tuple[int, int]:
     """Bind the node's abstract name (held for life); or why not, naming the holder.
 
     Waits up to ``timeout`` for a predecessor that is just exiting (it holds the name to its
-    last breath, so that it never writes its state over its successor's).
+    last breath, so that it never writes its state over its successor's). A holder that is
+    neither root nor this daemon's user is no supervisor of this node but a local user who took
+    the name first (abstract names have no file mode, and are listed in ``/proc/net/unix`` for
+    anyone to copy): its ``(pid, uid)`` is returned at once, and the daemon serves its socket
+    file alone, its run directory's lock keeping the node to one daemon.
     """
     address = _protocol.abstract_address(run_dir)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
@@ -571,21 +575,15 @@ def _claim(run_dir: str, timeout: float) -> socket.socket | str:
             if e.errno != errno.EADDRINUSE:
                 sock.close()
                 raise
+        holder = _protocol.listener(address)
+        if holder is not None and holder[1] not in (0, os.geteuid()):
+            sock.close()
+            return holder
         if time.monotonic() >= deadline:
             sock.close()
-            return f"another supervisor serves this node root{_holder(address)}"
+            named = f" (pid {holder[0]}, uid {holder[1]})" if holder else ""
+            return f"another supervisor serves this node root{named}"
         time.sleep(0.01)
-
-
-def _holder(address: str) -> str:
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC) as probe:
-        probe.settimeout(1.0)
-        try:
-            probe.connect(address)
-            pid, uid = _protocol.peer_credentials(probe)
-        except OSError:
-            return ""
-    return f" (pid {pid}, uid {uid})"
 
 
 def _lock(run_dir: str, timeout: float) -> int | None:
@@ -689,17 +687,27 @@ def main(argv: list[str]) -> int:
     if isinstance(claim, str):
         ready(claim)
         return 1
+    abstract = claim if isinstance(claim, socket.socket) else None
+    squatter = claim if isinstance(claim, tuple) else None
     try:
         _safeopen.private_dir(run_dir)  # 0700, whoever made it first
         lock = _lock(run_dir, KILL_GRACE)
     except OSError as e:
-        claim.close()
+        if abstract is not None:
+            abstract.close()
         ready(f"cannot use {run_dir}: {e}")
         return 1
     if lock is None:
         ready(f"another supervisor holds {os.path.join(run_dir, _protocol.LOCK_NAME)}")
         return 1
-    daemon = Daemon(run_dir, claim)
+    if squatter is not None:
+        pid, uid = squatter
+        log(
+            f"the supervisor's abstract socket name is taken by pid {pid} (uid {uid}), which is "
+            f"not a supervisor of this node: serving {_protocol.SOCKET_NAME} in {run_dir} only "
+            "(its lock keeps the node to one supervisor); stop that process"
+        )
+    daemon = Daemon(run_dir, abstract)
     daemon.lock_fd = lock
     try:
         daemon.recover()

@@ -45,6 +45,7 @@ __all__ = [
     "decode",
     "encode",
     "launch_source",
+    "listener",
     "peer_credentials",
     "socket_address",
 ]
@@ -159,6 +160,53 @@ def anchor_identity(run_dir: str) -> tuple[int, int]:
     """
     st = os.stat(anchor_path(run_dir))
     return st.st_dev, st.st_ino
+
+
+def listener(address: str) -> tuple[int, int] | None:
+    """``(pid, uid)`` of the process listening on the abstract ``address``; None when nothing
+    listens there, or when who does cannot be told.
+
+    Asked over a connection (``SO_PEERCRED`` gives the listener's credentials before it
+    accepts); a listener whose queue is full (one that never accepts) is looked up in ``/proc``
+    instead: the socket's inode in ``/proc/net/unix``, then the process holding it.
+    """
+    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM | _socket.SOCK_CLOEXEC)
+    try:
+        sock.setblocking(False)
+        try:
+            sock.connect(address)
+        except (ConnectionRefusedError, FileNotFoundError):
+            return None
+        except BlockingIOError:  # its queue is full
+            return _listener_from_proc(address)
+        return peer_credentials(sock)
+    except OSError:
+        return None
+    finally:
+        sock.close()
+
+
+def _listener_from_proc(address: str) -> tuple[int, int] | None:
+    shown = "@" + address[1:]  # how /proc/net/unix writes an abstract name
+    try:
+        with open("/proc/net/unix", "rb") as table:
+            rows = table.read().decode(errors="replace").splitlines()[1:]
+    except OSError:
+        return None
+    # Num RefCount Protocol Flags Type St Inode Path
+    sockets = {f"socket:[{row[6]}]" for row in map(str.split, rows) if row[7:8] == [shown]}
+    if not sockets:
+        return None
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            for fd in os.listdir(f"/proc/{entry}/fd"):
+                if os.readlink(f"/proc/{entry}/fd/{fd}") in sockets:
+                    return int(entry), os.stat(f"/proc/{entry}").st_uid
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+    return None
 
 
 def peer_credentials(sock: _socket.socket) -> tuple[int, int]:
