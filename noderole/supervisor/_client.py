@@ -170,12 +170,14 @@ class Supervisor:
     def _holds_name(self) -> bool:
         """A daemon holds this node's abstract name (it runs, or is exiting). A process of
         another user holding it is none of ours (see :meth:`_connect`)."""
-        try:
-            address = _protocol.abstract_address(self._run)
-        except OSError:
-            return True  # a name we cannot compute: no standby
-        holder = _protocol.listener(address)
-        return holder is not None and not _foreign(holder)
+        with contextlib.closing(_stream()) as probe:
+            try:
+                probe.connect(_protocol.abstract_address(self._run))
+                return _trusted(_protocol.peer_credentials(probe)[1])
+            except (ConnectionRefusedError, FileNotFoundError):
+                return False
+            except OSError:
+                return True  # a full backlog, or a name we cannot compute: no standby
 
     def _spawn_daemon(self) -> None:
         try:
