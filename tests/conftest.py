@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import textwrap
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from tests.skips import pytest_runtest_makereport
 __all__ = [
     "install_dist",
     "pytest_runtest_makereport",
+    "refuse_threads",
 ]  # the hook: CI forbids skips (tests/skips.py)
 
 
@@ -41,3 +43,21 @@ def install_dist(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Ca
     yield install
     for module in created:
         sys.modules.pop(module, None)
+
+
+@pytest.fixture
+def refuse_threads(monkeypatch: pytest.MonkeyPatch) -> Callable[[str], None]:
+    """``refuse_threads(prefix)``: from now on, starting a thread whose name begins with
+    ``prefix`` raises what CPython raises when none can be had (``can't start new thread``)."""
+
+    def refuse(prefix: str) -> None:
+        start = threading.Thread.start
+
+        def refused(thread: threading.Thread) -> None:
+            if thread.name.startswith(prefix):
+                raise RuntimeError("can't start new thread")
+            start(thread)
+
+        monkeypatch.setattr(threading.Thread, "start", refused)
+
+    return refuse

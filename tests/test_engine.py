@@ -611,18 +611,11 @@ class TestSchedule:
         assert len({trace.thread(f"b{i}") for i in range(3)}) == 3
 
     def test_no_thread_to_be_had_leaves_the_work_to_the_caller(
-        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+        self, tmp_path: Path, refuse_threads: Callable[[str], None]
     ) -> None:
         """When a thread for the services ready meanwhile (or for the crash watch) cannot be
         started, the caller runs them itself, one after another: nothing fails, nothing hangs."""
-        start = threading.Thread.start
-
-        def refuse(thread: threading.Thread) -> None:
-            if thread.name.startswith("apply"):
-                raise RuntimeError("can't start new thread")
-            start(thread)
-
-        monkeypatch.setattr(threading.Thread, "start", refuse)
+        refuse_threads("apply")
         services = [_service("root")] + [_service(f"b{i}", need=["root"]) for i in range(3)]
         applied, trace = _apply_traced(services, tmp_path)
         assert [s.status for s in applied.services] == ["started"] * 4

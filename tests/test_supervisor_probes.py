@@ -17,7 +17,7 @@ import stat
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -221,18 +221,11 @@ class TestResolution:
         ]
 
     def test_without_a_thread_the_name_is_resolved_in_the_try(
-        self, monkeypatch: pytest.MonkeyPatch
+        self, refuse_threads: Callable[[str], None]
     ) -> None:
         """Where no thread can be started, the try resolves the name itself (unbounded, as
         before) rather than fail."""
-        start = threading.Thread.start
-
-        def refuse(thread: threading.Thread) -> None:
-            if thread.name.startswith("resolve"):
-                raise RuntimeError("can't start new thread")
-            start(thread)
-
-        monkeypatch.setattr(threading.Thread, "start", refuse)
+        refuse_threads("resolve")
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
             port = sock.getsockname()[1]  # bound, not listening: refused
