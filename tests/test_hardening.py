@@ -492,6 +492,40 @@ class TestSquattedName:
             squatter.stdout.close()
 
 
+_KNOCK = r"""
+import socket, sys
+name, count = "\0" + sys.argv[1], int(sys.argv[2])
+for _ in range(count):
+    with socket.socket(socket.AF_UNIX) as knock:
+        knock.connect(name)
+        knock.recv(1)  # the daemon closes a refused connection: wait for that
+print("done", flush=True)
+"""
+
+
+class TestRefusedConnections:
+    def test_a_flood_of_refused_connections_does_not_rotate_the_log_away(
+        self, scene: Scene
+    ) -> None:
+        """A local user connects to the daemon's abstract name again and again: each is refused,
+        and said in the log at most a burst at a time, so the noise cannot rotate the log's
+        history (what the daemon said before) away."""
+        from noderole.supervisor._protocol import abstract_address
+
+        supervisor = scene.harness.supervisor
+        supervisor.start(scene.harness.spec("a", TICK))
+        wait_for(lambda: scene.said("supervising from"), "the daemon's first line in its log")
+        name = abstract_address(str(scene.harness.run_dir)).lstrip("\0")
+        done = scene.user.run(sys.executable, "-c", _KNOCK, name, "300")
+        assert done.stdout == "done\n", done.stderr
+        text = scene.supervisor_log.read_text()
+        refused = [line for line in text.splitlines() if "refused a control connection" in line]
+        assert 1 <= len(refused) <= _log.BURST
+        assert f"(uid {scene.user.uid})" in refused[0]
+        assert "supervising from" in text  # the history is still in the current log
+        assert _status(scene).state == "running"
+
+
 class TestPrivateRunDirectory:
     def test_another_user_cannot_take_the_lock_nor_read_the_log(self, scene: Scene) -> None:
         """apply.lock and supervisor.log are out of a local user's reach; modes 0700/0600."""

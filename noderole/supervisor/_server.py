@@ -14,7 +14,7 @@ import socket
 from collections.abc import Callable, Mapping
 
 from noderole.supervisor import _protocol
-from noderole.supervisor._log import log, log_error
+from noderole.supervisor._log import log, log_error, log_limited
 from noderole.supervisor._loop import Loop
 
 TYPE_CHECKING = False  # typing is not imported at run time: the daemon stays small
@@ -155,7 +155,11 @@ class Server:
             conn.close()
             return
         if uid not in self.allowed_uids:
-            log(f"refused a control connection from pid {pid} (uid {uid})")
+            # A burst a minute per user: a local user knocking again and again on the abstract
+            # name must not rotate the log's history away.
+            log_limited(
+                f"refused uid {uid}", f"refused a control connection from pid {pid} (uid {uid})"
+            )
             conn.close()
             return
         conn.setblocking(False)
