@@ -528,11 +528,55 @@ def _is_http_url(text: str) -> bool:
     )
 
 
+def _authority_problem(url: str) -> str:
+    """What keeps the host and port of ``url`` (of :func:`_is_http_url`'s shape) from being
+    read as ``urllib.parse.urlsplit`` reads them when a probe connects, or ``""``: a host, in
+    brackets if an IPv6 address, and a port 1-65535 if one is given. By hand: records are
+    built on every command that loads a plugin, and urllib.parse is not imported for them."""
+    authority = url.partition("://")[2]
+    for end in "/?#":
+        authority = authority.partition(end)[0]
+    host = authority.rpartition("@")[2]  # user:password@ is the request's, not the address
+    if host.startswith("["):
+        address, closed, after = host[1:].partition("]")
+        if not closed:
+            return "an IPv6 address with no closing ]"
+        if after and not after.startswith(":"):
+            return f"text after the IPv6 address: {after!r}"
+        if address and not _is_ipv6(address.partition("%")[0]):  # %25eth0: a zone
+            return f"{address!r} in brackets, which is not an IPv6 address"
+        name, port = address, after[1:]
+    elif "[" in host or "]" in host:
+        return "a bracket outside an IPv6 address"
+    else:
+        name, _, port = host.partition(":")
+        if ":" in port:
+            return "colons in its host: an IPv6 address needs brackets, http://[::1]:6443/"
+    if not name:
+        return "no host"
+    if port and not (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):
+        return f"port {port!r}, not a number 1-65535"
+    return ""
+
+
+def _is_ipv6(text: str) -> bool:
+    import _socket  # built in, and loaded already by the supervisor's client
+
+    try:
+        _socket.inet_pton(_socket.AF_INET6, text)
+    except (OSError, ValueError):
+        return False
+    return True
+
+
 def _check_url(inst: Any, attribute: recordclass.Attribute[Any], value: str) -> None:
     if not isinstance(value, str) or not _is_http_url(value):
         raise _fail(
             _label(inst), attribute.name, f"must be an http:// or https:// URL, got {value!r}"
         )
+    problem = _authority_problem(value)
+    if problem:
+        raise _fail(_label(inst), attribute.name, f"has {problem}, in {value!r}")
 
 
 @_checked

@@ -560,3 +560,69 @@ class TestRecordMethods:
         fail = Fail(message="x")
         object.__setattr__(fail, "message", fail)
         assert repr(fail) == "Fail(message=...)"
+
+
+class TestHttpUrl:
+    """A readiness or wait URL is checked when the record is built, as a probe will read it:
+    a host, and a port 1-65535 if one is given (a mistyped address in config.toml)."""
+
+    @pytest.mark.parametrize(
+        "url",
+        [
+            "http://127.0.0.1:9100/metrics",
+            "https://[::1]:6443/readyz",
+            "http://[fe80::1%25eth0]/",
+            "http://node-1.example/",
+            "http://user:secret@h:80/x?y#z",
+            "http://h:/",
+            "https://h",
+        ],
+    )
+    def test_good(self, url: str) -> None:
+        assert WaitForHttp(url=url, timeout=1).url == url
+
+    @pytest.mark.parametrize(
+        ("url", "why"),
+        [
+            ("http://[::1/healthz", "an IPv6 address with no closing ]"),
+            ("http://[]/", "no host"),
+            ("http://[::1]x/", "text after the IPv6 address"),
+            ("http://127.0.0.1:99999/", "port '99999', not a number 1-65535"),
+            ("http://127.0.0.1:0/", "port '0', not a number 1-65535"),
+            ("http://h:8o80/", "port '8o80', not a number 1-65535"),
+            ("http://h:\u0661\u0662/", ", not a number 1-65535"),
+            ("http://::1:80/", "an IPv6 address needs brackets"),
+            ("http://user@:80/", "no host"),
+            ("http://h]/", "a bracket"),
+            ("http://[zzz]/", "'zzz' in brackets, which is not an IPv6 address"),
+            ("http://[1.2.3.4]/", "not an IPv6 address"),
+        ],
+    )
+    def test_bad(self, url: str, why: str) -> None:
+        with pytest.raises(DefinitionError) as raised:
+            WaitForHttp(url=url, timeout=1)
+        message = str(raised.value)
+        assert "field 'url'" in message
+        assert why in message
+        assert repr(url) in message
+
+    @pytest.mark.parametrize(
+        "url",
+        [
+            "http://[zzz]/", "http://[1.2.3.4]/", "http://[fe80::1%25eth0]/", "http://[v1.x]/",
+            "http://h:+80/", "http://h: 80/", "http://a b/", "http://h:/", "http://[::1]:/",
+            "http://[::1]x/", "http://h]/", "http://[::1/", "http://::1:80/", "http://h#x:99999",
+            "http://h?x:1", "http://u@h:1@x/", "http://h:0/", "http://h:65535/", "http://@/",
+            "https://[::ffff:1.2.3.4]:443/", "http://h:080/",
+        ],
+    )  # fmt: skip
+    def test_a_url_the_record_takes_is_one_the_probe_can_read(self, url: str) -> None:
+        """The record's own check (no urllib at start-up) is never looser than the parse the
+        probe makes when it connects: what it takes, the probe can read."""
+        from noderole.supervisor.probes import _target
+
+        try:
+            WaitForHttp(url=url, timeout=1)
+        except DefinitionError:
+            return
+        _target(url)  # raises ValueError where the probe could not connect

@@ -293,6 +293,8 @@ class TestWire:
             ({"kind": "paths", "paths": "/etc/x"}, "paths"),
             ({"kind": "paths", "paths": ["/a"], "require": "some"}, "require"),
             ({"kind": "http", "url": "ftp://x"}, "url"),
+            ({"kind": "http", "url": "http://h:99999/"}, "url"),
+            ({"kind": "http", "url": "http://[::1/"}, "url"),
             ({"kind": "command", "argv": []}, "argv"),
             ({"kind": "tcp", "host": "h", "port": 1, "extra": 1}, "extra"),
         ],

@@ -295,12 +295,14 @@ def _http(url: str, timeout: float) -> Outcome:
     handshake, request, status line) ends by ``timeout``: a per-read timeout alone never fires
     while a server (or a local user who bound the port first) sends a byte now and then."""
     import time
-    import urllib.parse
 
-    parts = urllib.parse.urlsplit(url)
+    try:
+        parts, host, port = _target(url)
+    except ValueError as error:  # the record checks its URL: one from elsewhere may not be
+        return Outcome(done=False, missing=(f"{url} (cannot be probed: {error})",))
     deadline = time.monotonic() + timeout
     try:
-        line = _status_line(parts, deadline)
+        line = _status_line(parts, host, port, deadline)
     except OSError as error:
         return Outcome(done=False, missing=(f"{url} ({_reason(error)})",))
     words = line.split(None, 2)  # b"HTTP/1.1", b"200", b"OK"
@@ -312,12 +314,24 @@ def _http(url: str, timeout: float) -> Outcome:
     return Outcome(done=False, missing=(f"{url} (HTTP {status})",))
 
 
-def _status_line(parts: urllib.parse.SplitResult, deadline: float) -> bytes:
+def _target(url: str) -> tuple[urllib.parse.SplitResult, str, int]:
+    """``url`` split, its host and the port to connect to; ValueError saying what is wrong
+    (``Invalid IPv6 URL``, ``Port out of range 0-65535``, ``no host``, ``port 0``)."""
+    import urllib.parse
+
+    parts = urllib.parse.urlsplit(url)
+    port = parts.port
+    if not parts.hostname:
+        raise ValueError("no host")
+    if port == 0:
+        raise ValueError("port 0")
+    return parts, parts.hostname, port or (443 if parts.scheme == "https" else 80)
+
+
+def _status_line(parts: urllib.parse.SplitResult, host: str, port: int, deadline: float) -> bytes:
     """The first line of the answer to ``GET`` ``parts`` (at most 1 KiB), read by ``deadline``;
     TimeoutError past it."""
     https = parts.scheme == "https"
-    host = parts.hostname or ""
-    port = parts.port or (443 if https else 80)
     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     request = (
         f"GET {target} HTTP/1.1\r\nHost: {parts.netloc.rpartition('@')[2]}\r\n"
@@ -542,5 +556,10 @@ def _check(probe: Probe) -> None:
             raise ValueError("paths probe: 'labels' must name every path")
     elif isinstance(probe, CommandProbe) and not probe.argv:
         raise ValueError("command probe: 'argv' must not be empty")
-    elif isinstance(probe, HttpProbe) and not probe.url.startswith(("http://", "https://")):
-        raise ValueError(f"http probe: 'url' must be http:// or https://, got {probe.url!r}")
+    elif isinstance(probe, HttpProbe):
+        if not probe.url.startswith(("http://", "https://")):
+            raise ValueError(f"http probe: 'url' must be http:// or https://, got {probe.url!r}")
+        try:
+            _target(probe.url)
+        except ValueError as error:
+            raise ValueError(f"http probe: 'url' {probe.url!r} cannot be probed: {error}") from None
