@@ -531,8 +531,11 @@ def _is_http_url(text: str) -> bool:
 def _authority_problem(url: str) -> str:
     """What keeps the host and port of ``url`` (of :func:`_is_http_url`'s shape) from being
     read as ``urllib.parse.urlsplit`` reads them when a probe connects, or ``""``: a host, in
-    brackets if an IPv6 address, and a port 1-65535 if one is given. By hand: records are
-    built on every command that loads a plugin, and urllib.parse is not imported for them."""
+    brackets if an IPv6 address, and a port of digits if one is given. A number outside 1-65535
+    is left to the plugin, which may check its setting with a ``Fail`` step of its own (the
+    node-exporter example does), and to the probe, which says ``(cannot be probed: ...)``. By
+    hand: records are built on every command that loads a plugin, and urllib.parse is not
+    imported for them."""
     authority = url.partition("://")[2]
     for end in "/?#":
         authority = authority.partition(end)[0]
@@ -554,8 +557,8 @@ def _authority_problem(url: str) -> str:
             return "colons in its host: an IPv6 address needs brackets, http://[::1]:6443/"
     if not name:
         return "no host"
-    if port and not (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):
-        return f"port {port!r}, not a number 1-65535"
+    if port and not (port.isascii() and port.isdigit()):
+        return f"port {port!r}, not a number"
     return ""
 
 

@@ -576,6 +576,8 @@ class TestHttpUrl:
             "http://user:secret@h:80/x?y#z",
             "http://h:/",
             "https://h",
+            "http://127.0.0.1:0/",  # a range is the plugin's to check (and the probe's to say)
+            "http://127.0.0.1:99999/",
         ],
     )
     def test_good(self, url: str) -> None:
@@ -587,10 +589,8 @@ class TestHttpUrl:
             ("http://[::1/healthz", "an IPv6 address with no closing ]"),
             ("http://[]/", "no host"),
             ("http://[::1]x/", "text after the IPv6 address"),
-            ("http://127.0.0.1:99999/", "port '99999', not a number 1-65535"),
-            ("http://127.0.0.1:0/", "port '0', not a number 1-65535"),
-            ("http://h:8o80/", "port '8o80', not a number 1-65535"),
-            ("http://h:\u0661\u0662/", ", not a number 1-65535"),
+            ("http://h:8o80/", "port '8o80', not a number"),
+            ("http://h:\u0661\u0662/", ", not a number"),
             ("http://::1:80/", "an IPv6 address needs brackets"),
             ("http://user@:80/", "no host"),
             ("http://h]/", "a bracket"),
@@ -618,11 +618,29 @@ class TestHttpUrl:
     )  # fmt: skip
     def test_a_url_the_record_takes_is_one_the_probe_can_read(self, url: str) -> None:
         """The record's own check (no urllib at start-up) is never looser than the parse the
-        probe makes when it connects: what it takes, the probe can read."""
-        from noderole.supervisor.probes import _target
+        probe makes when it connects, but for a port's range, which the probe says."""
+        from noderole.supervisor.probes import http_address
 
         try:
             WaitForHttp(url=url, timeout=1)
         except DefinitionError:
             return
-        _target(url)  # raises ValueError where the probe could not connect
+        problem = ""
+        try:
+            http_address(url)
+        except ValueError as error:
+            problem = str(error)
+        assert problem in ("", "Port out of range 0-65535", "port 0"), url
+
+    @pytest.mark.parametrize(
+        ("url", "said"),
+        [
+            ("http://127.0.0.1:99999/", "Port out of range 0-65535"),
+            ("http://127.0.0.1:0/", "port 0"),
+        ],
+    )
+    def test_a_port_out_of_range_is_said_by_the_probe(self, url: str, said: str) -> None:
+        from noderole.supervisor import probes
+
+        outcome = probes.attempt(probes.HttpProbe(url=url), left=0.1)
+        assert outcome.missing == (f"{url} (cannot be probed: {said})",)

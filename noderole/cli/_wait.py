@@ -135,6 +135,7 @@ def _records(
             builders.append(lambda t: r.WaitForTcp(host=host, port=port, timeout=t, message=only))
         if url is not None:
             r.WaitForHttp(url=url, timeout=1)
+            _probeable(url)
             builders.append(lambda t: r.WaitForHttp(url=url, timeout=t, message=only))
         if command is not None:
             argv = _argv(command)
@@ -168,6 +169,20 @@ def _host_port(text: str) -> tuple[str, int]:
             f"[::1]:6443), got {text!r}"
         )
     return host, int(port)
+
+
+def _probeable(url: str) -> None:
+    """A URL typed on the command line is held to what a probe can connect to, port included
+    (the record leaves a port's range to its plugin)."""
+    from noderole.supervisor.probes import http_address
+
+    try:
+        http_address(url)
+    except ValueError as error:
+        raise UsageError(
+            f"noderole wait: --http takes an http:// or https:// URL with a port 1-65535, got "
+            f"{url!r} ({error})"
+        ) from None
 
 
 def _argv(command: str) -> tuple[str, ...]:

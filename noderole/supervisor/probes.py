@@ -59,6 +59,7 @@ __all__ = [
     "SocketProbe",
     "TcpProbe",
     "attempt",
+    "http_address",
     "probe_from_wire",
     "probe_to_wire",
 ]
@@ -297,7 +298,7 @@ def _http(url: str, timeout: float) -> Outcome:
     import time
 
     try:
-        parts, host, port = _target(url)
+        parts, host, port = http_address(url)
     except ValueError as error:  # the record checks its URL: one from elsewhere may not be
         return Outcome(done=False, missing=(f"{url} (cannot be probed: {error})",))
     deadline = time.monotonic() + timeout
@@ -314,7 +315,7 @@ def _http(url: str, timeout: float) -> Outcome:
     return Outcome(done=False, missing=(f"{url} (HTTP {status})",))
 
 
-def _target(url: str) -> tuple[urllib.parse.SplitResult, str, int]:
+def http_address(url: str) -> tuple[urllib.parse.SplitResult, str, int]:
     """``url`` split, its host and the port to connect to; ValueError saying what is wrong
     (``Invalid IPv6 URL``, ``Port out of range 0-65535``, ``no host``, ``port 0``)."""
     import urllib.parse
@@ -560,6 +561,6 @@ def _check(probe: Probe) -> None:
         if not probe.url.startswith(("http://", "https://")):
             raise ValueError(f"http probe: 'url' must be http:// or https://, got {probe.url!r}")
         try:
-            _target(probe.url)
+            http_address(probe.url)
         except ValueError as error:
             raise ValueError(f"http probe: 'url' {probe.url!r} cannot be probed: {error}") from None
