@@ -16,7 +16,7 @@ from typing import Any, Final
 
 from noderole import recordclass, tomlcache
 from noderole.errors import ConfigError, DefinitionError
-from noderole.records import RecordBase, Setting, SettingsTable, did_you_mean
+from noderole.records import RecordBase, Setting, SettingsTable, did_you_mean, type_words
 from noderole.root import NodeRoot
 
 __all__ = [
@@ -201,11 +201,20 @@ def _build(
 
 
 def _problem(table: str, setting: Setting, value: object, why: str) -> str:
-    shown = "***" if setting.secret else repr(value)
+    shown = "***" if setting.secret else _as_written(value)
     allowed = setting.bounds()
-    expected = f"a {setting.type.__name__}" + (f", {allowed}" if allowed else "")
+    expected = type_words(setting.type) + (f", {allowed}" if allowed else "")
     default = "***" if setting.secret else repr(setting.default)
     return (
         f"{CONFIG_PATH}:{table}.{setting.name}: {shown} {why}; expected {expected} "
         f"(default: {default})"
     )
+
+
+def _as_written(value: object) -> str:
+    """A value as the file has it: a TOML date or time in its own notation (tomllib gives
+    ``datetime`` objects, whose repr no TOML author wrote), anything else as its repr."""
+    isoformat = getattr(value, "isoformat", None)
+    if callable(isoformat) and not isinstance(value, int | float | str):
+        return str(isoformat())
+    return repr(value)

@@ -1077,7 +1077,7 @@ class Setting(RecordBase):
     def invalid(self, value: object) -> str | None:
         """Why ``value`` is not a valid value of this setting (completing "VALUE ..."), or None."""
         if not _matches_type(value, self.type):
-            return f"is not of type {self.type.__name__}"
+            return f"is not {type_words(self.type)}"
         if self.type is float and not math.isfinite(value):  # type: ignore[arg-type]
             return "is not a finite number"
         if self.choices is not None and value not in self.choices:
@@ -1099,6 +1099,19 @@ class Setting(RecordBase):
         if self.max is not None:
             return f"<= {self.max:g}"
         return ""
+
+
+_TYPE_WORDS: dict[type, str] = {
+    int: "an integer",
+    float: "a number",
+    str: "a string",
+    bool: "true or false",
+}
+
+
+def type_words(kind: SettingType) -> str:
+    """A setting's type as a TOML file's author says it (``an integer``, ``a string``)."""
+    return _TYPE_WORDS.get(kind, f"of type {kind.__name__}")
 
 
 def _matches_type(value: object, kind: SettingType) -> bool:

@@ -347,7 +347,10 @@ class TestSetting:
         assert setting.invalid(5) is None
         assert setting.invalid(-5) == "is below the minimum 0"
         assert setting.invalid(math.inf) == "is not a finite number"
-        assert setting.invalid("5") == "is not of type float"
+        assert setting.invalid("5") == "is not a number"
+        assert Setting(name="n", type=int, default=1).invalid(1.5) == "is not an integer"
+        assert Setting(name="t", type=str, default="").invalid(5) == "is not a string"
+        assert Setting(name="b", type=bool, default=True).invalid(1) == "is not true or false"
         assert setting.bounds() == "0 to 60"
 
     def test_int_is_accepted_for_float(self) -> None:
