@@ -162,7 +162,11 @@ def _absolute(option: str, path: str) -> None:
 
 def _host_port(text: str) -> tuple[str, int]:
     host, sep, port = text.rpartition(":")
-    host = host.removeprefix("[").removesuffix("]")
+    bracketed = host.startswith("[") and host.endswith("]")
+    if bracketed:
+        host = host[1:-1]
+    elif any(mark in host for mark in ":[]"):
+        host = ""  # an IPv6 address needs its brackets, both of them: [::1]:6443
     if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
         raise UsageError(
             f"noderole wait: --tcp takes HOST:PORT with a port 1-65535 (e.g. 127.0.0.1:6443 or "
