@@ -27,6 +27,7 @@ from noderole.root import NodeRoot
 from noderole.stepcontext import Cancel
 from noderole.waits import run_wait
 from tests.test_engine import Node, node, report, sleeper
+from tests.test_fault_matrix import _install
 
 __all__ = ["node"]  # the fixture, imported for pytest
 
@@ -154,9 +155,7 @@ class TestFailFast:
 
     def test_crash_loop_past_the_limit_fails_what_waits(self, node: Node, tmp_path: Path) -> None:
         """A started service that gives up respawning ends its dependents' waits."""
-        crasher = node.root / "usr/local/bin/crasher"
-        crasher.write_text("#!/bin/sh\nsleep 0.3\nexit 3\n")
-        crasher.chmod(0o755)
+        _install(node.root, "crasher", "#!/bin/sh\nsleep 0.3\nexit 3\n")
         node.services += [
             noderole.Service(
                 name="k3s",
@@ -325,9 +324,7 @@ CRASHER = "#!/bin/sh\necho \"token is $TOKEN\"\necho 'boom: no config'\nexit 3\n
 def _crash(node: Node, script: str, **service: Any) -> None:
     """Apply a service ``k3s`` running ``script`` (logging to /var/log/k3s.log) that exits at
     once and gives up after one respawn; return once status says it crashed."""
-    path = node.root / "usr/local/bin/crasher"
-    path.write_text(script)
-    path.chmod(0o755)
+    _install(node.root, "crasher", script)
     node.services.append(
         noderole.Service(
             name="k3s",
@@ -792,9 +789,7 @@ class TestStatusStates:
         """A process waiting to respawn has no pid in status; its next attempt is shown."""
         from tests.test_engine import wait_until
 
-        path = node.root / "usr/local/bin/crasher"
-        path.write_text("#!/bin/sh\nexit 3\n")
-        path.chmod(0o755)
+        _install(node.root, "crasher", "#!/bin/sh\nexit 3\n")
         node.services.append(
             noderole.Service(
                 name="flaky",
@@ -1064,9 +1059,7 @@ class TestReadinessGateCancelled:
     def test_a_gate_on_a_service_that_gives_up_ends_at_once(self, node: Node) -> None:
         """konnectivity needs a k3s that never gets ready and crash-loops past its limit: the
         readiness gate ends on the crash, not after its 600 s bound."""
-        crasher = node.root / "usr/local/bin/crasher"
-        crasher.write_text("#!/bin/sh\nsleep 0.3\nexit 3\n")
-        crasher.chmod(0o755)
+        _install(node.root, "crasher", "#!/bin/sh\nsleep 0.3\nexit 3\n")
         (node.root / "etc/noderole/config.toml").write_text(
             "[noderole]\nnet_check = false\nreadiness_timeout = 600\n"
         )
