@@ -173,7 +173,7 @@ class Supervisor:
         with contextlib.closing(_stream()) as probe:
             try:
                 probe.connect(_protocol.abstract_address(self._run))
-                return _trusted(_protocol.peer_credentials(probe)[1])
+                return _protocol.trusted(_protocol.peer_credentials(probe)[1])
             except (ConnectionRefusedError, FileNotFoundError):
                 return False
             except OSError:
@@ -243,7 +243,7 @@ class Supervisor:
                 sock.close()
                 raise
             pid, uid = _protocol.peer_credentials(sock)
-            if not _trusted(uid):
+            if not _protocol.trusted(uid):
                 sock.close()
                 if address != path:
                     continue
@@ -800,11 +800,6 @@ def _stopped(pid: int) -> bool:
         return False
 
 
-def _trusted(uid: int) -> bool:
-    """A daemon of this node runs as root, or as the user running noderole (a scratch root)."""
-    return uid in (0, os.getuid())
-
-
 def _foreign(holder: tuple[int, int] | None) -> bool:
     """``holder`` (a listener's ``(pid, uid)``) is known, and no daemon of this node."""
-    return holder is not None and not _trusted(holder[1])
+    return holder is not None and not _protocol.trusted(holder[1])

@@ -576,7 +576,7 @@ def _claim(run_dir: str, timeout: float) -> socket.socket | str | tuple[int, int
                 sock.close()
                 raise
         holder = _protocol.listener(address)
-        if holder is not None and holder[1] not in (0, os.geteuid()):
+        if holder is not None and not _protocol.trusted(holder[1]):
             sock.close()
             return holder
         if time.monotonic() >= deadline:

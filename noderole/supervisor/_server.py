@@ -58,7 +58,6 @@ class Server:
         self.pending = 0
         self.listener: socket.socket | None = None
         self.listener_inode: tuple[int, int] | None = None
-        self.allowed_uids = {0, os.getuid()}
 
     def listen(self) -> None:
         """Bind the path socket (replacing a leftover) and serve it and the abstract one."""
@@ -154,7 +153,7 @@ class Server:
         except OSError:
             conn.close()
             return
-        if uid not in self.allowed_uids:
+        if not _protocol.trusted(uid):
             # A burst a minute per user: a local user knocking again and again on the abstract
             # name must not rotate the log's history away.
             log_limited(
