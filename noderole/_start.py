@@ -109,21 +109,24 @@ def end_attempts_when_terminated() -> None:
             _signal.signal(number, _end_attempts_and_die)
 
 
-def end_wait_attempts() -> None:
+def end_wait_attempts(dying_of: int | None = None) -> bool:
     """Kill the command tries of this process's waits (the process is leaving, by ``os._exit``
-    or a signal: its threads will not end them). Imports nothing: a command that ran no wait
-    has no tries, and no probe module to ask."""
+    or the signal ``dying_of``: its threads will not end them). Imports nothing: a command that
+    ran no wait has no tries, and no probe module to ask.
+
+    False when the signal came while this thread was starting a try: the try, once started,
+    is killed and the process with it (see :func:`noderole.supervisor.probes.end_attempts`)."""
     probes = sys.modules.get("noderole.supervisor.probes")
-    if probes is not None:
-        probes.end_attempts()
+    return probes is None or bool(probes.end_attempts(dying_of=dying_of))
 
 
 def _end_attempts_and_die(number: int, frame: object) -> None:
     import signal  # dying: its cost no longer matters
 
-    end_wait_attempts()
+    leave_now = end_wait_attempts(number)  # a second signal meanwhile runs this again: harmless
     signal.signal(number, signal.SIG_DFL)
-    os.kill(os.getpid(), number)
+    if leave_now:
+        os.kill(os.getpid(), number)
 
 
 def drop_script_directory() -> None:

@@ -243,3 +243,80 @@ def _alive(pid: int) -> bool:
             return file.read().rsplit(")", 1)[1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+SIGNALLED_WHILE_STARTING = """
+import os, signal, subprocess, sys, threading, time
+from noderole import _start
+from noderole.supervisor import probes
+
+where, number, pidfile = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+_start.end_attempts_when_terminated()
+real = subprocess.Popen
+
+
+class SignalledWhileStarting(real):
+    # The attempt is forked and running, its Popen not yet returned to the probe: the window
+    # a signal at the wrong moment (a test sending it as the attempt shows) falls into.
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        with open(pidfile + ".tmp", "w") as file:
+            file.write(str(self.pid))
+        os.rename(pidfile + ".tmp", pidfile)
+        os.kill(os.getpid(), number)  # the main thread's handler runs at its next instruction
+        if where == "thread":
+            time.sleep(1)  # still starting while the main thread handles the signal
+
+
+subprocess.Popen = SignalledWhileStarting
+probe = probes.CommandProbe(argv=("sleep", "300"))
+try:
+    if where == "main":
+        probes.attempt(probe, left=300)
+    else:
+        thread = threading.Thread(target=probes.attempt, args=(probe,), kwargs={"left": 300})
+        thread.daemon = True
+        thread.start()
+        thread.join()
+except KeyboardInterrupt:
+    probes.end_attempts()  # as noderole.cli.run does on its way out
+    os._exit(130)
+os._exit(3)  # the signal did not end the process
+"""
+
+
+class TestSignalWhileStarting:
+    """A signal that lands while a command attempt is being started: forked, perhaps already
+    running, but not yet known to the probe. Before, SIGTERM or SIGHUP killed the command and
+    left the attempt running (the CI failure of the termination test above, once in 1,868), and
+    Ctrl-C raised inside ``Popen``, which lost the attempt the same way."""
+
+    @pytest.mark.parametrize("where", ["main", "thread"])
+    @pytest.mark.parametrize(
+        ("number", "status"),
+        [(signal.SIGTERM, -signal.SIGTERM), (signal.SIGHUP, -signal.SIGHUP), (signal.SIGINT, 130)],
+        ids=["SIGTERM", "SIGHUP", "SIGINT"],
+    )
+    def test_the_attempt_ends_with_the_command(
+        self, tmp_path: Path, where: str, number: int, status: int
+    ) -> None:
+        from noderole.testing import eventually
+
+        pidfile = tmp_path / "attempt.pid"
+        process = subprocess.Popen(
+            [sys.executable, "-c", SIGNALLED_WHILE_STARTING, where, str(int(number)), str(pidfile)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
+        )  # fmt: skip
+        pid = None
+        try:
+            _, stderr = process.communicate(timeout=60)
+            pid = int(pidfile.read_text())
+            assert process.returncode == status, stderr.decode()
+            eventually(lambda: not _alive(pid), f"attempt {pid} ended", timeout=10)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+            if pid is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)

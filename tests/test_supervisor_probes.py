@@ -237,6 +237,11 @@ class TestResolution:
 
 
 class TestEndAttempts:
+    @pytest.fixture(autouse=True)
+    def _staying(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """end_attempts marks the process as leaving; this one (pytest's) stays."""
+        monkeypatch.setattr(probes, "_leaving", False)
+
     def test_attempts_of_other_threads_are_ended_on_the_way_out(self, tmp_path: Path) -> None:
         """``noderole`` leaves through ``os._exit`` (Ctrl-C, an error) while an apply's threads
         wait on command attempts, each in a session of its own: end_attempts kills them, and
@@ -268,6 +273,37 @@ class TestEndAttempts:
             if pid is not None:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, 9)
+
+    def test_no_attempt_starts_once_leaving(self, tmp_path: Path) -> None:
+        """A thread whose attempt was just killed may try again before ``os._exit`` comes:
+        once end_attempts has run, nothing starts, and the try says it was cancelled."""
+        marker = tmp_path / "ran"
+        assert probes.end_attempts() is True  # nothing was being started
+        outcome = probes.attempt(
+            probes.CommandProbe(argv=("/bin/sh", "-c", f": > {marker}"), shown=("toucher",)),
+            left=30,
+        )
+        assert outcome.missing == ("`toucher` (cancelled)",)
+        assert not marker.exists()
+
+    def test_a_callers_own_interrupt_handler_is_left_alone(self) -> None:
+        """Only Python's own SIGINT handler is held while an attempt starts; an embedder's
+        stays in place, and is in place after."""
+        import signal
+
+        def own(number: int, frame: object) -> None:
+            pass
+
+        previous = signal.signal(signal.SIGINT, own)
+        try:
+            outcome = probes.attempt(probes.CommandProbe(argv=("true",)), left=30)
+            assert outcome.done
+            assert signal.getsignal(signal.SIGINT) is own
+        finally:
+            signal.signal(signal.SIGINT, previous)
+        outcome = probes.attempt(probes.CommandProbe(argv=("true",)), left=30)
+        assert outcome.done
+        assert signal.getsignal(signal.SIGINT) is previous  # held, and put back
 
 
 class TestWire:

@@ -135,6 +135,20 @@ _DONE = Outcome(done=True)
 _RUNNING: set[subprocess.Popen[bytes]] = set()
 """Command attempts under way in this process (any thread), for :func:`end_attempts`."""
 
+_STARTING: set[int] = set()
+"""Threads starting a command attempt: forked, perhaps, but not yet in :data:`_RUNNING`."""
+
+_leaving = False
+"""Set by :func:`end_attempts`: the process is leaving, and starts no attempt any more."""
+
+_dying_of: int | None = None
+"""The signal the process dies of once the attempt its main thread was starting is ended."""
+
+START_BOUND = 5.0
+"""Seconds :func:`end_attempts` waits for other threads to finish starting their attempts: a
+fork and an ``exec`` take milliseconds, yet a thread stuck past this must not keep the process
+from leaving."""
+
 
 def attempt(
     probe: Probe,
@@ -408,18 +422,11 @@ def _command(
 
     label = f"`{' '.join(probe.shown or probe.argv)}`"
     try:
-        proc = subprocess.Popen(
-            list(probe.argv),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            env=dict(environment) if environment is not None else None,
-            # Own process group: a timed-out try is killed with its children, not just the shell.
-            start_new_session=True,
-        )
+        proc = _spawn(probe.argv, environment)
     except OSError as error:
         return Outcome(done=False, missing=(f"{label} (cannot run: {_reason(error)})",))
-    _RUNNING.add(proc)
+    if proc is None:
+        return Outcome(done=False, missing=(f"{label} (cancelled)",))
     try:
         if started is not None:
             started(proc)
@@ -446,15 +453,104 @@ def _command(
     return Outcome(done=False, missing=(f"{label} (exit {proc.returncode}{detail})",))
 
 
-def end_attempts() -> None:
-    """SIGKILL every command attempt still under way in this process: it is leaving (Ctrl-C, an
-    error) while other threads were waiting on attempts, and exiting would leave them running,
-    reparented to init, until they end on their own."""
+def _spawn(
+    argv: tuple[str, ...], environment: Mapping[str, str] | None
+) -> subprocess.Popen[bytes] | None:
+    """Start a command attempt, in a session of its own, and enter it in :data:`_RUNNING`; None
+    when the process is leaving (:func:`end_attempts`), which no attempt may outlive.
+
+    Between the fork and the entry the attempt runs unknown, and a signal landing there must
+    not lose it: :func:`end_attempts` waits for a thread starting one, or, called by a signal
+    handler in this very thread, leaves it to this function to end it (and the process) once
+    it is known; a Ctrl-C in the main thread is held until then, and raised once it is ended.
+    """
+    import signal
+    import subprocess
+
+    me = _thread.get_ident()
+    # In _STARTING before looking at _leaving, and in _RUNNING before leaving _STARTING:
+    # end_attempts, which sets _leaving first, either sees this thread starting (and waits for
+    # it) or this thread sees _leaving (and starts nothing).
+    _STARTING.add(me)
+    interrupts: list[int] = []
+    held = _hold_interrupts(interrupts)
+    proc = None
+    try:
+        if not _leaving:
+            proc = subprocess.Popen(
+                list(argv),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                env=dict(environment) if environment is not None else None,
+                # Own session: a timed-out try is killed with its children, not just the shell.
+                start_new_session=True,
+            )
+            _RUNNING.add(proc)
+    finally:
+        _STARTING.discard(me)
+        if held:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+        if interrupts:  # raised now, the attempt known and ended (not lost inside Popen)
+            _end(proc)
+            raise KeyboardInterrupt
+    if proc is not None and _leaving:  # end_attempts ran meanwhile, in a signal handler
+        _end(proc)
+        if _dying_of is not None:  # its handler is the default one again: die of it now
+            os.kill(os.getpid(), _dying_of)
+        return None
+    return proc
+
+
+def _hold_interrupts(noted: list[int]) -> bool:
+    """In the main thread, under Python's own SIGINT handler: note a Ctrl-C in ``noted`` rather
+    than raise KeyboardInterrupt, until the handler is put back. False elsewhere: in another
+    thread (the main thread takes the interrupt, and its way out waits for this start), or
+    under a handler of the caller's own, left alone."""
     import signal
 
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        return False
+    try:
+        signal.signal(signal.SIGINT, lambda number, frame: noted.append(number))
+    except ValueError:  # not the main thread
+        return False
+    return True
+
+
+def _end(proc: subprocess.Popen[bytes] | None) -> None:
+    if proc is not None:
+        _RUNNING.discard(proc)
+        kill_group(proc)
+
+
+def end_attempts(*, dying_of: int | None = None) -> bool:
+    """SIGKILL every command attempt under way in this process, which is leaving (Ctrl-C, an
+    error, a SIGTERM or SIGHUP: ``dying_of``) while threads were waiting on attempts: exiting
+    would leave them running, reparented to init, until they end on their own.
+
+    From then on no attempt starts. One another thread is starting (forked, perhaps, not yet
+    known) is waited for, up to :data:`START_BOUND` seconds, then killed with the rest. One the
+    calling thread itself is starting (a signal handler run in the middle of its ``Popen``)
+    does not exist yet: False is returned, and once started it is killed, and the process with
+    ``dying_of`` (whose handler the caller has put back to the default); True otherwise.
+    """
+    import signal
+    import time
+
+    global _leaving, _dying_of
+    _leaving = True
+    me = _thread.get_ident()
+    deadline = time.monotonic() + START_BOUND
+    while _STARTING - {me} and time.monotonic() < deadline:
+        time.sleep(0.001)
     for proc in list(_RUNNING):  # a copy made under the GIL: the threads may discard meanwhile
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)
+    if me in _STARTING:
+        _dying_of = dying_of
+        return False
+    return True
 
 
 def kill_group(proc: subprocess.Popen[bytes]) -> None:
