@@ -982,4 +982,5 @@ class TestUnrecordableStart:
             os.close(w)
             daemon.server.close()
             for pid in h.marked():
-                os.kill(pid, signal.SIGKILL)
+                with contextlib.suppress(ProcessLookupError):  # ended meanwhile
+                    os.kill(pid, signal.SIGKILL)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import pytest
@@ -95,7 +96,8 @@ class TestInterruptedRehearsal:
             if scratch is not None:
                 left = node_processes(scratch)
                 for pid in left:
-                    os.kill(pid, signal.SIGKILL)
+                    with contextlib.suppress(ProcessLookupError):  # ended meanwhile
+                        os.kill(pid, signal.SIGKILL)
                 kept = scratch.exists()
                 shutil.rmtree(scratch, ignore_errors=True)
         text = out.read_text()

@@ -494,7 +494,7 @@ def _spawn(
         if interrupts:  # raised now, the attempt known and ended (not lost inside Popen)
             _end(proc)
             raise KeyboardInterrupt
-    if proc is not None and _leaving:  # end_attempts ran meanwhile, in a signal handler
+    if _leaving:  # end_attempts ran meanwhile, in a signal handler (before the fork, perhaps)
         _end(proc)
         if _dying_of is not None:  # its handler is the default one again: die of it now
             os.kill(os.getpid(), _dying_of)
