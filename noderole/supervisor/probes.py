@@ -468,14 +468,15 @@ def _spawn(
     import subprocess
 
     me = _thread.get_ident()
-    # In _STARTING before looking at _leaving, and in _RUNNING before leaving _STARTING:
-    # end_attempts, which sets _leaving first, either sees this thread starting (and waits for
-    # it) or this thread sees _leaving (and starts nothing).
-    _STARTING.add(me)
     interrupts: list[int] = []
-    held = _hold_interrupts(interrupts)
+    held = False
     proc = None
     try:
+        # In _STARTING before looking at _leaving, and in _RUNNING before leaving _STARTING:
+        # end_attempts, which sets _leaving first, either sees this thread starting (and waits
+        # for it) or this thread sees _leaving (and starts nothing).
+        _STARTING.add(me)
+        held = _hold_interrupts(interrupts)
         if not _leaving:
             proc = subprocess.Popen(
                 list(argv),
@@ -529,11 +530,12 @@ def end_attempts(*, dying_of: int | None = None) -> bool:
     error, a SIGTERM or SIGHUP: ``dying_of``) while threads were waiting on attempts: exiting
     would leave them running, reparented to init, until they end on their own.
 
-    From then on no attempt starts. One another thread is starting (forked, perhaps, not yet
-    known) is waited for, up to :data:`START_BOUND` seconds, then killed with the rest. One the
-    calling thread itself is starting (a signal handler run in the middle of its ``Popen``)
-    does not exist yet: False is returned, and once started it is killed, and the process with
-    ``dying_of`` (whose handler the caller has put back to the default); True otherwise.
+    From then on no attempt starts. An attempt that another thread is starting (forked,
+    perhaps, not yet known) is waited for, up to :data:`START_BOUND` seconds, then killed with
+    the rest. One that the calling thread itself is starting (a signal handler run in the
+    middle of its ``Popen``) is not known yet: False is returned, and the start ends it once it
+    is, then the process with ``dying_of`` (whose handler the caller has put back to the
+    default by then); True otherwise.
     """
     import signal
     import time
