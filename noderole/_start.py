@@ -55,8 +55,13 @@ def run() -> NoReturn:
     end_attempts_when_terminated()
     drop_script_directory()
     gc.set_threshold(*GC_THRESHOLD)
-    from noderole.cli import run as cli_run
+    try:
+        from noderole.cli import run as cli_run
+    except KeyboardInterrupt:  # Ctrl-C while click and the command still load: as later on
+        from noderole.errors import ExitCode
 
+        sys.stderr.write("noderole: interrupted\n")
+        sys.exit(ExitCode.INTERRUPTED)
     cli_run()
 
 
@@ -116,8 +121,9 @@ def end_wait_attempts(dying_of: int | None = None) -> bool:
 
     False when the signal came while this thread was starting a try: the try, once started,
     is killed and the process with it (see :func:`noderole.supervisor.probes.end_attempts`)."""
-    probes = sys.modules.get("noderole.supervisor.probes")
-    return probes is None or bool(probes.end_attempts(dying_of=dying_of))
+    # Absent while the module is still being imported (Python lists it first): no try yet.
+    end = getattr(sys.modules.get("noderole.supervisor.probes"), "end_attempts", None)
+    return end is None or bool(end(dying_of=dying_of))
 
 
 def _end_attempts_and_die(number: int, frame: object) -> None:

@@ -334,3 +334,55 @@ class TestSignalWhileStarting:
             if pid is not None:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
+
+
+class TestSignalDuringImports:
+    """A signal that lands while noderole is still importing what it needs."""
+
+    def test_a_termination_during_the_probes_import_still_kills(self) -> None:
+        """SIGTERM while ``noderole.supervisor.probes`` is being imported: Python has put the
+        module in ``sys.modules`` before running its body, so the handler found a module with
+        no ``end_attempts`` yet and died of an AttributeError, exit 1 and a traceback, instead
+        of the signal (once in 400 signals sent at random moments to `noderole wait
+        --command`). No attempt can run before that module is whole: the handler now lets
+        the command die of the signal."""
+        script = (
+            "import os, signal, sys, types\n"
+            "from noderole import _start\n"
+            "_start.end_attempts_when_terminated()\n"
+            "# What Python's import holds while the module's body runs.\n"
+            "sys.modules['noderole.supervisor.probes'] = types.ModuleType("
+            "'noderole.supervisor.probes')\n"
+            "os.kill(os.getpid(), signal.SIGTERM)\n"
+            "print('the signal did not end the process', file=sys.stderr)\n"
+            "sys.exit(3)\n"
+        )
+        done = subprocess.run(
+            [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
+        )
+        assert done.returncode == -signal.SIGTERM, done.stderr
+        assert done.stderr == ""
+
+    def test_ctrl_c_during_start_up_is_an_interruption_not_a_traceback(self) -> None:
+        """Ctrl-C while the command still imports click and its own modules (its first tens
+        of milliseconds): before, Python's traceback of the import under way and death by
+        SIGINT; now what Ctrl-C gives later on, ``noderole: interrupted`` and 130. The SIGINT
+        is real, sent as ``noderole.cli`` is about to be imported."""
+        script = (
+            "import os, signal, sys\n"
+            "class Interrupting:\n"
+            "    def find_spec(self, name, path=None, target=None):\n"
+            "        if name == 'noderole.cli':\n"
+            "            os.kill(os.getpid(), signal.SIGINT)\n"
+            "        return None\n"
+            "sys.meta_path.insert(0, Interrupting())\n"
+            "sys.argv = ['noderole', '--help']\n"
+            "from noderole._start import run\n"
+            "run()\n"
+        )
+        done = subprocess.run(
+            [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
+        )
+        assert done.returncode == 130, done.stderr
+        assert done.stderr == "noderole: interrupted\n"
+        assert done.stdout == ""

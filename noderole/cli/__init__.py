@@ -393,9 +393,10 @@ def run() -> NoReturn:
         status = _exit_status(exc.code)
     # The tries of waits in threads os._exit would leave behind (as _start.end_wait_attempts
     # does for a signal; not imported from there: _start imports this module).
-    probes = sys.modules.get("noderole.supervisor.probes")  # loaded only by a wait
-    if probes is not None:
-        probes.end_attempts()
+    # Loaded only by a wait; without end_attempts while its import was under way.
+    end_attempts = getattr(sys.modules.get("noderole.supervisor.probes"), "end_attempts", None)
+    if end_attempts is not None:
+        end_attempts()
     for stream in (sys.stdout, sys.stderr):
         # A reader that went away (a closed pipe): nothing left to tell it. None: a descriptor
         # the caller closed, when this runs without noderole._start (which opens /dev/null).
