@@ -431,7 +431,16 @@ def apply_reset(root: NodeRoot, removals: Iterable[Removal]) -> tuple[list[str],
             continue
         except OSError as error:
             if error.errno in (errno.ENOTEMPTY, errno.EEXIST):
-                continue  # a service's data is inside: the directory stays, and its entry
+                # A service's data is inside: the directory stays, and its entry (a reset
+                # after it is emptied removes it), and the report says so.
+                held = _held(str(root.resolve(item.path)))
+                ended[-1] = recordclass.evolve(
+                    item,
+                    action="keep",
+                    reason=f"kept: not empty ({held}): empty it and reset again, "
+                    "or remove it yourself",
+                )
+                continue
             raise
         else:
             removed.append(item.path)
@@ -444,6 +453,29 @@ def apply_reset(root: NodeRoot, removals: Iterable[Removal]) -> tuple[list[str],
                 os.rmdir(root.resolve(item.path))
                 removed.append(item.path)
     return removed, ended
+
+
+def _held(local: str, *, shown: int = 3) -> str:
+    """What a directory that is not empty holds, for the reason it is kept: ``a.sock is not
+    noderole's``, ``a, b, c and 2 more are not noderole's`` (its entries by name, reached as
+    :func:`_remove` reaches it; ``what is inside is not noderole's`` when it cannot be read)."""
+    try:
+        directory = open_dir(local)
+    except OSError:
+        return "what is inside is not noderole's"
+    try:
+        names = sorted(os.listdir(directory))
+    except OSError:
+        return "what is inside is not noderole's"
+    finally:
+        os.close(directory)
+    if not names:  # emptied meanwhile: the next reset removes it
+        return "it was not empty when noderole looked"
+    if len(names) == 1:
+        return f"{names[0]} is not noderole's"
+    if len(names) <= shown:
+        return f"{', '.join(names[:-1])} and {names[-1]} are not noderole's"
+    return f"{', '.join(names[:shown])} and {len(names) - shown} more are not noderole's"
 
 
 def _remove(local: str) -> None:

@@ -45,7 +45,6 @@ __all__ = ["Operations", "RenderResult", "status_verdict"]
 
 
 _UP = {"running", "ready"}
-_ACTIVE = {"starting", "running", "ready", "backoff"}
 
 
 class RenderResult:
@@ -767,13 +766,14 @@ class Operations:
         """Stop ``names`` (in the order given) under the node lock; return those that had a
         process running (or respawning), so nobody is told a stopped service was stopped."""
         from noderole.state import node_lock
+        from noderole.supervisor._status import ACTIVE
 
         processes = [n for n in names if plan[n].service.command is not None]
         with node_lock(self.root, timeout=lock_timeout, clock=self.clock, what="stop"):
             before = backend.status(processes)
             backend.stop(processes)
         self.publish_metrics(plan, backend, None)
-        return [n for n in processes if n in before and before[n].state in _ACTIVE]
+        return [n for n in processes if n in before and before[n].state in ACTIVE]
 
     def restart(
         self,

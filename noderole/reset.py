@@ -80,6 +80,7 @@ def reset(
     from noderole.errors import PlanError
     from noderole.paths import LOCK_FILE, RUN_DIR
     from noderole.state import node_lock, read_role
+    from noderole.supervisor._status import ACTIVE
 
     chosen = role or read_role(root)
     stopping: list[str] = []
@@ -105,9 +106,13 @@ def reset(
             removed=(),
             dry_run=dry_run,
         )
+    stopped: list[str] = []
     with node_lock(root, timeout=lock_timeout, clock=clock, what="reset"):
         if stopping and backend is not None:
+            before = backend.status(stopping)
             backend.stop(stopping)
+            # As `stop` reports: only what had a process; a second reset stopped nothing.
+            stopped = [n for n in stopping if n in before and before[n].state in ACTIVE]
         supervisor = getattr(backend, "supervisor", None)
         if supervisor is not None:  # the native backend: its daemon goes with the role
             supervisor.shutdown()
@@ -123,7 +128,7 @@ def reset(
         os.rmdir(root.resolve(RUN_DIR))
     return ResetReport(
         role=chosen,
-        stopped=tuple(stopping),
+        stopped=tuple(stopped),
         removals=tuple(removals),
         removed=tuple(removed),
         dry_run=False,

@@ -170,11 +170,15 @@ class TestReset:
 
     def test_second_reset_is_a_no_op(self, app: _App, node_root: ScratchRoot) -> None:
         """After a reset, another one removes nothing and leaves the tree as it was."""
-        app.reset(None, app.recorder)
+        first = app.reset(None, app.recorder)
+        assert first.stopped == ("proxy",)
         before = _tree(node_root.path)
         again = app.reset("r", app.recorder)
         assert again.removed == ()
         assert _tree(node_root.path) == before
+        # Nothing ran any more: before, it said "stopped proxy" all the same, as `stop` does
+        # not ("Not running: proxy").
+        assert again.stopped == ()
 
     def test_purge_removes_keys_and_empty_directories(
         self, app: _App, node_root: ScratchRoot
@@ -193,6 +197,26 @@ class TestReset:
         assert "/var/lib/proxy" not in report.removed
         assert node_root.read("/var/lib/proxy/data.db") == "rows\n"
         assert "/var/lib/proxy" in entries(app.root)
+        # Said, not silent: before, the report listed neither a removal nor a kept path, and a
+        # purged node kept the directory and /var/lib/noderole/written.jsonl without a word.
+        kept = {k.path: k.reason for k in report.kept}
+        assert kept["/var/lib/proxy"] == (
+            "kept: not empty (data.db is not noderole's): empty it and reset again, "
+            "or remove it yourself"
+        )
+
+    def test_purge_names_what_a_kept_directory_holds(
+        self, app: _App, node_root: ScratchRoot
+    ) -> None:
+        """The command says which directory stayed and why, naming a few of its entries."""
+        for name in ("a.sock", "b.db", "c.log", "d.tmp"):
+            node_root.write(f"/var/lib/proxy/{name}", "x\n")
+        done = CliRunner().invoke(cli, ["reset", "--purge"], obj=app)
+        assert done.exit_code == 0, done.output
+        assert (
+            "kept /var/lib/proxy: not empty (a.sock, b.db, c.log and 1 more are not "
+            "noderole's): empty it and reset again, or remove it yourself"
+        ) in done.stdout.splitlines()
 
     def test_changed_file_is_kept(self, app: _App, node_root: ScratchRoot) -> None:
         """A runscript edited since render is not removed; the reason says why."""
