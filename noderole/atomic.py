@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterator, Sequence
 from noderole import recordclass
 
 __all__ = [
+    "STALE_TEMP_AGE",
     "FileSpec",
     "StepHook",
     "open_directory",
@@ -246,12 +247,30 @@ def _check_not_link(path: str, info: os.stat_result) -> None:
         raise OSError(errno.ENOTDIR, "not a directory", path)
 
 
-def remove_stale_temps(dir_fd: int, names: Sequence[str]) -> list[str]:
-    """Remove temporary files a crashed writer left for ``names``; return what was removed."""
+STALE_TEMP_AGE = 60.0
+"""Seconds after which :func:`remove_stale_temps` with ``older_than`` takes a temporary file for
+a dead writer's: a write lasts milliseconds (a slow disk's ``fsync``, seconds)."""
+
+
+def remove_stale_temps(
+    dir_fd: int, names: Sequence[str], *, older_than: float | None = None
+) -> list[str]:
+    """Remove temporary files a crashed writer left for ``names``; return what was removed.
+
+    Without ``older_than`` the caller vouches that no other writer of those names is at work
+    (a certificate's, under its own lock); with it, only temporaries last modified at least
+    that many seconds ago go, and a writer at work keeps its own."""
+    import time
+
     removed = []
+    now = time.time()
     for entry in os.listdir(dir_fd):
         if any(_is_temp_of(entry, name) for name in names):
             with contextlib.suppress(FileNotFoundError):
+                if older_than is not None:
+                    info = os.stat(entry, dir_fd=dir_fd, follow_symlinks=False)
+                    if now - info.st_mtime < older_than:
+                        continue
                 os.unlink(entry, dir_fd=dir_fd)
                 removed.append(entry)
     return removed

@@ -21,6 +21,7 @@ looser existing one is tightened, one owned by another user refused), and the fi
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -116,6 +117,21 @@ class StateError(NoderoleError):
     """What noderole records on the node could not be written (full disk, planted link)."""
 
 
+def _sweep_temporaries(path: str) -> None:
+    """Remove what a writer of ``path`` killed mid-write (SIGKILL; SIGTERM and SIGHUP end the
+    command at once) left: its temporary file, which nothing else would ever remove. Only one
+    older than :data:`~noderole.atomic.STALE_TEMP_AGE`: state files are not all written under
+    the node lock. Best effort: the write that follows reports what matters."""
+    from noderole.atomic import STALE_TEMP_AGE, remove_stale_temps
+
+    with contextlib.suppress(OSError):
+        directory = os.open(os.path.dirname(path), os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        try:
+            remove_stale_temps(directory, [os.path.basename(path)], older_than=STALE_TEMP_AGE)
+        finally:
+            os.close(directory)
+
+
 def write_state_file(
     root: NodeRoot, node_path: str, data: bytes, *, durable: bool = True, any_content: bool = False
 ) -> None:
@@ -131,6 +147,7 @@ def write_state_file(
     path = root.local(node_path)  # a string: an apply imports no pathlib
     try:
         _safeopen.private_dir(os.path.dirname(path))
+        _sweep_temporaries(path)
         write_atomic(path, data, mode=0o600, durable=durable)
     except OSError as error:
         raise StateError(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -258,3 +259,33 @@ class TestLastApplyRecord:
         assert read_last_apply(root) == {}
         write_last_apply(root, {"role": "server", "ok": True})
         assert read_last_apply(root) == {"role": "server", "ok": True}
+
+
+class TestStateTemporaries:
+    """A state file's temporary that a killed writer left (SIGTERM or SIGKILL between its
+    creation and its rename: found by renewing with signals at random moments, where
+    ``.applied.json.<random>.tmp`` stayed in /var/lib/noderole for good)."""
+
+    def test_a_later_write_removes_an_old_temporary_and_spares_a_fresh_one(
+        self, tmp_path: Path
+    ) -> None:
+        from noderole.atomic import STALE_TEMP_AGE
+        from noderole.root import NodeRoot
+        from noderole.state import write_state_file
+
+        root = NodeRoot(tmp_path)
+        state = tmp_path / "var/lib/noderole"
+        state.mkdir(parents=True, mode=0o700)
+        old = state / ".applied.json.0123456789ab.tmp"
+        fresh = state / ".applied.json.ba9876543210.tmp"  # a writer at work right now
+        other = state / ".plan.json.0123456789ab.tmp"  # another file's: its own write sweeps it
+        for path in (old, fresh, other):
+            path.write_bytes(b'{"half')
+        long_ago = time.time() - STALE_TEMP_AGE - 5
+        os.utime(old, (long_ago, long_ago))
+        os.utime(other, (long_ago, long_ago))
+        write_state_file(root, "/var/lib/noderole/applied.json", b"{}")
+        assert (state / "applied.json").read_bytes() == b"{}"
+        assert not old.exists()
+        assert fresh.exists()
+        assert other.exists()
