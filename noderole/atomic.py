@@ -75,6 +75,14 @@ def _is_temp_of(candidate: str, name: str) -> bool:
     )
 
 
+def _is_temp(candidate: str) -> bool:
+    """``candidate`` is named as :func:`_temp_name` names a temporary, for any file."""
+    if not (candidate.startswith(".") and candidate.endswith(_TEMP_SUFFIX)):
+        return False
+    name, _, token = candidate[1 : -len(_TEMP_SUFFIX)].rpartition(".")
+    return bool(name) and len(token) == 12 and all(c in "0123456789abcdef" for c in token)
+
+
 @contextlib.contextmanager
 def _directory_fd(path: str, *, follow: bool) -> Iterator[int]:
     flags = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
@@ -253,9 +261,10 @@ a dead writer's: a write lasts milliseconds (a slow disk's ``fsync``, seconds)."
 
 
 def remove_stale_temps(
-    dir_fd: int, names: Sequence[str], *, older_than: float | None = None
+    dir_fd: int, names: Sequence[str] | None, *, older_than: float | None = None
 ) -> list[str]:
-    """Remove temporary files a crashed writer left for ``names``; return what was removed.
+    """Remove temporary files a crashed writer left for ``names`` (None: for any file of the
+    directory); return what was removed.
 
     Without ``older_than`` the caller vouches that no other writer of those names is at work
     (a certificate's, under its own lock); with it, only temporaries last modified at least
@@ -265,7 +274,7 @@ def remove_stale_temps(
     removed = []
     now = time.time()
     for entry in os.listdir(dir_fd):
-        if any(_is_temp_of(entry, name) for name in names):
+        if _is_temp(entry) if names is None else any(_is_temp_of(entry, n) for n in names):
             with contextlib.suppress(FileNotFoundError):
                 if older_than is not None:
                     info = os.stat(entry, dir_fd=dir_fd, follow_symlinks=False)

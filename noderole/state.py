@@ -118,16 +118,19 @@ class StateError(NoderoleError):
 
 
 def _sweep_temporaries(path: str) -> None:
-    """Remove what a writer of ``path`` killed mid-write (SIGKILL; SIGTERM and SIGHUP end the
-    command at once) left: its temporary file, which nothing else would ever remove. Only one
-    older than :data:`~noderole.atomic.STALE_TEMP_AGE`: state files are not all written under
-    the node lock. Best effort: the write that follows reports what matters."""
+    """Remove what a writer killed mid-write (SIGKILL; SIGTERM and SIGHUP end the command at
+    once) left in ``path``'s directory, noderole's own: a temporary file, which nothing else
+    would ever remove. Any state file's, since the one it was for may not be written again for
+    long (``applied.json`` changes only with a definition, the last apply's record at every
+    apply), and only one older than :data:`~noderole.atomic.STALE_TEMP_AGE`: state files are
+    not all written under the node lock. Best effort: the write that follows reports what
+    matters."""
     from noderole.atomic import STALE_TEMP_AGE, remove_stale_temps
 
     with contextlib.suppress(OSError):
         directory = os.open(os.path.dirname(path), os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
         try:
-            remove_stale_temps(directory, [os.path.basename(path)], older_than=STALE_TEMP_AGE)
+            remove_stale_temps(directory, None, older_than=STALE_TEMP_AGE)
         finally:
             os.close(directory)
 

@@ -266,7 +266,7 @@ class TestStateTemporaries:
     creation and its rename: found by renewing with signals at random moments, where
     ``.applied.json.<random>.tmp`` stayed in /var/lib/noderole for good)."""
 
-    def test_a_later_write_removes_an_old_temporary_and_spares_a_fresh_one(
+    def test_a_later_write_removes_old_temporaries_and_spares_a_fresh_one(
         self, tmp_path: Path
     ) -> None:
         from noderole.atomic import STALE_TEMP_AGE
@@ -278,14 +278,16 @@ class TestStateTemporaries:
         state.mkdir(parents=True, mode=0o700)
         old = state / ".applied.json.0123456789ab.tmp"
         fresh = state / ".applied.json.ba9876543210.tmp"  # a writer at work right now
-        other = state / ".plan.json.0123456789ab.tmp"  # another file's: its own write sweeps it
-        for path in (old, fresh, other):
+        other = state / ".plan.json.0123456789ab.tmp"  # another state file's: written rarely
+        look_alike = state / ".notes.tmp"  # not named as noderole names a temporary
+        for path in (old, fresh, other, look_alike):
             path.write_bytes(b'{"half')
         long_ago = time.time() - STALE_TEMP_AGE - 5
-        os.utime(old, (long_ago, long_ago))
-        os.utime(other, (long_ago, long_ago))
+        for path in (old, other, look_alike):
+            os.utime(path, (long_ago, long_ago))
         write_state_file(root, "/var/lib/noderole/applied.json", b"{}")
         assert (state / "applied.json").read_bytes() == b"{}"
         assert not old.exists()
+        assert not other.exists()
         assert fresh.exists()
-        assert other.exists()
+        assert look_alike.exists()
