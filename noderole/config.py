@@ -11,7 +11,7 @@ Internal module: the public names are ``noderole.CONFIG_PATH`` and ``noderole.Co
 from __future__ import annotations
 
 import types
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Final
 
 from noderole import recordclass, tomlcache
@@ -60,6 +60,8 @@ class Config(RecordBase):
     """Node path of the file that was read."""
     file_found: bool = False
     """Whether the file existed."""
+    unchecked: tuple[str, ...] = ()
+    """Tables of the file left unchecked: those of plugins disabled for this command."""
 
     def table(self, name: str) -> Mapping[str, Any]:
         """Effective values of one table; an undeclared table is a :class:`ConfigError`."""
@@ -106,12 +108,15 @@ class Config(RecordBase):
         return [entry for name in sorted(self.values) for entry in self.values[name].values()]
 
 
-def load_config(root: NodeRoot, tables: Sequence[SettingsTable]) -> Config:
+def load_config(
+    root: NodeRoot, tables: Sequence[SettingsTable], *, disabled: Collection[str] = ()
+) -> Config:
     """Read ``ROOT/etc/noderole/config.toml`` (absent: all defaults) against the declared tables.
 
     Raises :class:`ConfigError` listing every problem (one line each, ``file:table.key: why``).
+    A table named after a plugin in ``disabled`` (``--disable-plugin``) is left unchecked.
     """
-    config, problems = check_config(root, tables)
+    config, problems = check_config(root, tables, disabled=disabled)
     if problems or config is None:
         raise ConfigError("\n".join(problems))
     return config
@@ -129,19 +134,22 @@ def config_from_values(
 
 
 def check_config(
-    root: NodeRoot, tables: Sequence[SettingsTable]
+    root: NodeRoot, tables: Sequence[SettingsTable], *, disabled: Collection[str] = ()
 ) -> tuple[Config | None, list[str]]:
     """The effective configuration and every problem found (``noderole config check``).
 
     Each problem is one line naming ``file:table.key`` and why, with the fix when it is known.
-    The configuration is None when the file cannot be read or parsed at all.
+    The configuration is None when the file cannot be read or parsed at all. A table named
+    after a plugin in ``disabled`` is left unchecked (:attr:`Config.unchecked`): a plugin is
+    declared a table of its own name by convention, and one turned off for a command (as
+    noderole's messages advise for a plugin that hangs) declares none.
     """
     from noderole.tomlcache import CONFIG_CACHE, parse_config_text, read_config, unreadable
 
     try:
         raw = read_config(root.local(CONFIG_PATH))  # not through pathlib: `plan` imports none
     except FileNotFoundError:
-        return _build(tables, {}, found=False)
+        return _build(tables, {}, found=False, disabled=disabled)
     except OSError as exc:
         return None, [unreadable(exc)]
 
@@ -151,21 +159,31 @@ def check_config(
         return None, [f"{CONFIG_PATH}: not UTF-8 text ({exc.reason} at byte {exc.start})"]
     except ValueError as exc:  # tomllib.TOMLDecodeError
         return None, [f"{CONFIG_PATH}: not valid TOML: {exc}"]
-    return _build(tables, document, found=True)
+    return _build(tables, document, found=True, disabled=disabled)
 
 
 def _build(
-    tables: Sequence[SettingsTable], document: Mapping[str, Any], *, found: bool
+    tables: Sequence[SettingsTable],
+    document: Mapping[str, Any],
+    *,
+    found: bool,
+    disabled: Collection[str] = (),
 ) -> tuple[Config, list[str]]:
     declared = {table.table: table for table in tables}
     problems: list[str] = []
+    unchecked: list[str] = []
     for name, body in document.items():
-        if name not in declared:
+        if name not in declared and name in disabled:
+            unchecked.append(name)  # its plugin is off for this command
+        elif name not in declared:
             known = ", ".join(f"[{t}]" for t in sorted(declared)) or "none"
+            scope, off = "installed", ""
+            if disabled:
+                scope, off = "enabled", f"; disabled: {', '.join(sorted(disabled))}"
             problems.append(
-                f"{CONFIG_PATH}:{name}: table [{name}] is not declared by any installed plugin"
-                f"{did_you_mean(name, declared)} (known tables: {known}); remove it or install "
-                f"the plugin that reads it"
+                f"{CONFIG_PATH}:{name}: table [{name}] is not declared by any {scope} plugin"
+                f"{did_you_mean(name, declared)} (known tables: {known}{off}); remove it or "
+                f"install the plugin that reads it"
             )
         elif not isinstance(body, dict):
             problems.append(f"{CONFIG_PATH}:{name}: [{name}] must be a table, got {body!r}")
@@ -197,7 +215,7 @@ def _build(
                 table=name, setting=setting, value=value, source=source
             )
         values[name] = entries
-    return Config(values=values, file_found=found), problems
+    return Config(values=values, file_found=found, unchecked=tuple(unchecked)), problems
 
 
 def _problem(table: str, setting: Setting, value: object, why: str) -> str:

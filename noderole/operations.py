@@ -139,7 +139,7 @@ class Operations:
 
         tables = self.plugins.settings_tables()
         try:
-            return load_config(self.root, tables)
+            return load_config(self.root, tables, disabled=self.disabled_plugins)
         except ConfigError as exc:
             if not self.recorded_config_fallback:
                 raise

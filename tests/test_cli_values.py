@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import types
 from pathlib import Path
 from typing import Any
@@ -315,3 +317,47 @@ class TestSecondsType:
     def test_zero_allowed_only_when_asked(self) -> None:
         """Seconds(zero=True) takes 0 (a lock timeout of 0 means do not wait)."""
         assert Seconds(zero=True).convert("0", None, None) == 0
+
+
+class TestDisabledPluginsTable:
+    """``--disable-plugin NAME`` is what noderole's own messages advise for a plugin that
+    hangs or raises; the operator's config.toml still holds that plugin's table. Before, every
+    command then failed with exit 4: "table [node-exporter] is not declared by any installed
+    plugin ... install the plugin that reads it" (it is installed)."""
+
+    CONFIG_TEXT = "[noderole]\nnet_check = false\n\n[node-exporter]\nport = 9200\n"
+
+    def _noderole(self, root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "noderole", "--root", str(root),
+             "--disable-plugin", "node-exporter", *args],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+
+    def test_the_disabled_plugins_table_is_left_unchecked(self, tmp_path: Path) -> None:
+        pytest.importorskip("noderole_node_exporter")
+        write_config(tmp_path, self.CONFIG_TEXT)
+        check = self._noderole(tmp_path, "config", "check")
+        assert check.returncode == 0, check.stderr
+        assert check.stdout.startswith(f"ok: {CONFIG} (1 values set, ")
+        assert check.stdout.rstrip().endswith(
+            "not checked: [node-exporter], whose plugin is disabled)"
+        )
+        plan = self._noderole(tmp_path, "plan", "server")  # k3s's files are missing here
+        assert plan.returncode != ExitCode.CONFIG, plan.stderr
+        assert "config.toml" not in plan.stderr
+        assert "server: 5 services" in plan.stdout
+
+    def test_a_table_no_enabled_plugin_declares_still_fails_and_names_the_disabled(
+        self, tmp_path: Path
+    ) -> None:
+        pytest.importorskip("noderole_node_exporter")
+        write_config(tmp_path, self.CONFIG_TEXT + "\n[k3z]\nlog = 1\n")
+        check = self._noderole(tmp_path, "config", "check")
+        assert check.returncode == 4
+        assert (
+            f"noderole: error: {CONFIG}:k3z: table [k3z] is not declared by any enabled plugin "
+            "(did you mean "
+            "'k3s'?) (known tables: [k3s], [konnectivity], [noderole]; disabled: "
+            "node-exporter); remove it or install the plugin that reads it"
+        ) in check.stderr.splitlines()

@@ -62,7 +62,9 @@ def check_command(app: App) -> None:
     """
     from noderole.config import check_config
 
-    config, problems = check_config(app.root, app.plugins.settings_tables())
+    config, problems = check_config(
+        app.root, app.plugins.settings_tables(), disabled=app.disabled_plugins
+    )
     if config is not None and not problems:
         # Values a plugin's records refuse are only seen when the plugins build them.
         from noderole.context import NodeContext
@@ -87,7 +89,10 @@ def check_command(app: App) -> None:
         return
     tables = len(config.values)
     set_here = sum(1 for entry in config.entries() if entry.source == path)
-    click.echo(f"ok: {path} ({set_here} values set, {tables} tables checked)")
+    skipped = ", ".join(f"[{name}]" for name in config.unchecked)
+    plural = "s whose plugins are" if len(config.unchecked) > 1 else ", whose plugin is"
+    unchecked = f"; not checked: {skipped}{plural} disabled" if skipped else ""
+    click.echo(f"ok: {path} ({set_here} values set, {tables} tables checked{unchecked})")
 
 
 @click.command("completion", cls=Command)
