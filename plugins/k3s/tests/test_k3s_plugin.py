@@ -132,7 +132,10 @@ class TestBaseConfig:
 
     @pytest.mark.parametrize(
         ("text", "why"),
-        [("key: [unclosed\n", "not valid YAML (line 2)"), ("- a\n- b\n", "must be a YAML mapping")],
+        [
+            ("key: [unclosed\n", "not valid YAML (line 2, column 1)"),
+            ("- a\n- b\n", "must be a YAML mapping"),
+        ],
     )
     def test_bad_base_refused(self, node_root: ScratchRoot, text: str, why: str) -> None:
         """A config.yaml that is not a YAML mapping fails k3s with the file named."""
@@ -140,6 +143,43 @@ class TestBaseConfig:
         message = failed(prestart(node_root))
         assert CONFIG in message
         assert why in message
+
+    @pytest.mark.parametrize(
+        ("text", "why"),
+        [
+            (
+                "write-kubeconfig-mode: '0600'\n\tnode-label: [a]\n",
+                "is not valid YAML (line 2, column 1): while scanning for the next token, found "
+                "character '\\t' that cannot start any token; fix or remove it",
+            ),
+            (
+                "node-label: [a, b\n",
+                "is not valid YAML (line 2, column 1): while parsing a flow sequence, expected ',' "
+                "or ']', but got '<stream end>'; fix or remove it",
+            ),
+            (
+                "token: a\x00b\n",
+                "is not valid YAML (character 9): unacceptable character #x0000: special "
+                "characters are not allowed; fix or remove it",
+            ),
+        ],
+    )
+    def test_a_yaml_error_says_what_and_where(
+        self, node_root: ScratchRoot, text: str, why: str
+    ) -> None:
+        """What PyYAML found, and where: before, only "not valid YAML (line 2)", or no place at
+        all for a character YAML refuses (found by fuzzing config.yaml)."""
+        node_root.write(CONFIG, text)
+        assert failed(prestart(node_root)) == f"{CONFIG} {why}"
+
+    def test_a_config_that_is_not_utf8_is_named_as_such(self, node_root: ScratchRoot) -> None:
+        """Latin-1 bytes in config.yaml: said as the environment files say it, not as Python's
+        codec error ("'utf-8' codec can't decode byte 0xe9 in position 14: ...")."""
+        node_root.write(CONFIG, "").write_bytes(b"node-label: [caf\xe9]\n")
+        assert failed(prestart(node_root)) == (
+            f"{CONFIG} is not UTF-8 text (invalid byte at 16); k3s reads it as UTF-8: convert "
+            "it (e.g. iconv -f LATIN1 -t UTF-8) or rewrite it"
+        )
 
 
 class TestContributions:

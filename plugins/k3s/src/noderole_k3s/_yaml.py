@@ -121,12 +121,34 @@ class _NotPlain(Exception):
 
 
 class YAMLError(ValueError):
-    """Text that is not valid YAML (PyYAML's error, with the line it found it on)."""
+    """Text that is not valid YAML: PyYAML's error, in one line, and where it found it."""
 
-    def __init__(self, message: str, line: int | None) -> None:
+    def __init__(
+        self,
+        message: str,
+        line: int | None,
+        *,
+        column: int | None = None,
+        character: int | None = None,
+        problem: str = "",
+    ) -> None:
         super().__init__(message)
         self.line = line
         """The 1-based line of the problem, when PyYAML gave one."""
+        self.column = column
+        """The 1-based column on that line, when PyYAML gave one."""
+        self.character = character
+        """The 1-based character of the text, for an error PyYAML places no other way (a
+        character YAML refuses)."""
+        self.problem = problem or (message.splitlines() or [""])[0]
+        """What is wrong, in one line (PyYAML's context and problem, without its excerpt)."""
+
+    @property
+    def where(self) -> str:
+        """``line 2, column 1``, ``line 2``, ``character 9``, or empty when unknown."""
+        if self.line is not None:
+            return f"line {self.line}" + (f", column {self.column}" if self.column else "")
+        return f"character {self.character}" if self.character is not None else ""
 
 
 # --------------------------------------------------------------------------- writing
@@ -221,8 +243,26 @@ def load(text: str) -> Any:
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        where = getattr(exc, "problem_mark", None)
-        raise YAMLError(str(exc), where.line + 1 if where is not None else None) from exc
+        raise _error(exc) from exc
+
+
+def _error(exc: Exception) -> YAMLError:
+    """PyYAML's error as one line and a place: a marked error's context and problem (``while
+    parsing a flow sequence, expected ',' or ']', but got '<stream end>'``) at its problem's
+    line and column; a reader's (a character YAML refuses) at its character."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = ", ".join(
+        part for part in (getattr(exc, "context", None), getattr(exc, "problem", None)) if part
+    )
+    if mark is not None:
+        return YAMLError(str(exc), mark.line + 1, column=mark.column + 1, problem=problem)
+    position = getattr(exc, "position", None)
+    return YAMLError(
+        str(exc) or type(exc).__name__,
+        None,
+        character=position + 1 if isinstance(position, int) else None,
+        problem=problem,
+    )
 
 
 def _flat(text: str) -> dict[str, Any] | None:

@@ -188,8 +188,10 @@ def parse_config_text(text: str, *, source: str) -> Mapping[str, Any]:
     try:
         document = _yaml.load(text)
     except _yaml.YAMLError as exc:
-        at = f" (line {exc.line})" if exc.line is not None else ""
-        raise ValueError(f"{source} is not valid YAML{at}: fix or remove it") from exc
+        at = f" ({exc.where})" if exc.where else ""
+        raise ValueError(
+            f"{source} is not valid YAML{at}: {exc.problem}; fix or remove it"
+        ) from exc
     if document is None:
         return {}
     if not isinstance(document, dict):

@@ -340,6 +340,17 @@ def _cluster_join(node: NodeContext, cfg: Mapping[str, Any]) -> noderole.Service
 # --------------------------------------------------------------------------- server
 
 
+def _unreadable(path: str, exc: OSError | UnicodeDecodeError) -> str:
+    """Why a k3s configuration file could not be read, said as noderole says it of an
+    environment file (not Python's codec message)."""
+    if isinstance(exc, UnicodeDecodeError):
+        return (
+            f"{path} is not UTF-8 text (invalid byte at {exc.start}); k3s reads it as UTF-8: "
+            "convert it (e.g. iconv -f LATIN1 -t UTF-8) or rewrite it"
+        )
+    return f"cannot read {path}: {exc}"
+
+
 def _base_config(
     node: NodeContext, cfg: Mapping[str, Any]
 ) -> tuple[Mapping[str, Any], list[Step], list[str]]:
@@ -363,10 +374,10 @@ def _base_config(
                 ],
             )
         except (OSError, UnicodeDecodeError) as exc:
-            return {}, [], [f"cannot read {skel}: {exc}"]
+            return {}, [], [_unreadable(skel, exc)]
         steps.append(noderole.WriteFile(path=config, content=text, mode=0o600))
     except (OSError, UnicodeDecodeError) as exc:
-        return {}, [], [f"cannot read {config}: {exc}"]
+        return {}, [], [_unreadable(config, exc)]
     try:
         return parse_config_text(text, source=source), steps, []
     except ValueError as exc:
@@ -462,7 +473,7 @@ def _agent_base(node: NodeContext, cfg: Mapping[str, Any]) -> tuple[Mapping[str,
     except FileNotFoundError:
         return {}, []
     except (OSError, UnicodeDecodeError) as exc:
-        return {}, [f"cannot read {config}: {exc}"]
+        return {}, [_unreadable(config, exc)]
     try:
         return parse_config_text(text, source=config), []
     except ValueError as exc:
