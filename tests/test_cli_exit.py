@@ -228,12 +228,17 @@ class TestInterrupt:
             assert process.wait(timeout=30) == -number
             eventually(lambda: not _alive(pid), f"attempt {pid} ended", timeout=10)
         finally:
-            if process.poll() is None:
-                process.kill()
-                process.wait()
-            if pid is not None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
+            _end(process, pid)
+
+
+def _end(process: subprocess.Popen[bytes], attempt: int | None) -> None:
+    """End the command and its attempt, by pid, whatever the test found."""
+    if process.poll() is None:
+        process.kill()
+        process.wait()
+    if attempt is not None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(attempt, signal.SIGKILL)
 
 
 def _alive(pid: int) -> bool:
@@ -325,15 +330,12 @@ class TestSignalWhileStarting:
             assert process.returncode == status, stderr.decode()
             if where == "before-fork":
                 return  # nothing was started: the command died of the signal all the same
-            pid = int(pidfile.read_text())
-            eventually(lambda: not _alive(pid), f"attempt {pid} ended", timeout=10)
+            pid = attempt = int(pidfile.read_text())
+            eventually(lambda: not _alive(attempt), f"attempt {attempt} ended", timeout=10)
         finally:
-            if process.poll() is None:
-                process.kill()
-                process.wait()
-            if pid is not None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
+            if pid is None and pidfile.exists() and pidfile.read_text():
+                pid = int(pidfile.read_text())  # the test failed before it looked
+            _end(process, pid)
 
 
 class TestSignalDuringImports:
@@ -357,9 +359,7 @@ class TestSignalDuringImports:
             "print('the signal did not end the process', file=sys.stderr)\n"
             "sys.exit(3)\n"
         )
-        done = subprocess.run(
-            [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
-        )
+        done = _python(script)
         assert done.returncode == -signal.SIGTERM, done.stderr
         assert done.stderr == ""
 
@@ -380,9 +380,14 @@ class TestSignalDuringImports:
             "from noderole._start import run\n"
             "run()\n"
         )
-        done = subprocess.run(
-            [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
-        )
+        done = _python(script)
         assert done.returncode == 130, done.stderr
         assert done.stderr == "noderole: interrupted\n"
         assert done.stdout == ""
+
+
+def _python(script: str) -> subprocess.CompletedProcess[str]:
+    """``python -c script`` run to its end, its output kept."""
+    return subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
+    )
