@@ -273,6 +273,17 @@ class SignalledWhileStarting(real):
             time.sleep(1)  # still starting while the main thread handles the signal
 
 
+if where == "thread":
+    # The starting thread ends its try itself when it finds the process leaving; the main
+    # thread's way out must still see the try until it is killed (CI once found the window
+    # between the two, which this widens).
+    ending = probes.kill_group
+
+    def slow_kill_group(proc):
+        time.sleep(0.5)
+        ending(proc)
+
+    probes.kill_group = slow_kill_group
 if where == "before-fork":  # the signal lands once the start has begun, before the fork
     held = probes._hold_interrupts
 

@@ -520,9 +520,11 @@ def _hold_interrupts(noted: list[int]) -> bool:
 
 
 def _end(proc: subprocess.Popen[bytes] | None) -> None:
+    """Kill and reap a try, then forget it: a try leaves :data:`_RUNNING` only once killed, so
+    that another thread's :func:`end_attempts` never finds it gone while it still runs."""
     if proc is not None:
-        _RUNNING.discard(proc)
         kill_group(proc)
+        _RUNNING.discard(proc)
 
 
 def end_attempts(*, dying_of: int | None = None) -> bool:
