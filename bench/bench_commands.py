@@ -124,10 +124,28 @@ COMMANDS = (
 )
 
 
+def _until_ready(root: Path, env: dict[str, str], *, timeout: float = 60.0) -> None:
+    """Wait until ``status`` exits 0: apply returns once both services run, and konnectivity's
+    readiness check passes a moment later (``status`` exits 11, STARTING, meanwhile; on a busy
+    machine the first timed ``status`` met it)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        done = subprocess.run(_noderole(root, "status"), env=env, capture_output=True, text=True)
+        if done.returncode == 0:
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(
+                f"the node was not ready {timeout:.0f} s after apply (status exit "
+                f"{done.returncode}): {done.stdout[-500:]}{done.stderr[-500:]}"
+            )
+        time.sleep(0.1)
+
+
 def _startup_rows(root: Path, samples: int) -> list[Row]:
     env = child_environment()
     peer_argv = [sys.executable, "-c", "import click"]
     subprocess.run(_noderole(root, "apply", "server"), check=True, env=env, capture_output=True)
+    _until_ready(root, env)
     argvs = [_noderole(root, *args) for _, args, _ in COMMANDS]
     for argv in [peer_argv, *argvs]:  # warm-up: page cache, bytecode, entry-point cache
         _timed(argv, env)
