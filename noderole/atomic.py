@@ -66,21 +66,15 @@ def _temp_name(name: str) -> str:
     return f".{name}.{os.urandom(6).hex()}{_TEMP_SUFFIX}"
 
 
-def _is_temp_of(candidate: str, name: str) -> bool:
-    prefix = f".{name}."
-    return (
-        candidate.startswith(prefix)
-        and candidate.endswith(_TEMP_SUFFIX)
-        and len(candidate) == len(prefix) + 12 + len(_TEMP_SUFFIX)
-    )
-
-
-def _is_temp(candidate: str) -> bool:
-    """``candidate`` is named as :func:`_temp_name` names a temporary, for any file."""
+def _temp_of(candidate: str) -> str | None:
+    """The file ``candidate`` is a temporary of, named as :func:`_temp_name` names one; None
+    when it is not named so."""
     if not (candidate.startswith(".") and candidate.endswith(_TEMP_SUFFIX)):
-        return False
+        return None
     name, _, token = candidate[1 : -len(_TEMP_SUFFIX)].rpartition(".")
-    return bool(name) and len(token) == 12 and all(c in "0123456789abcdef" for c in token)
+    if name and len(token) == 12 and all(c in "0123456789abcdef" for c in token):
+        return name
+    return None
 
 
 @contextlib.contextmanager
@@ -274,7 +268,8 @@ def remove_stale_temps(
     removed = []
     now = time.time()
     for entry in os.listdir(dir_fd):
-        if _is_temp(entry) if names is None else any(_is_temp_of(entry, n) for n in names):
+        of = _temp_of(entry)
+        if of is not None and (names is None or of in names):
             with contextlib.suppress(FileNotFoundError):
                 if older_than is not None:
                     info = os.stat(entry, dir_fd=dir_fd, follow_symlinks=False)

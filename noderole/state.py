@@ -76,6 +76,7 @@ def write_last_apply(root: NodeRoot, record: Mapping[str, Any]) -> None:
     """
     text = json.dumps(record, indent=1, sort_keys=True).encode()
     write_state_file(root, LAST_APPLY_FILE, text, durable=False, any_content=True)
+    _sweep_temporaries(root.local(LAST_APPLY_FILE))  # once per apply: see the function
 
 
 def read_role(root: NodeRoot) -> str | None:
@@ -120,11 +121,10 @@ class StateError(NoderoleError):
 def _sweep_temporaries(path: str) -> None:
     """Remove what a writer killed mid-write (SIGKILL; SIGTERM and SIGHUP end the command at
     once) left in ``path``'s directory, noderole's own: a temporary file, which nothing else
-    would ever remove. Any state file's, since the one it was for may not be written again for
-    long (``applied.json`` changes only with a definition, the last apply's record at every
-    apply), and only one older than :data:`~noderole.atomic.STALE_TEMP_AGE`: state files are
-    not all written under the node lock. Best effort: the write that follows reports what
-    matters."""
+    would ever remove. Run once per apply, when it records its outcome; any state file's
+    temporary (the file it was for may not be written again for long: ``applied.json`` changes
+    only with a definition), and only one older than :data:`~noderole.atomic.STALE_TEMP_AGE`:
+    state files are not all written under the node lock. Best effort."""
     from noderole.atomic import STALE_TEMP_AGE, remove_stale_temps
 
     with contextlib.suppress(OSError):
@@ -150,7 +150,6 @@ def write_state_file(
     path = root.local(node_path)  # a string: an apply imports no pathlib
     try:
         _safeopen.private_dir(os.path.dirname(path))
-        _sweep_temporaries(path)
         write_atomic(path, data, mode=0o600, durable=durable)
     except OSError as error:
         raise StateError(

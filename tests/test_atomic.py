@@ -266,12 +266,12 @@ class TestStateTemporaries:
     creation and its rename: found by renewing with signals at random moments, where
     ``.applied.json.<random>.tmp`` stayed in /var/lib/noderole for good)."""
 
-    def test_a_later_write_removes_old_temporaries_and_spares_a_fresh_one(
+    def test_the_next_apply_removes_old_temporaries_and_spares_a_fresh_one(
         self, tmp_path: Path
     ) -> None:
         from noderole.atomic import STALE_TEMP_AGE
         from noderole.root import NodeRoot
-        from noderole.state import write_state_file
+        from noderole.state import write_last_apply
 
         root = NodeRoot(tmp_path)
         state = tmp_path / "var/lib/noderole"
@@ -285,8 +285,8 @@ class TestStateTemporaries:
         long_ago = time.time() - STALE_TEMP_AGE - 5
         for path in (old, other, look_alike):
             os.utime(path, (long_ago, long_ago))
-        write_state_file(root, "/var/lib/noderole/applied.json", b"{}")
-        assert (state / "applied.json").read_bytes() == b"{}"
+        write_last_apply(root, {"role": "server"})  # what every apply writes
+        assert (state / "last-apply.json").exists()
         assert not old.exists()
         assert not other.exists()
         assert fresh.exists()
