@@ -464,7 +464,10 @@ def _held(local: str, *, shown: int = 3) -> str:
     except OSError:
         return "what is inside is not noderole's"
     try:
-        names = sorted(os.listdir(directory))
+        # Names as bytes, a byte that is not UTF-8 written out (caf\xe9): the report is text.
+        names = sorted(
+            os.fsencode(name).decode("utf-8", "backslashreplace") for name in os.listdir(directory)
+        )
     except OSError:
         return "what is inside is not noderole's"
     finally:

@@ -218,6 +218,22 @@ class TestReset:
             "noderole's): empty it and reset again, or remove it yourself"
         ) in done.stdout.splitlines()
 
+    def test_a_kept_directorys_names_reach_the_terminal_inert(
+        self, app: _App, node_root: ScratchRoot
+    ) -> None:
+        """A service's user names a file in his directory with a terminal sequence (a window
+        title) or bytes that are not UTF-8: `reset` printed them raw on root's terminal, as
+        `status` once did log lines. Now written out, as `status` writes them."""
+        node_root.write("/var/lib/proxy/\x1b]0;owned\x07", "x\n")
+        (node_root.path / "var/lib/proxy").joinpath(os.fsdecode(b"caf\xe9")).write_text("x\n")
+        done = CliRunner().invoke(cli, ["reset", "--purge"], obj=app)
+        assert done.exit_code == 0, done.output
+        (line,) = [ln for ln in done.stdout.splitlines() if ln.startswith("kept /var/lib/proxy")]
+        assert line == (
+            "kept /var/lib/proxy: not empty (\\x1b]0;owned\\x07 and caf\\xe9 are not "
+            "noderole's): empty it and reset again, or remove it yourself"
+        )
+
     def test_changed_file_is_kept(self, app: _App, node_root: ScratchRoot) -> None:
         """A runscript edited since render is not removed; the reason says why."""
         node_root.write("/etc/init.d/proxy", "#!/sbin/openrc-run\n# edited by hand\n", mode=0o755)

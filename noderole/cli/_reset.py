@@ -12,6 +12,7 @@ import click
 from noderole.cli import Command
 from noderole.cli._app import App
 from noderole.cli._options import backend_option, lock_timeout_option
+from noderole.cli._output import inert
 
 __all__ = ["reset_command"]
 
@@ -64,6 +65,7 @@ def reset_command(
         for path in report.removed:
             click.echo(f"{verb[1]} {path}")
     for kept in report.kept:
-        click.echo(f"{kept.reason.split(':')[0]} {kept.path}:{kept.reason.split(':', 1)[1]}")
+        # A kept directory's reason names what a service's user put in it: shown, not obeyed.
+        click.echo(inert(f"{kept.reason.split(':')[0]} {kept.path}:{kept.reason.split(':', 1)[1]}"))
     if not (report.stopped or report.to_remove or report.removed):
         click.echo("nothing to reset")
