@@ -474,11 +474,10 @@ def _held(local: str, *, shown: int = 3) -> str:
         os.close(directory)
     if not names:  # emptied meanwhile: the next reset removes it
         return "it was not empty when noderole looked"
-    if len(names) == 1:
-        return f"{names[0]} is not noderole's"
-    if len(names) <= shown:
-        return f"{', '.join(names[:-1])} and {names[-1]} are not noderole's"
-    return f"{', '.join(names[:shown])} and {len(names) - shown} more are not noderole's"
+    from noderole.records import in_words  # a reset's rare path: records load only here
+
+    listed = names if len(names) <= shown else [*names[:shown], f"{len(names) - shown} more"]
+    return f"{in_words(listed)} {'is' if len(names) == 1 else 'are'} not noderole's"
 
 
 def _remove(local: str) -> None:

@@ -20,7 +20,7 @@ import math
 import operator
 import threading
 import types
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias, TypeVar
 
 from noderole import recordclass
@@ -56,6 +56,7 @@ __all__ = [
     "MAX_SECONDS",
     "RecordBase",
     "did_you_mean",
+    "in_words",
     "unknown_names",
 ]
 
@@ -115,6 +116,13 @@ def did_you_mean(word: str, choices: Iterable[str]) -> str:
 
     close = difflib.get_close_matches(word, candidates, n=1, cutoff=0.6)
     return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def in_words(items: Sequence[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``: a list inside a sentence of a message."""
+    if len(items) < 2:
+        return "".join(items)
+    return f"{', '.join(items[:-1])} and {items[-1]}"
 
 
 def _may_match(word: str, choices: list[str], cutoff: float) -> list[str]:

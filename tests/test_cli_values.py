@@ -348,6 +348,16 @@ class TestDisabledPluginsTable:
         assert "config.toml" not in plan.stderr
         assert "server: 5 services" in plan.stdout
 
+    def test_two_disabled_plugins_tables_are_both_named(self, tmp_path: Path) -> None:
+        """Before: "not checked: [node-exporter], [konnectivity]s whose plugins are ..."."""
+        pytest.importorskip("noderole_node_exporter")
+        write_config(tmp_path, self.CONFIG_TEXT + "\n[konnectivity]\nagent_port = 8133\n")
+        check = self._noderole(tmp_path, "--disable-plugin", "konnectivity", "config", "check")
+        assert check.returncode == 0, check.stderr
+        assert check.stdout.rstrip().endswith(
+            "not checked: [node-exporter] and [konnectivity], whose plugins are disabled)"
+        )
+
     def test_a_table_no_enabled_plugin_declares_still_fails_and_names_the_disabled(
         self, tmp_path: Path
     ) -> None:

@@ -61,6 +61,7 @@ def check_command(app: App) -> None:
     names FILE:TABLE.KEY. Exit 0 when the file is valid (or absent), 4 otherwise.
     """
     from noderole.config import check_config
+    from noderole.records import in_words
 
     config, problems = check_config(
         app.root, app.plugins.settings_tables(), disabled=app.disabled_plugins
@@ -89,9 +90,11 @@ def check_command(app: App) -> None:
         return
     tables = len(config.values)
     set_here = sum(1 for entry in config.entries() if entry.source == path)
-    skipped = ", ".join(f"[{name}]" for name in config.unchecked)
-    plural = "s whose plugins are" if len(config.unchecked) > 1 else ", whose plugin is"
-    unchecked = f"; not checked: {skipped}{plural} disabled" if skipped else ""
+    unchecked = ""
+    if config.unchecked:
+        skipped = in_words([f"[{name}]" for name in config.unchecked])
+        whose = "whose plugin is" if len(config.unchecked) == 1 else "whose plugins are"
+        unchecked = f"; not checked: {skipped}, {whose} disabled"
     click.echo(f"ok: {path} ({set_here} values set, {tables} tables checked{unchecked})")
 
 
