@@ -8,10 +8,11 @@ no user or group and keeps the default working directory, the node's ``/``, wher
 runs) is started with :func:`os.posix_spawn`; the others through :class:`subprocess.Popen`,
 which can change both. Both give the child the same: no descriptor but 0, 1 and 2 (every
 descriptor the daemon opens is close-on-exec, as Python makes them; a test lists the child's),
-SIGPIPE and SIGXFSZ back to their defaults (Python ignores SIGPIPE), and the same error for a
-program that cannot run. posix_spawn costs the daemon about half the CPU of a Popen (45 against
-100 us a start here), which a crash-looping node pays at every respawn. Should the supervisor be
-SIGKILLed, its watchdog (:mod:`._watchdog`) ends the children's process groups.
+SIGPIPE and SIGXFSZ back to their defaults (Python ignores SIGPIPE), the limit of open files the
+daemon was given (:mod:`._fdlimit`), and the same error for a program that cannot run.
+posix_spawn costs the daemon about half the CPU of a Popen (45 against 100 us a start here),
+which a crash-looping node pays at every respawn. Should the supervisor be SIGKILLed, its
+watchdog (:mod:`._watchdog`) ends the children's process groups.
 
 Its output goes to pipes the daemon drains (:mod:`._sinks`).
 
@@ -27,7 +28,7 @@ import signal
 import subprocess
 from collections.abc import Mapping, Sequence
 
-from noderole.supervisor import _proc
+from noderole.supervisor import _fdlimit, _proc
 
 __all__ = ["Child", "SpawnError", "ids", "spawn"]
 
@@ -139,31 +140,8 @@ def spawn(
     """Fork and exec the process; raise SpawnError naming what could not be used."""
     identity = _identity(user, group)
     try:
-        if not identity and _is_current_directory(cwd):
-            pid = os.posix_spawn(
-                argv[0],
-                list(argv),
-                dict(environment),
-                file_actions=[
-                    (os.POSIX_SPAWN_DUP2, _stdin(), 0),
-                    (os.POSIX_SPAWN_DUP2, stdout, 1),
-                    (os.POSIX_SPAWN_DUP2, stderr, 2),
-                ],
-                setsid=True,
-                setsigdef=_DEFAULT_SIGNALS,
-            )
-            return Child(pid)
-        return subprocess.Popen(  # type: ignore[call-overload, no-any-return]
-            list(argv),
-            env=dict(environment),
-            cwd=cwd,
-            stdin=subprocess.DEVNULL,
-            stdout=stdout,
-            stderr=stderr,
-            start_new_session=True,
-            close_fds=True,
-            **identity,
-        )
+        with _fdlimit.for_child():
+            return _spawn(argv, environment, cwd, identity, stdout, stderr)
     except FileNotFoundError as e:
         if e.filename == cwd:
             raise SpawnError(f"working directory {cwd} does not exist") from None
@@ -174,6 +152,42 @@ def spawn(
         raise SpawnError(f"cannot execute {argv[0]}: {e.strerror or e}") from None
     except subprocess.SubprocessError as e:
         raise SpawnError(f"cannot start {argv[0]}: {e}") from None
+
+
+def _spawn(
+    argv: Sequence[str],
+    environment: Mapping[str, str],
+    cwd: str,
+    identity: dict[str, object],
+    stdout: int,
+    stderr: int,
+) -> Child | subprocess.Popen[bytes]:
+    """posix_spawn where it can start the process, else Popen (see the module's text)."""
+    if not identity and _is_current_directory(cwd):
+        pid = os.posix_spawn(
+            argv[0],
+            list(argv),
+            dict(environment),
+            file_actions=[
+                (os.POSIX_SPAWN_DUP2, _stdin(), 0),
+                (os.POSIX_SPAWN_DUP2, stdout, 1),
+                (os.POSIX_SPAWN_DUP2, stderr, 2),
+            ],
+            setsid=True,
+            setsigdef=_DEFAULT_SIGNALS,
+        )
+        return Child(pid)
+    return subprocess.Popen(  # type: ignore[call-overload, no-any-return]
+        list(argv),
+        env=dict(environment),
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        stdout=stdout,
+        stderr=stderr,
+        start_new_session=True,
+        close_fds=True,
+        **identity,
+    )
 
 
 def _is_current_directory(cwd: str) -> bool:

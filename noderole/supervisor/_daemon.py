@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable, Iterable
 
 from noderole.supervisor import (
+    _fdlimit,
     _pidfile,
     _proc,
     _protocol,
@@ -670,6 +671,9 @@ def main(argv: list[str]) -> int:
     except OSError:
         os.chdir("/")
     os.umask(0o022)
+    # A pidfd, a pipe and a log file for each service: past the usual soft limit (1,024) within
+    # a few hundred services. The services themselves get the limit given (see _fdlimit).
+    _fdlimit.raise_limit()
     _title.set_title(_title.title_words(NAME, run_dir))
 
     def ready(message: str) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 
-from noderole.supervisor import _safeopen
+from noderole.supervisor import _fdlimit, _safeopen
 from noderole.supervisor._log import log
 from noderole.supervisor._loop import Loop
 
@@ -46,7 +46,7 @@ class LogSink:
         self.failed = False
 
     def _open(self) -> int:
-        return _safeopen.open_append(self.path, uid=self.uid, gid=self.gid)
+        return _fdlimit.keep(_safeopen.open_append(self.path, uid=self.uid, gid=self.gid))
 
     def write(self, data: bytes) -> None:
         """Append ``data`` (rotating first if the file would outgrow ``max_bytes``)."""
@@ -104,7 +104,8 @@ class Sinks:
         """A write fd for a child's stream: a pipe into ``path``'s sink, or /dev/null.
 
         A log that cannot be opened (a planted link, a full disk) is logged, naming service
-        ``name``, and the stream goes to /dev/null: the service runs without that log.
+        ``name``, and the stream goes to /dev/null: the service runs without that log. At the
+        limit of open files (:class:`._fdlimit.Exhausted`) the start fails instead.
         """
         if not path:
             return os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
@@ -112,6 +113,8 @@ class Sinks:
         if sink is None:
             try:
                 sink = LogSink(path, uid=uid, gid=gid)
+            except _fdlimit.Exhausted:
+                raise  # no start can keep anything more: say so, rather than run without a log
             except OSError as e:
                 log(f"{name}: cannot open its log: {e}; its output is dropped")
                 return os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
@@ -122,6 +125,12 @@ class Sinks:
         try:
             r, w = os.pipe2(os.O_CLOEXEC)
         except OSError:
+            self.release(sink)
+            raise
+        try:
+            r = _fdlimit.keep(r)  # held while the service runs; the write end is the child's
+        except OSError:
+            os.close(w)
             self.release(sink)
             raise
         Pipe(self, r, sink)

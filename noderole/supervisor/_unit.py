@@ -20,7 +20,7 @@ import subprocess
 import time
 from collections.abc import Callable
 
-from noderole.supervisor import _child, _pidfile, _proc
+from noderole.supervisor import _child, _fdlimit, _pidfile, _proc
 from noderole.supervisor._log import log, log_limited
 from noderole.supervisor._loop import Loop, Timer
 from noderole.supervisor._policy import RespawnPolicy
@@ -180,15 +180,19 @@ class Unit:
             # The child has its copies; the pipes' read ends live on in the loop.
             for fd in write_fds:
                 os.close(fd)
+        try:
+            pidfd = _fdlimit.keep(os.pidfd_open(popen.pid))
+        except OSError as e:
+            # Without a pidfd its exit would go unseen: undo the start.
+            self._undo(popen, f"cannot start: {e}", first)
+            return
         st = _proc.proc_stat(popen.pid)
         ticks = st.start_ticks if st else None
         if ticks is not None and not self.host.record_group(self.name, popen.pid, ticks):
             # Neither known to the watchdog nor (perhaps) to the state file: a daemon kill -9
             # would orphan it, and the next start would run a duplicate. Undo the start.
-            _proc.kill_group(popen.pid, signal.SIGKILL)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                popen.wait(timeout=KILL_GRACE)
-            self._spawn_failed("cannot tell the watchdog about the new process: undone", first)
+            os.close(pidfd)
+            self._undo(popen, "cannot tell the watchdog about the new process: undone", first)
             return
         self.popen = popen
         self.pid = popen.pid
@@ -197,8 +201,8 @@ class Unit:
         self.started_mono = time.monotonic()
         self.state = "running"
         self.reason = ""
-        self.pidfd = os.pidfd_open(popen.pid)
-        self.host.loop.add_reader(self.pidfd, self.on_exit)
+        self.pidfd = pidfd
+        self.host.loop.add_reader(pidfd, self.on_exit)
         _pidfile.write(self.name, spec.pidfile, popen.pid)
         self.host.persist()
         if spec.readiness is not None:
@@ -217,6 +221,14 @@ class Unit:
     def _first_check(self, check: ReadinessCheck) -> None:
         if self.check is check:
             self.timer = self.host.loop.call_later(0.0, self._check_tick)
+
+    def _undo(
+        self, popen: _child.Child | subprocess.Popen[bytes], reason: str, first: bool
+    ) -> None:
+        _proc.kill_group(popen.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            popen.wait(timeout=KILL_GRACE)
+        self._spawn_failed(reason, first)
 
     def _spawn_failed(self, reason: str, first: bool) -> None:
         log_limited(self.name, f"{self.name}: {reason}")
