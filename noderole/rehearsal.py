@@ -231,34 +231,108 @@ def run_rehearsal(
     echo(f"rehearsing role {role} in {scratch}")
     ok = False
     backend = None
-    try:
-        staging = ops.at_root(NodeRoot(scratch))
-        stage_rehearsal(staging.root, staging.plugins, staging.node_for(role))
-        rehearsal = ops.at_root(NodeRoot(scratch))  # a fresh one: it reads the new config.toml
-        plan = rehearsal.plan(role)
-        backend = NativeBackend(rehearsal.root)
-        report = rehearsal.apply(plan, backend, progress=ConsoleProgress(), lock_timeout=30)
-        ok = report.ok
-        echo("")
-        rows, verdict = rehearsal.status(plan, backend, wait=True, timeout=30.0)
-        show_status(plan.role, rows, verdict)
-    finally:
-        with _interrupts_deferred():  # cut short, it would leave a supervisor or the scratch root
-            if backend is not None:
-                backend.supervisor.shutdown()
-                echo("\nstopped every service of the rehearsal")
-            if keep:
-                echo(f"kept {scratch}")
-            else:
-                shutil.rmtree(scratch, ignore_errors=True)
+    with _terminations_interrupt():
+        try:
+            staging = ops.at_root(NodeRoot(scratch))
+            stage_rehearsal(staging.root, staging.plugins, staging.node_for(role))
+            rehearsal = ops.at_root(NodeRoot(scratch))  # a fresh one: it reads the new config.toml
+            plan = rehearsal.plan(role)
+            backend = NativeBackend(rehearsal.root)
+            report = rehearsal.apply(plan, backend, progress=ConsoleProgress(), lock_timeout=30)
+            ok = report.ok
+            echo("")
+            rows, verdict = rehearsal.status(plan, backend, wait=True, timeout=30.0)
+            show_status(plan.role, rows, verdict)
+        finally:
+            # Cut short, it would leave a supervisor or the scratch root; and the terminal may be
+            # gone (a SIGHUP), so what it says comes last and may be lost.
+            with _interrupts_deferred():
+                if backend is not None:
+                    backend.supervisor.close()  # and no thread of the apply starts another
+                if not keep:
+                    shutil.rmtree(scratch, ignore_errors=True)
+                with contextlib.suppress(OSError):
+                    if backend is not None:
+                        echo("\nstopped every service of the rehearsal")
+                    if keep:
+                        echo(f"kept {scratch}")
     return ok
+
+
+_TERMINATIONS = ("SIGTERM", "SIGHUP")
+"""What ends a rehearsal from outside besides Ctrl-C: ``timeout``, an init system, a lost SSH
+session."""
+
+
+@contextlib.contextmanager
+def _terminations_interrupt() -> Iterator[None]:
+    """Within: a SIGTERM or SIGHUP interrupts the rehearsal as a Ctrl-C does (its clean-up runs:
+    the scratch supervisor stopped, the scratch root removed); then the process dies of it, as
+    any other command does at once. Before, the rehearsal died at once too, and left its
+    supervisor, its services and its scratch root behind. A signal the caller ignores stays
+    ignored; only the main thread receives signals, and elsewhere the block runs as it is.
+
+    A command try this thread is starting when the signal lands is ended first (the start, told
+    by :func:`noderole._start.end_wait_attempts`, ends it and sends the signal again)."""
+    import signal
+    import threading
+
+    from noderole._start import end_wait_attempts
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+
+    def interrupt(number: int, frame: object) -> None:
+        if not received:
+            received.append(number)
+        if end_wait_attempts(number):
+            raise KeyboardInterrupt
+
+    previous: dict[int, Any] = {}
+    for name in _TERMINATIONS:
+        number = getattr(signal, name)
+        handler = signal.getsignal(number)
+        if handler not in (signal.SIG_IGN, None):
+            previous[number] = handler
+            signal.signal(number, interrupt)
+    try:
+        yield
+    except KeyboardInterrupt:
+        if not received:
+            raise
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+    if received:
+        _die_of(received[0], previous[received[0]])
+
+
+def _die_of(number: int, handler: Any) -> None:
+    """End the command as the signal ``number`` would have, under ``handler``, the caller's:
+    noderole's own (the command's tries ended, then death by the signal), the default (death
+    by it), or another program's (run; the command ends anyway, with 128 + ``number``)."""
+    import signal
+    import sys
+
+    with contextlib.suppress(OSError, ValueError):
+        sys.stderr.write(f"noderole: terminated by {signal.Signals(number).name}\n")
+        sys.stdout.flush()
+        sys.stderr.flush()
+    if callable(handler):
+        handler(number, None)
+    else:
+        signal.signal(number, signal.SIG_DFL)
+        signal.raise_signal(number)
+    raise SystemExit(128 + number)
 
 
 @contextlib.contextmanager
 def _interrupts_deferred() -> Iterator[None]:
-    """Hold a Ctrl-C (SIGINT) that arrives inside the block until the block is done, then
-    deliver it as it would have been. Only the main thread receives signals; elsewhere, and
-    where SIGINT is not Python's to handle, the block runs as it is."""
+    """Hold a Ctrl-C (SIGINT), SIGTERM or SIGHUP that arrives inside the block until the block
+    is done, then deliver it as it would have been. Only the main thread receives signals;
+    elsewhere, and where a signal is not Python's to handle, the block runs as it is."""
     import signal
     import threading
 
@@ -266,12 +340,20 @@ def _interrupts_deferred() -> Iterator[None]:
         yield
         return
     held: list[int] = []
-    previous = signal.signal(signal.SIGINT, lambda number, frame: held.append(number))
+    previous: dict[int, Any] = {}
+    for number in (signal.SIGINT, *(getattr(signal, name) for name in _TERMINATIONS)):
+        handler = signal.getsignal(number)
+        if handler not in (signal.SIG_IGN, None):
+            previous[number] = handler
+            signal.signal(number, lambda number, frame: held.append(number))
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
-    if held and callable(previous):
-        previous(signal.SIGINT, None)  # Python's own handler raises KeyboardInterrupt
-    elif held and previous == signal.SIG_DFL:
-        signal.raise_signal(signal.SIGINT)
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+    for number in dict.fromkeys(held):  # each once, in the order they came
+        handler = previous[number]
+        if callable(handler):
+            handler(number, None)  # Python's own SIGINT handler raises KeyboardInterrupt
+        else:
+            signal.raise_signal(number)

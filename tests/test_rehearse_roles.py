@@ -48,11 +48,27 @@ class TestRehearseShippedRoles:
 
 
 class TestInterruptedRehearsal:
-    def test_ctrl_c_through_the_clean_up_still_leaves_nothing(self, tmp_path: Path) -> None:
-        """Ctrl-C pressed again and again from the status table on (an impatient user): the
-        rehearsal's clean-up is not cut short, so its supervisor and services are stopped and
-        its scratch root removed, and the command exits 130. Before, a Ctrl-C that landed in
-        the supervisor's shutdown left the scratch root (and could leave the supervisor)."""
+    @pytest.mark.parametrize(
+        ("first", "when", "status", "last"),
+        [
+            ("SIGINT", "SERVICE ", 130, "noderole: interrupted"),
+            ("SIGTERM", "SERVICE ", -15, "noderole: terminated by SIGTERM"),
+            ("SIGHUP", "SERVICE ", -1, "noderole: terminated by SIGHUP"),
+            ("SIGTERM", " * Starting k3s", -15, "noderole: terminated by SIGTERM"),
+            ("SIGHUP", " * Starting k3s", -1, "noderole: terminated by SIGHUP"),
+        ],
+        ids=["ctrl-c", "sigterm", "sighup", "sigterm-while-starting", "sighup-while-starting"],
+    )
+    def test_signals_through_the_clean_up_still_leave_nothing(
+        self, tmp_path: Path, first: str, when: str, status: int, last: str
+    ) -> None:
+        """Ctrl-C, SIGTERM or SIGHUP again and again until the clean-up says it is done (an
+        impatient user; ``timeout``; an init system; an SSH session gone): the
+        clean-up is not cut short, so the rehearsal's supervisor and services are stopped and
+        its scratch root removed, and the command ends as the first signal would have it (130
+        for Ctrl-C, death by SIGTERM or SIGHUP). Before, a Ctrl-C that landed in the
+        supervisor's shutdown left the scratch root (and could leave the supervisor), and a
+        SIGTERM or SIGHUP left the supervisor, its services and the scratch root for good."""
         import os
         import shutil
         import signal
@@ -80,15 +96,15 @@ class TestInterruptedRehearsal:
         kept = False
         try:
             eventually(
-                lambda: "SERVICE " in out.read_text() or process.poll() is not None,
-                "the rehearsal's status table",
+                lambda: when in out.read_text() or process.poll() is not None,
+                f"{when.strip()!r} in the rehearsal's output",
                 timeout=60,
             )
             scratch = Path(out.read_text().splitlines()[0].split(" in ", 1)[1])
             while process.poll() is None and "stopped every" not in out.read_text():
-                process.send_signal(signal.SIGINT)
+                process.send_signal(getattr(signal, first))
                 time.sleep(0.02)
-            status = process.wait(timeout=60)
+            ended = process.wait(timeout=60)
         finally:
             if process.poll() is None:
                 process.kill()
@@ -101,8 +117,8 @@ class TestInterruptedRehearsal:
                 kept = scratch.exists()
                 shutil.rmtree(scratch, ignore_errors=True)
         text = out.read_text()
-        assert status == 130, text
+        assert ended == status, text
         assert "stopped every service of the rehearsal" in text
-        assert text.splitlines()[-1] == "noderole: interrupted"
+        assert text.splitlines()[-1] == last
         assert left == []
         assert not kept

@@ -216,3 +216,66 @@ class TestACallerIgnoringSigchld:
         assert harness.supervisor.daemon_pid() == daemon
         assert os.getsid(daemon) == standby  # the standby went
         assert not is_alive(spare)
+
+
+class TestAnInterruptedStart:
+    """Ctrl-C (or a SIGTERM made one: a rehearsal's) while the client waits for the first word
+    of the daemon it has just started. The daemon starts anyway; what then?"""
+
+    @staticmethod
+    def _interrupt_the_wait(monkeypatch: pytest.MonkeyPatch) -> None:
+        """The client's first wait for a word is interrupted, as by a Ctrl-C landing in it."""
+        from noderole.supervisor import _client
+
+        real = _client._read_line
+        interrupted: list[int] = []
+
+        def read_line(fd: int, timeout: float) -> str:
+            if not interrupted:
+                interrupted.append(fd)
+                raise KeyboardInterrupt
+            return real(fd, timeout)
+
+        monkeypatch.setattr(_client, "_read_line", read_line)
+
+    @pytest.mark.parametrize("prepared", [False, True], ids=["spawned", "standby"])
+    def test_close_hears_the_start_out_and_ends_the_daemon(
+        self, harness: Harness, monkeypatch: pytest.MonkeyPatch, prepared: bool
+    ) -> None:
+        """close() (a rehearsal's clean-up) waits for the word of the start an interrupt cut
+        short, then shuts that daemon down: none is left. Before, the clean-up's shutdown found
+        no daemon answering yet, and one came up after it, in a scratch root just removed."""
+        from noderole.supervisor import SupervisorError
+        from noderole.testing import supervisor_processes
+
+        if prepared:
+            harness.supervisor.prepare()
+            _standby_pid(harness)
+        self._interrupt_the_wait(monkeypatch)
+        with pytest.raises(KeyboardInterrupt):
+            harness.supervisor.ensure_running()
+        harness.supervisor.close()
+        assert supervisor_processes(harness.root) == ([], [])
+        assert "supervising from" in harness.supervisor.log_path.read_text()
+        with pytest.raises(SupervisorError, match="was shut down"):
+            harness.supervisor.ensure_running()
+
+    def test_a_daemon_whose_starter_died_goes_at_once(self, harness: Harness) -> None:
+        """A daemon whose starter was killed while it waited for the first word (SIGKILL, an
+        OOM kill) has nobody to serve: with nothing to supervise it exits at once, saying why,
+        rather than after its start-up grace of ten seconds."""
+        from noderole.testing import eventually, supervisor_processes
+
+        starter = (
+            "import os, signal, sys\n"
+            "from noderole.supervisor import Supervisor, _client\n"
+            "_client._read_line = lambda fd, timeout: os.kill(os.getpid(), signal.SIGKILL)\n"
+            "Supervisor(sys.argv[1]).ensure_running()\n"
+        )
+        done = subprocess.run(
+            [sys.executable, "-c", starter, str(harness.run_dir)], timeout=60, check=False
+        )
+        assert done.returncode == -signal.SIGKILL
+        log = harness.supervisor.log_path
+        eventually(lambda: "gave up waiting for it" in log.read_text(), "the daemon's word on it")
+        eventually(lambda: supervisor_processes(harness.root) == ([], []), "the daemon to exit")

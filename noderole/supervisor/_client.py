@@ -20,6 +20,7 @@ from noderole.supervisor import _protocol, _safeopen
 from noderole.supervisor._status import SchemaError, ServiceStatus
 
 if TYPE_CHECKING:  # `status` and `stop` send no spec: they need not import it (nor its probes)
+    import subprocess
     from pathlib import Path
 
     from noderole.supervisor import _state
@@ -75,6 +76,10 @@ class Supervisor:
         """Serialises this object's threads that find no daemon (before the starter flock)."""
         self._started = 0
         """Daemons this object has started: a thread that waited for another's start sees it."""
+        self._closed = False
+        """Set by :meth:`close`: this object starts no daemon any more."""
+        self._unheard: _Standby | _Spawned | None = None
+        """A daemon whose start an interrupt cut short: it runs, or soon will."""
 
     @property
     def run_dir(self) -> Path:
@@ -124,6 +129,8 @@ class Supervisor:
         # Threads of one apply (one per service) that all find no daemon wait here, not each in
         # turn on the flock and a ping of their own: the first one starts it for all of them.
         with self._starting:
+            if self._closed:
+                raise SupervisorError(f"the native supervisor of {self._run} was shut down")
             if self._started != started:
                 return
             self._start_daemon()
@@ -187,11 +194,17 @@ class Supervisor:
             self.discard()
             raise SupervisorError(f"cannot open the supervisor log {self._log}: {e}") from None
         standby, self._standby = self._standby, None
+        launch: _Standby | _Spawned
         if standby is not None and standby.go(log_fd):
             os.close(log_fd)
-            message = standby.ready()
+            launch = standby
         else:
-            message = _spawn(self._run, log_fd)
+            launch = _spawn(self._run, log_fd)
+        try:
+            message = launch.ready()
+        except BaseException:  # Ctrl-C: the daemon starts anyway; close() hears it out
+            self._unheard = launch
+            raise
         if message == "ok":
             return
         if message.startswith("another supervisor") and self.daemon_pid() is not None:
@@ -434,6 +447,18 @@ class Supervisor:
             self._request({"op": "shutdown"}, start=False)
         self._wait_gone(30.0)
 
+    def close(self) -> None:
+        """:meth:`shutdown`, for good as far as this object goes: a daemon another thread is
+        starting meanwhile is waited for and shut down too, and no later call starts one (a
+        rehearsal's clean-up, while the threads of its interrupted apply run on)."""
+        with self._starting:
+            self._closed = True
+            unheard, self._unheard = self._unheard, None
+        if unheard is not None:
+            unheard.ready()  # once it has answered (or failed), the shutdown finds it
+        self.discard()
+        self.shutdown()
+
     def _wait_gone(self, timeout: float) -> None:
         """Return once no daemon holds this node's abstract name."""
         try:
@@ -540,8 +565,8 @@ def _launch_argv(run_dir: str, fd: int, *extra: str) -> list[str]:
     ]
 
 
-def _spawn(run_dir: str, log_fd: int) -> str:
-    """Start a daemon for ``run_dir`` writing to ``log_fd`` (closed here); its first word."""
+def _spawn(run_dir: str, log_fd: int) -> _Spawned:
+    """Start a daemon for ``run_dir`` writing to ``log_fd`` (closed here)."""
     import subprocess
 
     r, w = os.pipe2(os.O_CLOEXEC)
@@ -557,17 +582,32 @@ def _spawn(run_dir: str, log_fd: int) -> str:
                 cwd="/",
                 env=_daemon_environment(),
             )
+    except BaseException:
+        os.close(r)
+        raise
+    finally:
         os.close(w)
-        w = -1
+    return _Spawned(first, r)
+
+
+class _Spawned:
+    """A daemon started by :func:`_spawn`, until its first word is heard."""
+
+    def __init__(self, first: subprocess.Popen[bytes], word: int) -> None:
+        self.first = first
+        self.word = word
+        self.message: str | None = None
+
+    def ready(self) -> str:
+        """Its first word (``ok``, or why it could not start). Interrupted, the pipe stays open
+        (the daemon's word still finds a listener) and a later call hears it."""
         # The word first, then the session leader (it exits right after the second fork, long
         # before the daemon answers): Popen.wait with a timeout polls at growing intervals.
-        message = _read_line(r, _START_TIMEOUT)
-        first.wait(timeout=_START_TIMEOUT)
-    finally:
-        os.close(r)
-        if w >= 0:
-            os.close(w)
-    return message
+        if self.message is None:
+            self.message = _read_line(self.word, _START_TIMEOUT)
+            os.close(self.word)
+        self.first.wait(timeout=_START_TIMEOUT)
+        return self.message
 
 
 class _Standby:
@@ -588,6 +628,7 @@ class _Standby:
     def __init__(self, run_dir: str) -> None:
         # _socket, as for requests: the socket module's enums are not needed for one pair.
         self._status: int | None = None
+        self._word: str | None = None
         ours, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM)
         # A dup2 onto itself would keep close-on-exec: the standby's end moves if it is on 3.
         target = STANDBY_FD if theirs.fileno() != STANDBY_FD else STANDBY_FD + 1
@@ -623,11 +664,13 @@ class _Standby:
         return True
 
     def ready(self) -> str:
-        """Its first word after the go (``ok``, or why it could not start)."""
-        try:
-            message = _read_line(self.channel.fileno(), _START_TIMEOUT)
-        finally:
+        """Its first word after the go (``ok``, or why it could not start). Interrupted, the
+        socket stays open (the daemon's word still finds a listener) and a later call hears it.
+        """
+        if self._word is None:
+            self._word = _read_line(self.channel.fileno(), _START_TIMEOUT)
             self.channel.close()
+        message = self._word
         # The session leader exits right after its fork, before the daemon's word; one that has
         # not exited by now never got as far (no word within the timeout): it is killed.
         if self.poll(timeout=_START_TIMEOUT if message else 0.0) is None:

@@ -98,6 +98,8 @@ class Daemon:
         """Each recorded status's JSON, kept between state writes (_state.encode_state)."""
         self.started = time.monotonic()
         self.ever_supervised = False
+        self.unwanted = False
+        """Its launcher gave up before the ready word: no first request is waited for."""
         self.self_ticks = (_proc.proc_stat(os.getpid()) or _proc.ProcStat(0, "R", 0, 0, 0, 0))[5]
         self.watchdog_pid: int | None = None
         """The process that ends the services if this daemon is SIGKILLed."""
@@ -329,7 +331,7 @@ class Daemon:
         """Nothing to supervise and nobody waiting for an answer."""
         if self.server.busy or any(u.active for u in self.units.values()):
             return False
-        if self.ever_supervised:
+        if self.ever_supervised or self.unwanted:
             return True
         return time.monotonic() - self.started > STARTUP_GRACE
 
@@ -676,10 +678,16 @@ def main(argv: list[str]) -> int:
     _fdlimit.raise_limit()
     _title.set_title(_title.title_words(NAME, run_dir))
 
-    def ready(message: str) -> None:
-        with contextlib.suppress(OSError):
+    def ready(message: str) -> bool:
+        """Tell the launcher; False when it no longer listens (interrupted, it gave up)."""
+        try:
             os.write(ready_fd, message.encode() + b"\n")
-            os.close(ready_fd)
+        except OSError:
+            return False
+        finally:
+            with contextlib.suppress(OSError):
+                os.close(ready_fd)
+        return True
 
     # The abstract name first: it is what no file deletion can undo (a run dir removed and made
     # again has a fresh lock file that any newcomer could take).
@@ -736,7 +744,11 @@ def main(argv: list[str]) -> int:
     daemon.loop.add_reader(r, lambda: daemon.on_signal_bytes(r))
     daemon.loop.call_later(RUN_DIR_CHECK, daemon.check_run_dir)
     log(f"supervising from {run_dir}")
-    ready("ok")
+    if not ready("ok"):
+        # Nobody waits for this daemon (a rehearsal cut short by Ctrl-C or SIGTERM while it
+        # started): with nothing to supervise it goes at once, not after STARTUP_GRACE.
+        log("the noderole that started this supervisor gave up waiting for it")
+        daemon.unwanted = True
     daemon.run()
     return 0
 
