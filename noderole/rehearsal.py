@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
 import socket
 import tempfile
@@ -237,7 +238,8 @@ def run_rehearsal(
             stage_rehearsal(staging.root, staging.plugins, staging.node_for(role))
             rehearsal = ops.at_root(NodeRoot(scratch))  # a fresh one: it reads the new config.toml
             plan = rehearsal.plan(role)
-            backend = NativeBackend(rehearsal.root)
+            # Its daemon ends with this process, even killed (SIGKILL): nothing outlives it.
+            backend = NativeBackend(rehearsal.root, owner=os.getpid())
             report = rehearsal.apply(plan, backend, progress=ConsoleProgress(), lock_timeout=30)
             ok = report.ok
             echo("")

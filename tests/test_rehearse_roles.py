@@ -122,3 +122,66 @@ class TestInterruptedRehearsal:
         assert text.splitlines()[-1] == last
         assert left == []
         assert not kept
+
+    def test_a_killed_rehearsal_leaves_nothing_running(self, tmp_path: Path) -> None:
+        """SIGKILL (an OOM kill, ``kill -9``, a CI runner's last word) once k3s runs runs no
+        clean-up, yet the rehearsal's supervisor, which lives for the rehearsal's process,
+        stops its services and exits. Only the scratch root (mode 0700) is left. Before, all of
+        it ran on. The rehearsal is stopped (SIGSTOP) before it is killed, so that the kill
+        lands before its clean-up (a rehearsal that got that far is run again)."""
+        for attempt in range(5):
+            if _kill_once_k3s_runs(tmp_path / f"out{attempt}"):
+                return
+        pytest.fail("the rehearsal reached its status table before it could be stopped, 5 times")
+
+
+def _kill_once_k3s_runs(out: Path) -> bool:
+    """Rehearse, SIGSTOP once k3s has started, SIGKILL, and check that nothing of the scratch
+    root runs on; False (nothing checked) when the rehearsal was already at its status table."""
+    import os
+    import shutil
+    import signal
+    import subprocess
+    import sys
+
+    from noderole.plugins import load_plugins
+    from noderole.testing import eventually
+
+    others = [n for n in load_plugins().names() if n not in ("builtin", "k3s", "konnectivity")]
+    disabled = [a for n in others for a in ("--disable-plugin", n)]
+    env = {k: v for k, v in os.environ.items() if k != "NODEROLE_ROOT"}
+    with out.open("w") as stdout:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "noderole", *disabled, "rehearse", "server"],
+            stdout=stdout,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
+    scratch: Path | None = None
+    try:
+        eventually(
+            lambda: " * Started k3s" in out.read_text() or process.poll() is not None,
+            "k3s started in the rehearsal",
+            timeout=60,
+        )
+        process.send_signal(signal.SIGSTOP)
+        scratch = Path(out.read_text().splitlines()[0].split(" in ", 1)[1])
+        if "SERVICE " in out.read_text():  # too late: its clean-up may have begun
+            process.send_signal(signal.SIGCONT)
+            process.wait(timeout=60)
+            return False
+        running = scratch
+        assert node_processes(running)
+        process.kill()
+        assert process.wait(timeout=60) == -signal.SIGKILL
+        eventually(lambda: node_processes(running) == [], "the rehearsal's processes to end")
+        return True
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        if scratch is not None:
+            for pid in node_processes(scratch):
+                with contextlib.suppress(ProcessLookupError):  # ended meanwhile
+                    os.kill(pid, signal.SIGKILL)
+            shutil.rmtree(scratch, ignore_errors=True)

@@ -319,3 +319,43 @@ class TestNodeRootRemoved:
             assert h.settled_marked([]) == []
         finally:
             close_harness(h)
+
+
+class TestADaemonWithAnOwner:
+    """``Supervisor(owner=PID)``: the daemon it starts ends with that process (a rehearsal's),
+    however it ends, SIGKILL included."""
+
+    @pytest.mark.parametrize("prepared", [False, True], ids=["spawned", "standby"])
+    def test_its_services_and_itself_end_with_the_owner(
+        self, harness: Harness, prepared: bool
+    ) -> None:
+        """The owner SIGKILLed: the daemon stops every service (its whole group) and exits,
+        saying why; nothing of the node is left. Before, a rehearsal killed this way left its
+        supervisor and services running for good."""
+        from noderole.testing import eventually, supervisor_processes
+
+        owner = subprocess.Popen(["sleep", "1000"])
+        harness.extra_pids.append(owner.pid)
+        supervisor = Supervisor(harness.run_dir, owner=owner.pid)
+        if prepared:
+            supervisor.prepare()
+        started = supervisor.start(harness.spec("a", SLEEP))
+        assert started.state == "running"
+        assert supervisor_processes(harness.root)[0]
+        owner.kill()
+        owner.wait()
+        eventually(lambda: supervisor_processes(harness.root) == ([], []), "the daemon to exit")
+        eventually(lambda: not harness.marked(), "the service to be stopped")
+        log = supervisor.log_path.read_text()
+        assert f"pid {owner.pid}, which this supervisor serves, is gone" in log
+
+    def test_an_owner_gone_before_the_daemon_looks_ends_it_at_once(self, harness: Harness) -> None:
+        """An owner that no longer exists when the daemon starts (a pid reaped meanwhile):
+        nothing to serve, the daemon exits."""
+        from noderole.testing import eventually, supervisor_processes
+
+        gone = subprocess.Popen(["true"])
+        gone.wait()
+        Supervisor(harness.run_dir, owner=gone.pid).ensure_running()
+        eventually(lambda: supervisor_processes(harness.root) == ([], []), "the daemon to exit")
+        assert "which this supervisor serves, is gone" in harness.supervisor.log_path.read_text()

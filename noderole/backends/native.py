@@ -94,9 +94,19 @@ class NativeBackend:
 
     name = "native"
 
-    def __init__(self, root: NodeRoot, *, warn: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self,
+        root: NodeRoot,
+        *,
+        warn: Callable[[str], None] | None = None,
+        owner: int | None = None,
+    ) -> None:
+        """``owner``: a daemon this backend starts ends with that process (see
+        :class:`~noderole.supervisor.Supervisor`): a rehearsal's own pid."""
         self.root = root
-        self.supervisor = Supervisor(root.local(RUN_DIR), log_path=root.local(LOG_PATH), warn=warn)
+        self.supervisor = Supervisor(
+            root.local(RUN_DIR), log_path=root.local(LOG_PATH), warn=warn, owner=owner
+        )
         self._in_flight = threading.BoundedSemaphore(IN_FLIGHT)
 
     def prepare(self) -> None:

@@ -53,6 +53,9 @@ class Supervisor:
     ``ROOT/var/log/noderole/supervisor.log`` for a ``ROOT/run/noderole`` run dir, so the history
     survives a reboot; else ``run_dir/supervisor.log``). ``timeout`` bounds one request (a stop
     waits for processes). ``warn`` is told about a corrupt state file (default: stderr).
+    ``owner``: a daemon this object starts lives no longer than that process (a rehearsal's,
+    so that nothing of the scratch root outlives it, even killed): once it is gone, the daemon
+    stops every service and exits.
     """
 
     def __init__(
@@ -62,9 +65,12 @@ class Supervisor:
         log_path: str | os.PathLike[str] | None = None,
         timeout: float = 300.0,
         warn: Callable[[str], None] | None = None,
+        owner: int | None = None,
     ) -> None:
         # Strings, as pathlib would spell them: a request (``status``) imports no pathlib.
         self._run = _posix(run_dir)
+        self._owner = () if owner is None else (f"owner={owner}",)
+        """For a daemon this object starts: the process whose end ends it (a rehearsal's)."""
         self._log = _posix(log_path) if log_path is not None else _default_log(self._run)
         self.timeout = timeout
         self.warn = warn if warn is not None else _warn
@@ -166,7 +172,7 @@ class Supervisor:
         if self._standby is not None or self._holds_name():
             return
         with contextlib.suppress(OSError):
-            self._standby = _Standby(self._run)
+            self._standby = _Standby(self._run, self._owner)
 
     def discard(self) -> None:
         """End the standby :meth:`prepare` started, if no daemon was needed after all."""
@@ -199,7 +205,7 @@ class Supervisor:
             os.close(log_fd)
             launch = standby
         else:
-            launch = _spawn(self._run, log_fd)
+            launch = _spawn(self._run, log_fd, self._owner)
         try:
             message = launch.ready()
         except BaseException:  # Ctrl-C: the daemon starts anyway; close() hears it out
@@ -565,7 +571,7 @@ def _launch_argv(run_dir: str, fd: int, *extra: str) -> list[str]:
     ]
 
 
-def _spawn(run_dir: str, log_fd: int) -> _Spawned:
+def _spawn(run_dir: str, log_fd: int, extra: tuple[str, ...] = ()) -> _Spawned:
     """Start a daemon for ``run_dir`` writing to ``log_fd`` (closed here)."""
     import subprocess
 
@@ -573,7 +579,7 @@ def _spawn(run_dir: str, log_fd: int) -> _Spawned:
     try:
         with os.fdopen(log_fd, "ab") as log:
             first = subprocess.Popen(
-                _launch_argv(run_dir, w),
+                _launch_argv(run_dir, w, *extra),
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=log,
@@ -625,7 +631,7 @@ class _Standby:
     :func:`~noderole.supervisor._daemon.main`).
     """
 
-    def __init__(self, run_dir: str) -> None:
+    def __init__(self, run_dir: str, extra: tuple[str, ...] = ()) -> None:
         # _socket, as for requests: the socket module's enums are not needed for one pair.
         self._status: int | None = None
         self._word: str | None = None
@@ -636,7 +642,7 @@ class _Standby:
             self.channel = ours  # close-on-exec, as every socket Python makes
             self.pid = os.posix_spawn(
                 sys.executable,
-                _launch_argv(run_dir, target, "standby"),
+                _launch_argv(run_dir, target, "standby", *extra),
                 _daemon_environment(),
                 file_actions=[
                     # The socket first: a caller without stdin may have been given fd 0 for it.

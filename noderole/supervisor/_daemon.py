@@ -356,6 +356,25 @@ class Daemon:
             os.unlink(self.pid_path)
         log("nothing left to supervise: exiting")
 
+    def live_for(self, owner: int) -> None:
+        """Stop every service and exit once process ``owner`` is gone (already, or later)."""
+        try:
+            fd = os.pidfd_open(owner)
+        except OSError:  # gone before this daemon could look: nobody to serve
+            self.owner_gone(owner)
+            return
+
+        def gone() -> None:
+            self.loop.remove_reader(fd)
+            os.close(fd)
+            self.owner_gone(owner)
+
+        self.loop.add_reader(fd, gone)
+
+    def owner_gone(self, owner: int) -> None:
+        log(f"pid {owner}, which this supervisor serves, is gone: stopping every service")
+        self.stop_all(lambda: setattr(self, "exiting", True))
+
     def on_signal_bytes(self, fd: int) -> None:
         try:
             data = os.read(fd, 512)
@@ -652,13 +671,16 @@ def _await_go(fd: int) -> bool:
 
 
 def main(argv: list[str]) -> int:
-    """``RUN_DIR READY_FD [standby]``: detach, lock, recover, listen, report ready, serve.
+    """``RUN_DIR READY_FD [standby] [owner=PID]``: detach, lock, recover, listen, report ready,
+    serve.
 
     With ``standby``, ``READY_FD`` is a socket on which the client's go (and the log) arrives
-    first (:func:`_await_go`); the ready message goes back on the same socket.
+    first (:func:`_await_go`); the ready message goes back on the same socket. With ``owner``,
+    the daemon stops every service and exits once process PID is gone (a rehearsal's).
     """
-    run_dir, ready_fd = argv[0], int(argv[1])
-    if argv[2:3] == ["standby"]:
+    run_dir, ready_fd, options = argv[0], int(argv[1]), argv[2:]
+    owner = next((int(o.partition("=")[2]) for o in options if o.startswith("owner=")), None)
+    if "standby" in options:
         _settle_standby(ready_fd)
         if not _await_go(ready_fd):
             return 0
@@ -743,6 +765,8 @@ def main(argv: list[str]) -> int:
         signal.signal(signum, lambda *_: None)
     daemon.loop.add_reader(r, lambda: daemon.on_signal_bytes(r))
     daemon.loop.call_later(RUN_DIR_CHECK, daemon.check_run_dir)
+    if owner is not None:
+        daemon.live_for(owner)
     log(f"supervising from {run_dir}")
     if not ready("ok"):
         # Nobody waits for this daemon (a rehearsal cut short by Ctrl-C or SIGTERM while it
