@@ -75,7 +75,8 @@ def reset(
     lock_timeout: float = 300.0,
 ) -> ResetReport:
     """Stop ``role`` (default: the recorded one) through ``backend`` and remove what noderole
-    wrote. With ``dry_run`` nothing changes and the report lists what would. ``plan_for`` plans
+    wrote. With ``dry_run`` nothing changes and the report lists what would (the services that
+    would be stopped: those ``backend``, when given, finds running). ``plan_for`` plans
     a role (a :class:`~noderole.errors.PlanError` when no plugin knows it any more)."""
     from noderole.errors import PlanError
     from noderole.paths import LOCK_FILE, RUN_DIR
@@ -98,6 +99,11 @@ def reset(
     lock = root.resolve(LOCK_FILE)
     had_lock = lock.exists()
     removals = _planned(root, purge=purge, had_lock=had_lock)
+    if dry_run and stopping and backend is not None:
+        # What the reset would report: the services that have a process (asking changes
+        # nothing: the native backend answers from its state file when no daemon runs).
+        now = backend.status(stopping)
+        stopping = [n for n in stopping if n in now and now[n].state in ACTIVE]
     if dry_run or not (stopping or any(r.action != "keep" for r in removals)):
         return ResetReport(
             role=chosen,

@@ -149,6 +149,21 @@ class TestReset:
         assert _tree(node_root.path) == before
         assert app.recorder.stopped == []
 
+    def test_dry_run_names_only_the_services_the_reset_would_stop(
+        self, app: _App, node_root: ScratchRoot
+    ) -> None:
+        """Given the backend, --dry-run asks it (changing nothing) and names what the reset
+        itself would report stopped: a service already stopped is not listed. Before, it
+        listed every service of the role, where the reset then stopped none."""
+        app.recorder.stop(["proxy"])
+        dry = app.reset(None, app.recorder, dry_run=True)
+        assert dry.stopped == ()
+        output = CliRunner().invoke(cli, ["reset", "--dry-run"], obj=app).stdout
+        assert "would stop" not in output
+        assert f"would remove {DROP_IN}" in output
+        assert app.recorder.stopped == ["proxy"]  # the stop above, nothing more
+        assert app.reset(None, app.recorder).stopped == ()
+
     def test_removes_exactly_what_it_wrote(self, app: _App, node_root: ScratchRoot) -> None:
         """Reset stops the role and removes the listed paths; planted files and keys stay."""
         planted = ["/etc/init.d/users-own", "/etc/proxy/conf.d/20-user.yaml", "/var/lib/noderole/x"]

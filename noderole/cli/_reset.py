@@ -45,7 +45,7 @@ def reset_command(
     """
     report = app.reset(
         role,
-        None if dry_run else app.backend(backend),
+        app.backend(backend),
         purge=purge,
         dry_run=dry_run,
         lock_timeout=lock_timeout,
