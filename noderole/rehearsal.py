@@ -249,10 +249,12 @@ def run_rehearsal(
             # Cut short, it would leave a supervisor or the scratch root; and the terminal may be
             # gone (a SIGHUP), so what it says comes last and may be lost.
             with _interrupts_deferred():
-                if backend is not None:
-                    backend.supervisor.close()  # and no thread of the apply starts another
-                if not keep:
-                    shutil.rmtree(scratch, ignore_errors=True)
+                try:
+                    if backend is not None:
+                        backend.supervisor.close()  # and no thread of the apply starts another
+                finally:  # even if the daemon would not stop: its root gone, it stops itself
+                    if not keep:
+                        shutil.rmtree(scratch, ignore_errors=True)
                 with contextlib.suppress(OSError):
                     if backend is not None:
                         echo("\nstopped every service of the rehearsal")

@@ -359,3 +359,26 @@ class TestADaemonWithAnOwner:
         Supervisor(harness.run_dir, owner=gone.pid).ensure_running()
         eventually(lambda: supervisor_processes(harness.root) == ([], []), "the daemon to exit")
         assert "which this supervisor serves, is gone" in harness.supervisor.log_path.read_text()
+
+
+class TestClose:
+    def test_close_ends_the_leftovers_of_a_killed_daemon(self, harness: Harness) -> None:
+        """Daemon and watchdog both SIGKILLed, a service left running: close() (a rehearsal's
+        clean-up) still starts the one daemon that ends the leftovers, then shuts it down;
+        only other starts are refused after it. Found reviewing close(): it refused that start
+        too, raised, and left the service running and the scratch root in place."""
+        from noderole.supervisor import SupervisorError
+        from noderole.testing import supervisor_processes
+
+        started = harness.supervisor.start(harness.spec("a", SLEEP))
+        assert started.pid is not None
+        daemons, watchdogs = supervisor_processes(harness.root)
+        for pid in [*watchdogs, *daemons]:
+            os.kill(pid, signal.SIGKILL)
+        wait_for(lambda: supervisor_processes(harness.root) == ([], []), "both to be gone")
+        assert is_alive(started.pid)
+        harness.supervisor.close()
+        assert harness.marked() == []
+        assert supervisor_processes(harness.root) == ([], [])
+        with pytest.raises(SupervisorError, match="was shut down"):
+            harness.supervisor.start(harness.spec("b", SLEEP))

@@ -123,11 +123,12 @@ class Supervisor:
         answer = self._send({"op": "ping"}, timeout=5.0)
         return int(answer["pid"]) if answer and answer.get("ok") else None
 
-    def ensure_running(self) -> None:
+    def ensure_running(self, *, to_shut_down: bool = False) -> None:
         """Start the daemon unless one answers; return once it answers.
 
         Safe against concurrent callers: a flock serialises starters, and the daemon itself holds
-        a lock for life, so a node never has two.
+        a lock for life, so a node never has two. After :meth:`close`, only a shutdown's own
+        start (``to_shut_down``: a daemon to end the leftovers of a killed one) is made.
         """
         started = self._started
         if self.daemon_pid() is not None:
@@ -135,7 +136,7 @@ class Supervisor:
         # Threads of one apply (one per service) that all find no daemon wait here, not each in
         # turn on the flock and a ping of their own: the first one starts it for all of them.
         with self._starting:
-            if self._closed:
+            if self._closed and not to_shut_down:
                 raise SupervisorError(f"the native supervisor of {self._run} was shut down")
             if self._started != started:
                 return
@@ -447,7 +448,7 @@ class Supervisor:
         """
         pid = self.daemon_pid()
         if pid is None and self._leftovers():
-            self.ensure_running()  # a new daemon kills the leftovers
+            self.ensure_running(to_shut_down=True)  # a new daemon kills the leftovers
             pid = self.daemon_pid()
         if pid is not None:
             self._request({"op": "shutdown"}, start=False)
