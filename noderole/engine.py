@@ -673,8 +673,8 @@ crash-loops past its respawn limit meanwhile fails what waits after it."""
 
 def _watch_crashes(run: _Run) -> dict[str, str]:
     """Wait until every service of ``run`` is done; meanwhile, cancel the dependents of a
-    started service that gave up respawning. Returns service -> why it counts as failed.
-    Respawning alone is no failure."""
+    started service that gave up respawning or was stopped (its supervisor killed). Returns
+    service -> why it counts as failed. Respawning alone is no failure."""
     crashed: dict[str, str] = {}
     while not run.finished.wait(WATCH_INTERVAL):
         watched = [
@@ -689,9 +689,16 @@ def _watch_crashes(run: _Run) -> dict[str, str]:
         for name, status in run.backend.status(watched).items():
             if status.state == "crashed":
                 why = f"crashed after start: {status.reason or 'gave up respawning'}"
-                crashed[name] = why
-                for dependent in run.dependents.get(name, ()):
-                    run.cancels[dependent].cancel(f"{name} {why}")
+            elif status.state == "stopped":
+                # Nothing of this apply stops a service (the node lock keeps `stop` out): its
+                # supervisor was killed (the watchdog ended its processes), or someone stopped
+                # it by hand. It will not come back by itself.
+                why = f"stopped after start: {status.reason or 'not by this apply'}"
+            else:
+                continue
+            crashed[name] = why
+            for dependent in run.dependents.get(name, ()):
+                run.cancels[dependent].cancel(f"{name} {why}")
     return crashed
 
 

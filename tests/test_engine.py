@@ -313,6 +313,38 @@ class TestSupervision:
         # The old instance dies at the new daemon's recovery: wait for the settled answer.
         wait_until(lambda: instances() == [node.pid("a")], "exactly one instance")
 
+    def test_supervisor_killed_during_apply_fails_what_waits_at_once(self, node: Node) -> None:
+        """The daemon SIGKILLed (an OOM kill) while a dependent waits: its watchdog ends the
+        started service, and the dependent fails at once naming why, not after its wait's
+        bound. Before, b waited out its 120 s for a file that a dead a would never write,
+        while status already said a was stopped."""
+        import threading
+
+        node.services += [
+            sleeper("a"),
+            sleeper(
+                "b",
+                need=["a"],
+                pre_start=[noderole.WaitForPaths(paths=["/run/never"], timeout=120)],
+            ),
+        ]
+
+        def kill_the_daemon() -> None:
+            wait_until(lambda: (node.root / "run/a.pid").exists(), "a to start")
+            daemons = wait_until(lambda: supervisor_processes(node.root)[0], "the daemon")
+            os.kill(daemons[0], signal.SIGKILL)
+
+        killer = threading.Thread(target=kill_the_daemon)
+        killer.start()
+        try:
+            data = report(node.run("apply", "demo", "--json"))
+        finally:
+            killer.join()
+        assert data["a"]["status"] == "failed"
+        assert data["a"]["reason"].startswith("stopped after start: the supervisor is not")
+        assert data["b"]["status"] == "skipped", data["b"]
+        assert "a stopped after start" in data["b"]["reason"]
+
     def test_restart_runs_steps_again(self, node: Node) -> None:
         """restart SERVICE stops it and starts it again with a new pid."""
         node.services.append(sleeper("a", pre_start=[noderole.MakeDirectories(paths=["/run/a"])]))
