@@ -144,6 +144,24 @@ class TestApplyThroughSystemd:
         assert status["k3s"]["restarts"] == 1
         assert status["k3s"]["pid"] == node.main_pid("k3s.service")
 
+    def test_a_service_waiting_to_restart_is_in_backoff(self, node: Node) -> None:
+        """While systemd waits RestartSec to restart a killed k3s (auto-restart), status says
+        `backoff`, as the native supervisor does between respawns, not `crashed` (which an apply
+        takes for a service that gave up, and fails what waits after it). Before: `crashed`."""
+        config = node.ns.root / "etc/noderole/config.toml"
+        config.write_text(config.read_text() + "\n[k3s]\nrespawn_delay = 120\n")
+        node.apply()
+        assert node.status("--wait", "--timeout", "60")[0] == 0
+        node.ns.run("kill", "-s", "KILL", str(node.main_pid("k3s.service")))
+        eventually(
+            lambda: node.ns.show("k3s.service", "SubState")["SubState"] == "auto-restart",
+            "k3s waiting to restart",
+        )
+        code, status = node.status()
+        assert status["k3s"]["state"] == "backoff", status["k3s"]
+        assert status["k3s"]["next_attempt"] == "systemd restarts it 2min after it ended (signal)"
+        assert code != 0
+
     def test_reapply_is_idempotent(self, node: Node) -> None:
         """A second apply with nothing changed restarts nothing."""
         node.apply()

@@ -75,16 +75,18 @@ class SystemdBackend(InitSystemBackend):
             "show",
             "--timestamp=unix",
             "-p",
-            "ActiveState,SubState,MainPID,NRestarts,ExecMainStartTimestamp,Result",
+            "ActiveState,SubState,MainPID,NRestarts,ExecMainStartTimestamp,Result,RestartUSec",
             f"{name}.service",
             check=False,
         ).stdout
         props = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
         active = props.get("ActiveState", "inactive")
-        # "activating (auto-restart)" is systemd waiting RestartSec after a crash: the service is
-        # down until Restart= brings it back.
+        # "activating (auto-restart)" is systemd waiting RestartSec after a crash: down until
+        # Restart= brings it back, as the native supervisor's backoff is; "failed" is systemd
+        # giving up (StartLimitBurst), the native crashed. An apply fails the dependents of a
+        # crashed service, never of one that respawns.
         if active == "activating" and props.get("SubState") == "auto-restart":
-            state = "crashed"
+            state = "backoff"
         else:
             state = {"active": "running", "activating": "starting", "reloading": "running"}.get(
                 active, "crashed" if active == "failed" else "stopped"
@@ -96,11 +98,15 @@ class SystemdBackend(InitSystemBackend):
             started_at = None
         result = props.get("Result", "success")
         restarts = props.get("NRestarts", "0")
+        reason = "" if result == "success" else result
+        if state == "backoff":  # as the native supervisor says it ("respawn in 5s")
+            reason = f"systemd restarts it {props.get('RestartUSec') or 'soon'} after it ended"
+            reason += f" ({result})" if result != "success" else ""
         return InitStatus(
             name=name,
             state=state,
             pid=int(props.get("MainPID", "0") or 0) or None,
-            reason="" if result == "success" else result,
+            reason=reason,
             restarts=int(restarts) if restarts.isdigit() else 0,
             started_at=started_at,
         )
