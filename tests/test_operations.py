@@ -275,16 +275,21 @@ class TestInitSystemBackends:
         )
         assert remembered == {"web": "f1"}
 
-    def test_systemd_reloads_and_starts_without_blocking(
-        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    @pytest.mark.parametrize(
+        ("stale", "reloads"), [("no", []), ("yes", ["systemctl daemon-reload"])], ids=str
+    )
+    def test_systemd_reloads_when_stale_and_starts_without_blocking(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stale: str, reloads: list[str]
     ) -> None:
-        """systemd: unit written, daemon-reload, `start --no-block`; pid from MainPID."""
+        """systemd: unit written, daemon-reload only when systemd holds an older version
+        (NeedDaemonReload), `start --no-block`; pid from MainPID."""
         log = tmp_path / "calls"
         _stand_in_tool(
             tmp_path / "bin",
             "systemctl",
             log,
-            'if [ "$1" = show ]; then printf "ActiveState=active\\nMainPID=42\\n"; fi',
+            f'case "$*" in *NeedDaemonReload*) echo {stale};; show*) printf "ActiveState=active'
+            '\\nMainPID=42\\n";; esac',
         )
         monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
         root = NodeRoot(tmp_path / "node")
@@ -295,7 +300,57 @@ class TestInitSystemBackends:
         assert (tmp_path / "node/etc/systemd/system/web.service").is_file()
         calls = [c for c in log.read_text().splitlines() if not c.startswith("systemctl show")]
         # already active: the backend restarts rather than starts
-        assert calls == ["systemctl daemon-reload", "systemctl restart --no-block web.service"]
+        assert calls == [*reloads, "systemctl restart --no-block web.service"]
+
+    def test_systemd_reloads_and_tries_again_when_the_unit_is_not_found(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A systemd older than 246 does not load a new unit on start: "not found" gets one
+        reload and a second try."""
+        log = tmp_path / "calls"
+        _stand_in_tool(
+            tmp_path / "bin",
+            "systemctl",
+            log,
+            'case "$*" in show*) printf "ActiveState=inactive\\n";; '
+            f"start*) grep -q daemon-reload {log} && exit 0; "
+            'echo "Failed to start web.service: Unit web.service not found." >&2; exit 5;; esac',
+        )
+        monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
+        backend = SystemdBackend(NodeRoot(tmp_path / "node"), noderole_path="/usr/bin/noderole")
+        backend.launch("web", "start")
+        calls = [c for c in log.read_text().splitlines() if not c.startswith("systemctl show")]
+        assert calls == [
+            "systemctl start --no-block web.service",
+            "systemctl daemon-reload",
+            "systemctl start --no-block web.service",
+        ]
+
+    def test_concurrent_starts_keep_every_fingerprint(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The engine starts independent services in threads of their own. Each start records
+        its fingerprint; before, two at once read the same file and the last write dropped the
+        other's entry (28 of 200 lost under a real systemd), and the next apply restarted those
+        services for nothing."""
+        import threading
+
+        _stand_in_tool(tmp_path / "bin", "systemctl", tmp_path / "calls")
+        monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
+        backend = SystemdBackend(NodeRoot(tmp_path / "node"), noderole_path="/usr/bin/noderole")
+        names = [f"s{i}" for i in range(48)]
+        together = threading.Barrier(len(names))
+
+        def remember(name: str) -> None:
+            together.wait()
+            backend._remember(name, f"fp-{name}")
+
+        threads = [threading.Thread(target=remember, args=(n,)) for n in names]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert backend._fingerprints() == {n: f"fp-{n}" for n in names}
 
 
 def _imports(path: Path) -> set[str]:

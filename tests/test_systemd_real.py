@@ -219,6 +219,69 @@ class TestApplyThroughSystemd:
         assert code == 1
 
 
+MANY = 24
+"""Services started at once by TestManyServices: enough threads to overlap their starts."""
+
+MANY_PLUGIN = f"""\
+import noderole
+
+
+@noderole.hookimpl
+def noderole_services(node):
+    return [
+        noderole.Service(name=f"many{{i}}", roles=["many"], command=["/bin/sleep", "1000"])
+        for i in range({MANY})
+    ]
+"""
+
+
+def stage_many(root: Path) -> str:
+    """A plugin of MANY independent services, installed the way a distribution is (a
+    dist-info with its entry point) under /opt/many, and a ``noderole`` that sees it: the
+    units' hooks run it too. Returns that command's path."""
+    base = root / "opt/many"
+    (base / "many_plugin").mkdir(parents=True)
+    (base / "many_plugin/__init__.py").write_text(MANY_PLUGIN)
+    info = base / "many_plugin-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: many-plugin\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text("[noderole]\nmany = many_plugin\n")
+    command = base / "noderole"
+    command.write_text(f'#!/bin/sh\nPYTHONPATH=/opt/many exec {NODEROLE} "$@"\n')
+    command.chmod(0o755)
+    config = root / "etc/noderole/config.toml"
+    config.write_text(config.read_text().replace(NODEROLE, "/opt/many/noderole"))
+    return "/opt/many/noderole"
+
+
+class TestManyServices:
+    def test_starts_at_once_reload_nothing_and_lose_no_fingerprint(self, node: Node) -> None:
+        """24 services started by threads at once: systemd loads each new unit as it starts it,
+        so no `daemon-reload` is made (each one reads every unit again: 5 s at 200 units, one
+        per start made an apply quadratic); every start's fingerprint is kept, so a re-apply
+        restarts nothing. Before: 24 reloads, and entries lost to concurrent writes, whose
+        services the re-apply restarted."""
+        command = stage_many(node.ns.root)
+        # systemd runs every generator again at each daemon-reload: this one counts them.
+        counter = node.ns.root / "etc/systemd/system-generators/count-reloads"
+        counter.parent.mkdir(parents=True, exist_ok=True)
+        counter.write_text("#!/bin/sh\necho reload >> /run/reloads\n")
+        counter.chmod(0o755)
+        node.ns.systemctl("daemon-reload")  # the counter itself counts: 1
+        apply = ("apply", "many", "--backend", "systemd", "--json")
+        first = node.ns.run(command, *apply, check=False, timeout=600)
+        assert first.returncode == 0, first.stderr + first.stdout
+        assert {s["status"] for s in json.loads(first.stdout)["services"]} == {"started"}
+        assert (node.ns.root / "run/reloads").read_text().count("reload") == 1
+        remembered = json.loads(
+            (node.ns.root / "var/lib/noderole/init-fingerprints.json").read_text()
+        )
+        assert sorted(remembered) == sorted(f"many{i}" for i in range(MANY))
+        again = node.ns.run(command, *apply, check=False, timeout=600)
+        assert again.returncode == 0, again.stderr + again.stdout
+        assert {s["status"] for s in json.loads(again.stdout)["services"]} == {"running"}
+
+
 class TestRemovalReloads:
     def test_reset_unloads_the_units(self, node: Node) -> None:
         """reset removes the units and reloads systemd: k3s.service is no longer loaded."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, ClassVar
 
@@ -78,6 +79,10 @@ class InitSystemBackend:
         """Bounds the wait for a start to settle (fake in tests)."""
         self._readiness_of = readiness
         self._checks: dict[str, Wait | None] = {}
+        self._remembering = threading.Lock()
+        """The engine starts independent services in threads of their own: each read, add and
+        write of the fingerprints file is one step, or one start's entry is lost and the next
+        apply restarts that service for nothing."""
 
     # ---------------------------------------------------------------- what a subclass says
 
@@ -128,10 +133,11 @@ class InitSystemBackend:
         from noderole.atomic import write_atomic
         from noderole.manifest import record
 
-        data = {**self._fingerprints(), name: fingerprint}
-        path = self.root.resolve(FINGERPRINTS)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(path, json.dumps(data, indent=1, sort_keys=True).encode(), mode=0o644)
+        with self._remembering:
+            data = {**self._fingerprints(), name: fingerprint}
+            path = self.root.resolve(FINGERPRINTS)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_atomic(path, json.dumps(data, indent=1, sort_keys=True).encode(), mode=0o644)
         record(self.root, "state", [FINGERPRINTS])
 
     # ---------------------------------------------------------------- Backend protocol
