@@ -348,10 +348,32 @@ class TestMapping:
         assert f"ExecStartPre=+{NODEROLE} hook s start-pre\n" in text
 
     def test_exec_mode_is_the_default(self) -> None:
-        """ExecStart is `noderole exec NAME` unless static rendering is asked for."""
-        text = render_unit(konnectivity_service())
-        assert f"ExecStart={NODEROLE} exec konnectivity-server\n" in text
+        """ExecStart is `noderole exec NAME` unless static rendering is asked for; privileged
+        ('+') only where noderole exec has logs to open or a user to take."""
+        text = render_unit(Service(name="s", command=["/bin/true"]))
+        assert f"ExecStart={NODEROLE} exec s\n" in text
         assert "PIDFile" not in text
+        user = render_unit(Service(name="s", command=["/bin/true"], user="kube"))
+        assert f"ExecStart=+{NODEROLE} exec --logs-and-user s\n" in user
+        assert "User=kube\n" in user
+
+    def test_logs_are_opened_by_noderole_exec_not_by_systemd(self) -> None:
+        """With logs, ExecStart runs `noderole exec` privileged ('+'): it opens the logs as the
+        native supervisor does (no link a user planted is followed; in a directory others can
+        write, with the service's rights), then takes the service's user. No
+        StandardOutput=append:, with which systemd, as root, appended the service's output to
+        whatever file a link planted at the log named."""
+        service = Service(
+            name="s", command=["/bin/true"], user="kube", output_log="/var/log/s/out.log"
+        )
+        text = render_unit(service)
+        assert f"ExecStart=+{NODEROLE} exec --logs-and-user s\n" in text
+        assert "StandardOutput" not in text
+        assert "StandardError" not in text
+        assert "User=kube\n" in text
+        konnectivity = render_unit(konnectivity_service())
+        assert f"ExecStart=+{NODEROLE} exec --logs-and-user konnectivity-server\n" in konnectivity
+        assert "append:" not in konnectivity
 
     def test_milestone_is_oneshot(self) -> None:
         """A service without a command is a oneshot that stays active after its hook."""

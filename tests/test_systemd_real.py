@@ -235,13 +235,13 @@ def noderole_services(node):
 """
 
 
-def stage_many(root: Path) -> str:
-    """A plugin of MANY independent services, installed the way a distribution is (a
-    dist-info with its entry point) under /opt/many, and a ``noderole`` that sees it: the
+def stage_many(root: Path, plugin: str = MANY_PLUGIN) -> str:
+    """A plugin (by default: MANY independent services), installed the way a distribution is
+    (a dist-info with its entry point) under /opt/many, and a ``noderole`` that sees it: the
     units' hooks run it too. Returns that command's path."""
     base = root / "opt/many"
     (base / "many_plugin").mkdir(parents=True)
-    (base / "many_plugin/__init__.py").write_text(MANY_PLUGIN)
+    (base / "many_plugin/__init__.py").write_text(plugin)
     info = base / "many_plugin-1.0.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: many-plugin\nVersion: 1.0\n")
@@ -280,6 +280,74 @@ class TestManyServices:
         again = node.ns.run(command, *apply, check=False, timeout=600)
         assert again.returncode == 0, again.stderr + again.stdout
         assert {s["status"] for s in json.loads(again.stdout)["services"]} == {"running"}
+
+
+PLANTED_PLUGIN = """\
+import noderole
+
+
+@noderole.hookimpl
+def noderole_services(node):
+    return [
+        noderole.Service(
+            name="chatty",
+            roles=["many"],
+            command=["/bin/sh", "-c", "echo OUTPUT OF chatty; exec sleep 1000"],
+            user="nobody",
+            output_log="/var/log/chatty/out.log",
+            error_log="/var/log/chatty/out.log",
+        )
+    ]
+"""
+
+
+class TestHostileServiceUser:
+    def test_a_link_planted_at_the_log_is_not_followed(self, node: Node) -> None:
+        """The service's user owns its log directory and puts a link to a file of root's where
+        the log goes. Before, the unit said StandardOutput=append: and systemd, as root,
+        appended the service's output to root's file. Now noderole exec opens the log as the
+        native supervisor does: the link is refused, root's file untouched, the output goes
+        to the journal, and the service runs as its user."""
+        command = stage_many(node.ns.root, PLANTED_PLUGIN)
+        logs = node.ns.root / "var/log/chatty"
+        logs.mkdir(parents=True)
+        os.chown(logs, 65534, 65534)
+        target = node.ns.root / "root/precious"
+        target.parent.mkdir(exist_ok=True)
+        target.write_text("root's own\n")
+        os.symlink("/root/precious", logs / "out.log")
+        os.lchown(logs / "out.log", 65534, 65534)
+        done = node.ns.run(
+            command, "apply", "many", "--backend", "systemd", "--json", check=False, timeout=600
+        )
+        assert done.returncode == 0, done.stderr + done.stdout
+        eventually(
+            lambda: (
+                "OUTPUT OF chatty" in node.journal("chatty.service")
+                or target.read_text() != "root's own\n"
+            ),
+            "the service's output in the journal, or (before) anything in root's file",
+        )
+        assert target.read_text() == "root's own\n"
+        assert "cannot open the log /var/log/chatty/out.log" in node.journal("chatty.service")
+        pid = node.main_pid("chatty.service")  # a pid of the container's pid namespace
+        owner = node.ns.run("stat", "-c", "%u", f"/proc/{pid}").stdout.strip()
+        assert owner == "65534"
+
+    def test_the_log_is_written_with_the_users_rights(self, node: Node) -> None:
+        """No link: the log is made in the user's directory, owned by the user, and holds the
+        service's output (as StandardOutput=append: did)."""
+        command = stage_many(node.ns.root, PLANTED_PLUGIN)
+        logs = node.ns.root / "var/log/chatty"
+        logs.mkdir(parents=True)
+        os.chown(logs, 65534, 65534)
+        done = node.ns.run(
+            command, "apply", "many", "--backend", "systemd", "--json", check=False, timeout=600
+        )
+        assert done.returncode == 0, done.stderr + done.stdout
+        log = logs / "out.log"
+        eventually(lambda: log.exists() and "OUTPUT OF chatty" in log.read_text(), "the log")
+        assert log.stat().st_uid == 65534
 
 
 class TestRemovalReloads:

@@ -54,13 +54,20 @@ def hook_command(app: App, name: str, phase: str) -> None:
 
 
 @click.command("exec", cls=Command, context_settings={"ignore_unknown_options": True})
+@click.option(
+    "--logs-and-user",
+    is_flag=True,
+    help="Open the service's logs and take its user and group first (run as root).",
+)
 @click.argument("name")
 @click.pass_obj
-def exec_command(app: App, name: str) -> None:
+def exec_command(app: App, name: str, logs_and_user: bool) -> None:
     """Replace this process with service NAME's command, resolved now.
 
     The environment is the caller's (the init system's) plus the service's own; secrets are
-    revealed only into the exec'd process.
+    revealed only into the exec'd process. With --logs-and-user (what a systemd unit asks, run
+    privileged), the service's logs are opened as the native supervisor opens them (no link a
+    user planted is followed) and its user and group are taken, before the exec.
     """
     service = app.service(name)
     if service.command is None:
@@ -69,6 +76,24 @@ def exec_command(app: App, name: str) -> None:
     environment = {**os.environ, **app.root.environment(), **service.revealed_environment()}
     sys.stdout.flush()
     sys.stderr.flush()
+    if logs_and_user:
+        # A systemd unit runs this as root (ExecStart=+): the logs are opened here, as the
+        # native supervisor opens them, and only then is the service's user taken.
+        from noderole.supervisor._child import SpawnError, become
+
+        def warn(message: str) -> None:
+            click.echo(f"noderole: {name}: {message}", err=True)
+
+        try:
+            become(
+                stdout_log=app.root.local(service.output_log) if service.output_log else None,
+                stderr_log=app.root.local(service.error_log) if service.error_log else None,
+                user=service.user,
+                group=service.group,
+                warn=warn,
+            )
+        except SpawnError as exc:
+            raise UsageError(f"cannot exec {name}: {exc}") from None
     try:
         os.execve(program, list(service.command), environment)
     except OSError as exc:

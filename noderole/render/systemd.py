@@ -122,9 +122,17 @@ def render_unit(
         lines += ["Type=oneshot", "RemainAfterExit=yes", f"ExecStart=+{hook}"]
     else:
         assert service.command is not None
-        argv = [noderole_path, "exec", name] if exec_mode else list(service.command)
+        # With logs or a user, noderole exec runs privileged: it evaluates the plugins as root
+        # (as the hook does), opens the logs as the native supervisor does (no planted link
+        # followed), then takes the user.
+        privileged = exec_mode and (_logged(service) or bool(service.user or service.group))
+        argv = (
+            [noderole_path, "exec", *(["--logs-and-user"] if privileged else []), name]
+            if exec_mode
+            else list(service.command)
+        )
         try:
-            exec_start = systemd_command_line(argv)
+            exec_start = ("+" if privileged else "") + systemd_command_line(argv)
         except ValueError as error:
             raise BackendError(f"service {name!r}: command: {error}") from None
         lines += [
@@ -200,11 +208,18 @@ def _start_timeout(service: Service) -> str | None:
     return str(math.ceil(waits) + _START_HEADROOM)
 
 
+def _logged(service: Service) -> bool:
+    return bool(service.output_log or service.error_log)
+
+
 def _process_lines(service: Service, *, exec_mode: bool) -> list[str]:
     lines = []
-    if service.output_log:
+    # StandardOutput=append: has systemd, as root, open the log and follow a link a user planted
+    # there (appending the service's output to any file of root's): in exec mode noderole exec
+    # opens them instead, as the native supervisor does. The static mode has no such process.
+    if service.output_log and not exec_mode:
         lines.append(f"StandardOutput=append:{_setting(service, 'output_log', service.output_log)}")
-    if service.error_log:
+    if service.error_log and not exec_mode:
         lines.append(f"StandardError=append:{_setting(service, 'error_log', service.error_log)}")
     if service.user:
         lines.append(f"User={_setting(service, 'user', service.user)}")

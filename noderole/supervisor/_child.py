@@ -26,11 +26,11 @@ import os
 import pwd
 import signal
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from noderole.supervisor import _fdlimit, _proc
 
-__all__ = ["Child", "SpawnError", "ids", "spawn"]
+__all__ = ["Child", "SpawnError", "become", "ids", "spawn"]
 
 _DEFAULT_SIGNALS = (signal.SIGPIPE, signal.SIGXFSZ)
 """What ``Popen(restore_signals=True)`` resets in the child: Python ignores both."""
@@ -91,6 +91,52 @@ def ids(user: str | None, group: str | None) -> tuple[int | None, int | None]:
     identity = _identity(user, group)
     uid, gid = identity.get("user"), identity.get("group")
     return (uid if isinstance(uid, int) else None, gid if isinstance(gid, int) else None)
+
+
+def become(
+    *,
+    stdout_log: str | None,
+    stderr_log: str | None,
+    user: str | None,
+    group: str | None,
+    warn: Callable[[str], None],
+) -> None:
+    """Make this process what the supervisor makes a child it starts, before an ``exec``: its
+    logs on descriptors 1 and 2, opened as the supervisor opens them (:mod:`._safeopen`: no link
+    or hard link a user planted is followed, and in a directory others can write, the file is
+    opened with the service's rights), then the service's user and group (with the user's
+    supplementary groups, as ``initgroups`` would). ``noderole exec`` under systemd, where
+    ``StandardOutput=append:`` would have systemd, as root, append to whatever a planted link
+    names. A log that cannot be opened is reported to ``warn`` and the stream stays as it was
+    (the journal), as the supervisor runs a service without it. SpawnError for an unknown user
+    or group, or an identity this process may not take."""
+    from noderole.supervisor import _safeopen
+
+    identity = _identity(user, group)
+    uid, gid = ids(user, group)
+    opened: dict[str, int] = {}
+    for number, path in ((1, stdout_log), (2, stderr_log)):
+        if not path:
+            continue
+        if path not in opened:
+            try:
+                opened[path] = _safeopen.open_append(path, uid=uid, gid=gid)
+            except OSError as e:
+                warn(f"cannot open the log {path}: {e}; this stream goes to the journal")
+                continue
+        os.dup2(opened[path], number)
+    for fd in opened.values():
+        os.close(fd)
+    extra, group_id, user_id = (identity.get(k) for k in ("extra_groups", "group", "user"))
+    try:
+        if isinstance(extra, list):
+            os.setgroups(extra)
+        if isinstance(group_id, int):
+            os.setgid(group_id)
+        if isinstance(user_id, int):
+            os.setuid(user_id)
+    except OSError as e:
+        raise SpawnError(f"cannot run as {user or group}: {e.strerror or e}") from None
 
 
 class Child:
