@@ -276,22 +276,34 @@ def _terminations_interrupt() -> Iterator[None]:
     supervisor, its services and its scratch root behind. A signal the caller ignores stays
     ignored; only the main thread receives signals, and elsewhere the block runs as it is.
 
-    A command try this thread is starting when the signal lands is ended first (the start, told
-    by :func:`noderole._start.end_wait_attempts`, ends it and sends the signal again)."""
+    The command tries of this process's waits are ended first, as
+    :func:`noderole._start.end_wait_attempts` ends them (looked up, never imported: a handler
+    must not import); one this thread is starting when the signal lands is ended by the start,
+    which then sends the signal again."""
     import signal
+    import sys
     import threading
-
-    from noderole._start import end_wait_attempts
+    import types
 
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     received: list[int] = []
 
-    def interrupt(number: int, frame: object) -> None:
+    def interrupt(number: int, frame: types.FrameType | None) -> None:
+        if (
+            frame is not None
+            and frame.f_code.co_name == "cb"
+            and "importlib" in (frame.f_code.co_filename)
+        ):
+            # A module lock's weakref callback: an exception raised here is printed ("Exception
+            # ignored in ...") and dropped. The signal again, from the frame after it.
+            signal.raise_signal(number)
+            return
         if not received:
             received.append(number)
-        if end_wait_attempts(number):
+        end = getattr(sys.modules.get("noderole.supervisor.probes"), "end_attempts", None)
+        if end is None or end(dying_of=number):
             raise KeyboardInterrupt
 
     previous: dict[int, Any] = {}
