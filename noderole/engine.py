@@ -323,6 +323,11 @@ class _Run:
         self.watcher: threading.Thread | None = None
         """The thread that watches for crashes while the caller waits in a service of its own."""
         self.crashed: dict[str, str] = {}
+        self.helpers: list[threading.Thread] = []
+        """Threads this apply started (guarded by _schedule_lock): an interrupted one waits for
+        them (:meth:`abandon`)."""
+        self.abandoned = False
+        """Set when the caller was interrupted: no service starts any more."""
 
     # ---------------------------------------------------------------- the schedule
 
@@ -354,17 +359,45 @@ class _Run:
                     target=self._watch, name="apply:watch", daemon=True
                 )
         if helper:
+            thread = threading.Thread(target=self._help, name="apply", daemon=True)
             try:
-                threading.Thread(target=self._help, name="apply", daemon=True).start()
+                thread.start()
             except RuntimeError:  # no thread to be had: the threads that run take the work
                 with self._schedule_lock:
                     self._unclaimed -= 1
+            else:
+                with self._schedule_lock:
+                    self.helpers.append(thread)
         if watcher is not None:
             try:
                 watcher.start()
             except RuntimeError:  # the caller watches once it is free, as without a wait
                 with self._schedule_lock:
                     self.watcher = None
+            else:
+                with self._schedule_lock:
+                    self.helpers.append(watcher)
+
+    def abandon(self, reason: str, bound: float) -> None:
+        """The caller was interrupted (Ctrl-C, a SIGTERM made one): start nothing more, end
+        every wait (each looks at its token within :data:`~noderole.waits.CANCEL_CHECK`), and
+        wait up to ``bound`` seconds for this apply's other threads, so that what the caller
+        does next (a rehearsal removing its scratch root) is not undone by a step still
+        running in one of them. A step that is not a wait (a certificate, a file) finishes."""
+        import time  # real time: the threads' own waits look at their tokens in it
+
+        with self._schedule_lock:
+            self.abandoned = True
+            self._pending.clear()
+            helpers = list(self.helpers)
+        for cancel in self.cancels.values():
+            cancel.cancel(reason)
+        for event in self.done.values():  # what waits on a dependency finds it abandoned
+            event.set()
+        self.finished.set()
+        deadline = time.monotonic() + bound
+        for thread in helpers:
+            thread.join(max(0.0, deadline - time.monotonic()))
 
     def _watch(self) -> None:
         self.crashed = _watch_crashes(self)
@@ -445,6 +478,10 @@ class _Run:
             self.done[dependency].wait()
         service = entry.service
         cancel = self.cancels[entry.name]
+        if self.abandoned:
+            return ServiceReport(
+                name=entry.name, status="skipped", reason=f"not started: {cancel.reason}"
+            )
         for dependency in entry.needs:
             dep = self.reports.get(dependency)
             if dep is not None and not dep.ok:
@@ -702,6 +739,9 @@ def _watch_crashes(run: _Run) -> dict[str, str]:
     return crashed
 
 
+ABANDON_BOUND = 5.0
+"""Seconds an interrupted apply waits for its other threads to stop (see :meth:`_Run.abandon`)."""
+
 CANCEL_LOCK_CHECK = 0.05
 """Seconds between looks at a dependent's cancellation while another dependent holds a readiness
 wait it shares."""
@@ -770,7 +810,11 @@ def apply_plan(
     pre_start = (step for entry in plan.services for step in entry.service.pre_start)
     warm_certificates(pre_start, root=root, now=clock.time())
     run.current = backend.status([entry.name for entry in plan.services])
-    crashed = run.drive()
+    try:
+        crashed = run.drive()
+    except BaseException:  # Ctrl-C in the caller: the other threads stop before it leaves
+        run.abandon("the apply was interrupted", ABANDON_BOUND)
+        raise
     if on_digests is not None:
         on_digests(run.digests)
     # Readiness as of now: apply waited for it only where a dependent needed it. A service

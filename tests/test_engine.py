@@ -367,6 +367,62 @@ class TestSupervision:
         assert node.pid("b") != b
 
 
+class TestInterruptedApply:
+    def test_ctrl_c_stops_the_other_threads_before_the_apply_leaves(self, tmp_path: Path) -> None:
+        """Ctrl-C while the caller waits in one service and another thread waits in another:
+        the apply starts nothing more, ends the other wait, and leaves only once that thread
+        is done. Before, it left at once and the other thread ran on: its next step wrote
+        into the node after the caller had moved on (a rehearsal had already removed its
+        scratch root, which the step made again)."""
+        from noderole.clock import SystemClock
+        from noderole.console import QuietProgress
+        from noderole.engine import apply_plan
+        from noderole.plan import build_plan
+        from noderole.testing import RecordingBackend
+
+        (tmp_path / "run").mkdir()
+        services = [
+            noderole.Service(
+                name="a",
+                roles=["demo"],
+                pre_start=[noderole.WaitForPaths(paths=["/run/a-never"], timeout=60)],
+            ),
+            noderole.Service(
+                name="b",
+                roles=["demo"],
+                pre_start=[
+                    noderole.WaitForPaths(paths=["/run/b-go"], timeout=60),
+                    noderole.WriteFile(path="/etc/b-late", content="late\n"),
+                ],
+            ),
+        ]
+        plan = build_plan(services, "demo")
+
+        def b_waiting() -> list[threading.Thread]:
+            return [t for t in threading.enumerate() if t.name == "apply:b"]
+
+        def interrupt_once_b_waits() -> None:
+            wait_until(b_waiting, "b to wait in a thread of its own")
+            signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
+
+        interrupter = threading.Thread(target=interrupt_once_b_waits)
+        interrupter.start()
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                apply_plan(
+                    plan,
+                    root=NodeRoot(tmp_path),
+                    clock=SystemClock(),
+                    backend=RecordingBackend(tmp_path),
+                    progress=QuietProgress(),
+                )
+        finally:
+            interrupter.join()
+        assert b_waiting() == []  # ended before the apply left
+        (tmp_path / "run/b-go").write_text("")  # what b waited for, too late
+        assert not (tmp_path / "etc/b-late").exists()
+
+
 class TestLock:
     def test_second_apply_refuses_when_lock_is_held(self, node: Node) -> None:
         """While another run holds the node lock, apply refuses with a clear message."""
