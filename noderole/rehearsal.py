@@ -291,11 +291,8 @@ def _terminations_interrupt() -> Iterator[None]:
     received: list[int] = []
 
     def interrupt(number: int, frame: types.FrameType | None) -> None:
-        if (
-            frame is not None
-            and frame.f_code.co_name == "cb"
-            and "importlib" in (frame.f_code.co_filename)
-        ):
+        code = frame.f_code if frame is not None else None
+        if code is not None and code.co_name == "cb" and "importlib" in code.co_filename:
             # A module lock's weakref callback: an exception raised here is printed ("Exception
             # ignored in ...") and dropped. The signal again, from the frame after it.
             signal.raise_signal(number)
