@@ -17,7 +17,7 @@ from noderole import recordclass
 from noderole.manifest import Removal, apply_reset, plan_reset
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
 
     from noderole.backends import Backend
     from noderole.clock import Clock
@@ -81,7 +81,6 @@ def reset(
     from noderole.errors import PlanError
     from noderole.paths import LOCK_FILE, RUN_DIR
     from noderole.state import node_lock, read_role
-    from noderole.supervisor._status import ACTIVE
 
     chosen = role or read_role(root)
     stopping: list[str] = []
@@ -100,10 +99,9 @@ def reset(
     had_lock = lock.exists()
     removals = _planned(root, purge=purge, had_lock=had_lock)
     if dry_run and stopping and backend is not None:
-        # What the reset would report: the services that have a process (asking changes
-        # nothing: the native backend answers from its state file when no daemon runs).
-        now = backend.status(stopping)
-        stopping = [n for n in stopping if n in now and now[n].state in ACTIVE]
+        # What the reset would report (asking changes nothing: the native backend answers from
+        # its state file when no daemon runs).
+        stopping = _running(backend, stopping)
     if dry_run or not (stopping or any(r.action != "keep" for r in removals)):
         return ResetReport(
             role=chosen,
@@ -115,10 +113,10 @@ def reset(
     stopped: list[str] = []
     with node_lock(root, timeout=lock_timeout, clock=clock, what="reset"):
         if stopping and backend is not None:
-            before = backend.status(stopping)
+            running = _running(backend, stopping)
             backend.stop(stopping)
             # As `stop` reports: only what had a process; a second reset stopped nothing.
-            stopped = [n for n in stopping if n in before and before[n].state in ACTIVE]
+            stopped = running
         supervisor = getattr(backend, "supervisor", None)
         if supervisor is not None:  # the native backend: its daemon goes with the role
             supervisor.shutdown()
@@ -139,6 +137,15 @@ def reset(
         removed=tuple(removed),
         dry_run=False,
     )
+
+
+def _running(backend: Backend, names: Sequence[str]) -> list[str]:
+    """Those of ``names`` that ``backend`` finds with a process: what a reset reports stopped
+    (and its dry run, that it would stop)."""
+    from noderole.supervisor._status import ACTIVE
+
+    now = backend.status(names)
+    return [n for n in names if n in now and now[n].state in ACTIVE]
 
 
 def _planned(root: NodeRoot, *, purge: bool, had_lock: bool) -> list[Removal]:

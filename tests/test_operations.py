@@ -288,8 +288,8 @@ class TestInitSystemBackends:
             tmp_path / "bin",
             "systemctl",
             log,
-            f'case "$*" in *NeedDaemonReload*) echo {stale};; show*) printf "ActiveState=active'
-            '\\nMainPID=42\\n";; esac',
+            f'case "$*" in show*) printf "ActiveState=active\\nMainPID=42\\n'
+            f'NeedDaemonReload={stale}\\n";; esac',
         )
         monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
         root = NodeRoot(tmp_path / "node")
@@ -325,6 +325,25 @@ class TestInitSystemBackends:
             "systemctl daemon-reload",
             "systemctl start --no-block web.service",
         ]
+
+    def test_systemd_start_refused_is_reported_once(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A start systemd refuses for another reason raises, naming the command and systemd's
+        words, after one try (not a second start only to read the error)."""
+        log = tmp_path / "calls"
+        _stand_in_tool(
+            tmp_path / "bin",
+            "systemctl",
+            log,
+            'case "$*" in start*) echo "Job for web.service failed." >&2; exit 1;; esac',
+        )
+        monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
+        backend = SystemdBackend(NodeRoot(tmp_path / "node"), noderole_path="/usr/bin/noderole")
+        with pytest.raises(BackendError, match=r"start --no-block web.service failed \(exit 1\)"):
+            backend.launch("web", "start")
+        starts = [c for c in log.read_text().splitlines() if c.startswith("systemctl start")]
+        assert starts == ["systemctl start --no-block web.service"]
 
     def test_concurrent_starts_keep_every_fingerprint(
         self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch

@@ -48,6 +48,12 @@ class InitStatus:
     started_at: float | None = None
 
 
+def failure(done: subprocess.CompletedProcess[str]) -> BackendError:
+    """The error of an init-system tool that exited non-zero, naming the command and its words."""
+    detail = (done.stderr or done.stdout).strip()
+    return BackendError(f"{' '.join(done.args)} failed (exit {done.returncode}): {detail}")
+
+
 class InitSystemBackend:
     """The part of a backend common to every init system; subclasses say how to talk to theirs."""
 
@@ -118,8 +124,7 @@ class InitSystemBackend:
         """Run an init-system tool; with ``check``, a non-zero exit is a :class:`BackendError`."""
         done = subprocess.run(list(argv), capture_output=True, text=True, timeout=600)
         if check and done.returncode != 0:
-            detail = (done.stderr or done.stdout).strip()
-            raise BackendError(f"{' '.join(argv)} failed (exit {done.returncode}): {detail}")
+            raise failure(done)
         return done
 
     def _fingerprints(self) -> dict[str, str]:

@@ -8,7 +8,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from noderole import recordclass
-from noderole.backends._initsystem import InitStatus, InitSystemBackend
+from noderole.backends._initsystem import InitStatus, InitSystemBackend, failure
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -70,6 +70,9 @@ class SystemdBackend(InitSystemBackend):
         self._reload_began = -math.inf
         """When the last ``daemon-reload`` began (monotonic): it covers every unit written
         before."""
+        self._stale: dict[str, bool] = {}
+        """Per service, ``NeedDaemonReload`` as the last :meth:`query` read it (a start queries
+        right after writing the unit, then launches)."""
 
     def render(self, service: Service) -> list[Rendered]:
         """The unit and its ``.wants`` link."""
@@ -85,11 +88,13 @@ class SystemdBackend(InitSystemBackend):
             "show",
             "--timestamp=unix",
             "-p",
-            "ActiveState,SubState,MainPID,NRestarts,ExecMainStartTimestamp,Result,RestartUSec",
+            "ActiveState,SubState,MainPID,NRestarts,ExecMainStartTimestamp,Result,RestartUSec,"
+            "NeedDaemonReload",
             f"{name}.service",
             check=False,
         ).stdout
         props = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+        self._stale[name] = props.get("NeedDaemonReload") == "yes"
         active = props.get("ActiveState", "inactive")
         # "activating (auto-restart)" is systemd waiting RestartSec after a crash: down until
         # Restart= brings it back, as the native supervisor's backoff is; "failed" is systemd
@@ -165,13 +170,17 @@ class SystemdBackend(InitSystemBackend):
         a second try. Threads starting at once share one reload."""
         unit = f"{name}.service"
         written = time.monotonic()  # the unit was written before this call
-        self._reload_if_stale(unit, written)
+        stale = self._stale.pop(name, None)  # read by the query a start makes after writing
+        if stale is None:
+            self._reload_if_stale(unit, written)
+        elif stale:
+            self._reload(written)
         done = self.run("systemctl", verb, "--no-block", unit, check=False)
         if done.returncode != 0 and "not found" in done.stderr:
             self._reload(written)
-            done = self.run("systemctl", verb, "--no-block", unit)
+            self.run("systemctl", verb, "--no-block", unit)
         elif done.returncode != 0:
-            self.run("systemctl", verb, "--no-block", unit)  # raises, naming the failure
+            raise failure(done)
 
     def _reload_if_stale(self, unit: str, written: float) -> None:
         """``daemon-reload`` when systemd holds an older version of ``unit`` than the disk."""

@@ -113,7 +113,9 @@ def become(
     from noderole.supervisor import _safeopen
 
     identity = _identity(user, group)
-    uid, gid = ids(user, group)
+    extra, group_id, user_id = (identity.get(k) for k in ("extra_groups", "group", "user"))
+    uid = user_id if isinstance(user_id, int) else None
+    gid = group_id if isinstance(group_id, int) else None
     opened: dict[str, int] = {}
     for number, path in ((1, stdout_log), (2, stderr_log)):
         if not path:
@@ -127,14 +129,13 @@ def become(
         os.dup2(opened[path], number)
     for fd in opened.values():
         os.close(fd)
-    extra, group_id, user_id = (identity.get(k) for k in ("extra_groups", "group", "user"))
     try:
         if isinstance(extra, list):
             os.setgroups(extra)
-        if isinstance(group_id, int):
-            os.setgid(group_id)
-        if isinstance(user_id, int):
-            os.setuid(user_id)
+        if gid is not None:
+            os.setgid(gid)
+        if uid is not None:
+            os.setuid(uid)
     except OSError as e:
         raise SpawnError(f"cannot run as {user or group}: {e.strerror or e}") from None
 
