@@ -383,21 +383,34 @@ class _Run:
         every wait (each looks at its token within :data:`~noderole.waits.CANCEL_CHECK`), and
         wait up to ``bound`` seconds for this apply's other threads, so that what the caller
         does next (a rehearsal removing its scratch root) is not undone by a step still
-        running in one of them. A step that is not a wait (a certificate, a file) finishes."""
+        running in one of them. A step that is not a wait (a certificate, a file) finishes.
+
+        The calling thread takes no lock here: an interrupt can leave one it was waiting on
+        held (a lock or event's own lock, released by nothing once the exception is raised),
+        and this thread would wait on it for good. The tokens and events are set from a thread
+        of their own, waited for within the same bound."""
         import time  # real time: the threads' own waits look at their tokens in it
 
+        deadline = time.monotonic() + bound
+        self.abandoned = True
+        stopper = threading.Thread(target=self._stop, args=(reason,), name="apply:stop")
+        stopper.daemon = True
+        try:
+            stopper.start()
+        except RuntimeError:  # no thread to be had: the caller leaves without waiting
+            return
+        stopper.join(bound)
+        for thread in list(self.helpers):  # a copy made under the GIL, as appends are
+            thread.join(max(0.0, deadline - time.monotonic()))
+
+    def _stop(self, reason: str) -> None:
         with self._schedule_lock:
-            self.abandoned = True
             self._pending.clear()
-            helpers = list(self.helpers)
         for cancel in self.cancels.values():
             cancel.cancel(reason)
         for event in self.done.values():  # what waits on a dependency finds it abandoned
             event.set()
         self.finished.set()
-        deadline = time.monotonic() + bound
-        for thread in helpers:
-            thread.join(max(0.0, deadline - time.monotonic()))
 
     def _watch(self) -> None:
         self.crashed = _watch_crashes(self)
