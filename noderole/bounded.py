@@ -250,6 +250,20 @@ class _Worker:
             self._wake.release()
 
 
+def _new_worker(name: str) -> _Worker:
+    """A worker for this thread; NoderoleError naming the limit reached when no thread can be
+    started (a call cannot be bounded without one, so it is not made)."""
+    try:
+        return _Worker()
+    except RuntimeError as error:  # "can't start new thread": a full pids.max, threads-max
+        from noderole.errors import NoderoleError
+        from noderole.supervisor import _proclimit
+
+        raise NoderoleError(
+            f"cannot start a thread to run {name} in, bounded in time: {_proclimit.explain(error)}"
+        ) from None
+
+
 def _serve(slot: list[_Batch | None], wake: _thread.LockType, running: list[str]) -> None:
     current = threading.current_thread()
     _local.running = running
@@ -310,7 +324,7 @@ def run_bounded_each(
     while pending:
         worker: _Worker | None = getattr(_local, "worker", None)
         if worker is None:
-            worker = _local.worker = _Worker()
+            worker = _local.worker = _new_worker(pending[0][1])
         batch = _Batch(pending, timeout, stop, patience, impatient)
         patience = impatient = None  # once: a late call's successors are not waited for twice
         try:

@@ -89,7 +89,10 @@ def warm_certificates(
         if isinstance(step, MintCertificate) and stamped_outcome(step, root=root, now=now) is None:
             # Not a daemon: an interpreter exiting must not tear down a half-done import.
             thread = threading.Thread(target=_warm_certs, name="import:certs")
-            thread.start()
+            try:
+                thread.start()
+            except RuntimeError:  # no thread to be had: the first mint imports, as without
+                return None
             return thread
     return None
 

@@ -343,12 +343,17 @@ class _Closer:
 
     def close(self, fd: int) -> None:
         with self._cond:
-            self._fds.append(fd)
             if self._thread is None:
-                self._thread = threading.Thread(
+                thread = threading.Thread(
                     target=self._run, name="noderole-inotify-closer", daemon=True
                 )
-                self._thread.start()
+                try:
+                    thread.start()
+                except RuntimeError:  # no thread to be had (a full pids.max): close it here
+                    os.close(fd)
+                    return
+                self._thread = thread
+            self._fds.append(fd)
             self._cond.notify_all()
 
     def flush(self, timeout: float = 10.0) -> bool:

@@ -196,6 +196,10 @@ def spawn(
     except PermissionError as e:
         raise SpawnError(f"cannot execute {argv[0]}: {e.strerror}") from None
     except OSError as e:
+        from noderole.supervisor import _proclimit
+
+        if _proclimit.is_exhausted(e):  # the fork, not the program: it was never run
+            raise SpawnError(f"cannot start {argv[0]}: {_proclimit.explain(e)}") from None
         raise SpawnError(f"cannot execute {argv[0]}: {e.strerror or e}") from None
     except subprocess.SubprocessError as e:
         raise SpawnError(f"cannot start {argv[0]}: {e}") from None

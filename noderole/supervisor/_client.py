@@ -206,7 +206,15 @@ class Supervisor:
             os.close(log_fd)
             launch = standby
         else:
-            launch = _spawn(self._run, log_fd, self._owner)
+            try:
+                launch = _spawn(self._run, log_fd, self._owner)
+            except OSError as e:  # no process to be had (a full pids.max), an unusable Python
+                from noderole.supervisor import _proclimit
+
+                why = _proclimit.explain(e) if _proclimit.is_exhausted(e) else str(e)
+                raise SupervisorError(
+                    f"cannot start the native supervisor for {self._run}: {why}"
+                ) from None
         try:
             message = launch.ready()
         except BaseException:  # Ctrl-C: the daemon starts anyway; close() hears it out

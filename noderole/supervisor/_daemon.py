@@ -59,6 +59,8 @@ every new process group at once, covers the moments the file lags behind."""
 RUN_DIR_CHECK = 1.0
 """Seconds between two looks at the run directory (made again if someone removed it) and at the
 node root (the daemon stops everything and exits once it is gone)."""
+WATCHDOG_RETRY = 1.0
+"""Seconds between two tries to fork a new watchdog while the machine refuses a process."""
 
 
 class Daemon:
@@ -106,6 +108,8 @@ class Daemon:
         self.watchdog_fd = -1
         self.watchdog_w = -1
         """Where each new process group is told to the watchdog (_watchdog.Groups)."""
+        self.watchdog_refused = 0
+        """Forks of a new watchdog refused in a row (see :meth:`restart_watchdog`)."""
         self.textfile = _textfile.Textfile(
             lambda names: [self.status_of(n) for n in names], self.loop.call_later, log
         )
@@ -143,6 +147,7 @@ class Daemon:
         }
         if self.watchdog_w >= 0:
             os.close(self.watchdog_w)
+            self.watchdog_w = -1  # until the new one is forked: its number may be reused
         pid, self.watchdog_w = _watchdog.fork_watchdog(
             self.run_dir, self.state_path, self.self_ticks, known
         )
@@ -162,8 +167,28 @@ class Daemon:
         os.close(self.watchdog_fd)
         log(f"watchdog {pid} exited ({os.waitstatus_to_exitcode(status)}); starting another")
         self.watchdog_pid = None
-        if not self.exiting:
+        self.restart_watchdog()
+
+    def restart_watchdog(self) -> None:
+        """Start another watchdog, and keep trying every :data:`WATCHDOG_RETRY` seconds while
+        the machine refuses (no process to be had): the services run on meanwhile, and the
+        watchdog forked at last is told of every one of them."""
+        if self.exiting or self.watchdog_pid is not None:
+            return
+        try:
             self.start_watchdog()
+        except OSError as e:
+            if not self.watchdog_refused:  # said once, not every second
+                log(
+                    f"cannot start another watchdog: {_refusal(e)}; trying again every "
+                    f"{WATCHDOG_RETRY:g}s"
+                )
+            self.watchdog_refused += 1
+            self.loop.call_later(WATCHDOG_RETRY, self.restart_watchdog)
+            return
+        if self.watchdog_refused:
+            log(f"another watchdog started after {self.watchdog_refused} refusals")
+            self.watchdog_refused = 0
 
     def stop_watchdog(self) -> None:
         """A clean exit has stopped every service itself: end the watchdog before going."""
@@ -670,6 +695,15 @@ def _await_go(fd: int) -> bool:
     return True
 
 
+def _refusal(error: OSError) -> str:
+    """What the machine refused, in words: a limit on processes reached is named."""
+    from noderole.supervisor import _proclimit
+
+    if _proclimit.is_exhausted(error):
+        return _proclimit.explain(error)
+    return str(error.strerror or error)
+
+
 def main(argv: list[str]) -> int:
     """``RUN_DIR READY_FD [standby] [owner=PID]``: detach, lock, recover, listen, report ready,
     serve.
@@ -686,7 +720,15 @@ def main(argv: list[str]) -> int:
             return 0
     # Second fork: the session leader (the client's child) exits at once; the daemon, not a
     # session leader, can never acquire a controlling terminal.
-    if os.fork() > 0:
+    try:
+        forked = os.fork()
+    except OSError as e:
+        why = f"start-up failed: cannot fork the daemon: {_refusal(e)}"
+        log(why)
+        with contextlib.suppress(OSError):
+            os.write(ready_fd, why.encode() + b"\n")
+        return 1
+    if forked > 0:
         os._exit(0)
     # The node's "/": the machine's for a real node, the scratch root under --root, where the
     # services' default working directory is too (they are then started without Popen).
@@ -751,10 +793,12 @@ def main(argv: list[str]) -> int:
         daemon.flush()
         daemon.start_watchdog()
     except OSError as e:
-        # The machine refused (a full /run, a planted link): say so, no traceback.
+        # The machine refused (a full /run, a planted link, no process for the watchdog): say
+        # so, no traceback.
         daemon.server.close()
-        log(f"start-up failed: {e.strerror or e}")
-        ready(f"start-up failed: {e.strerror or e}")
+        why = _refusal(e)
+        log(f"start-up failed: {why}")
+        ready(f"start-up failed: {why}")
         return 1
     except Exception as e:
         ready(f"start-up failed: {type(e).__name__}: {e}")

@@ -46,8 +46,15 @@ class ReadinessCheck:
             return outcome.done
         if self.thread is None:
             self.result = None
-            self.thread = threading.Thread(target=self._attempt, args=(left,), daemon=True)
-            self.thread.start()
+            thread = threading.Thread(target=self._attempt, args=(left,), daemon=True)
+            try:
+                thread.start()
+            except RuntimeError as e:  # no thread to be had (a full pids.max): next tick again
+                from noderole.supervisor import _proclimit
+
+                self.last_missing = (f"no thread for the check: {_proclimit.explain(e)}",)
+                return False
+            self.thread = thread
             return False
         if self.thread.is_alive():
             return False

@@ -161,7 +161,12 @@ def fork_watchdog(
     gc.freeze()
     r, w = os.pipe()
     groups_r, groups_w = os.pipe2(os.O_CLOEXEC)
-    pid = os.fork()
+    try:
+        pid = os.fork()
+    except OSError:  # no process to be had (a full pids.max): nothing of this fork stays open
+        for fd in (r, w, groups_r, groups_w):
+            os.close(fd)
+        raise
     if pid:
         os.close(w)
         os.close(groups_r)
