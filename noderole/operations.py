@@ -819,7 +819,6 @@ class Operations:
         for entry in entries:
             status = current.get(entry.name)
             state = status.state if status is not None else "stopped"
-            started_at = getattr(status, "started_at", None)
             log = entry.service.output_log or entry.service.error_log
             local_log = self.root.local(log) if log else None
             exists = local_log is not None and os.path.isfile(local_log)
@@ -835,7 +834,7 @@ class Operations:
                     # In backoff there is no process: say when the next attempt comes instead.
                     "pid": None if state == "backoff" else getattr(status, "pid", None),
                     "next_attempt": reason if state == "backoff" else None,
-                    "uptime": round(now - started_at, 1) if started_at and state in _UP else None,
+                    "uptime": _uptime(status, now) if state in _UP else None,
                     "restarts": getattr(status, "restarts", 0),
                     "last_exit": getattr(status, "last_exit", None),
                     "log": log if exists else None,
@@ -1031,3 +1030,19 @@ def _damaged_role_record(damage: str, command: str) -> UsageError:
         f"node's role from it. Give the role ({command} ROLE); `noderole apply ROLE` records "
         "it anew"
     )
+
+
+def _uptime(status: Any, now: float) -> float | None:
+    """How long the service's process has run: from the kernel's start time of its pid, which a
+    step of the wall clock since (NTP at boot) does not move; else from the start the backend
+    recorded on the wall clock, never below zero. None when neither is known."""
+    from noderole.supervisor._proc import running_for
+
+    pid = getattr(status, "pid", None)
+    since = running_for(pid, getattr(status, "start_ticks", None)) if pid else None
+    if since is None:
+        started_at = getattr(status, "started_at", None)
+        if not started_at:
+            return None
+        since = max(0.0, now - started_at)
+    return round(since, 1)

@@ -424,3 +424,57 @@ class TestLayout:
         loaded = json.loads(done.stdout)
         heavy = ("cryptography", "pluggy", "attr", "noderole.plugins", "noderole.records")
         assert [m for m in loaded if m.startswith(heavy)] == []
+
+
+class _SteppedClockBackend:
+    """Reports a real process as running since ``started_at``: what a backend says of a service
+    started before the wall clock was stepped (NTP at boot, a board without a clock of its own
+    that starts in 1970), since it recorded the start on the wall clock."""
+
+    name = "native"
+
+    def __init__(self, pid: int, started_at: float) -> None:
+        from noderole.supervisor import ServiceStatus
+
+        self._status = ServiceStatus(name="a", state="running", pid=pid, started_at=started_at)
+
+    def status(self, names: Any) -> dict[str, Any]:
+        return {"a": self._status} if "a" in names else {}
+
+
+class TestStatusUptime:
+    @pytest.mark.parametrize("step", [365 * 86400.0, -86400.0], ids=["forward", "backward"])
+    def test_uptime_outlives_a_step_of_the_wall_clock(self, tmp_path: Path, step: float) -> None:
+        """A service started a moment ago shows a moment of uptime, whichever way the wall
+        clock was stepped since: the kernel's start time of its process counts, not the wall
+        clock (before: a year of uptime, or a negative one)."""
+        import time
+
+        plan = build_plan([noderole.Service(name="a", command=["/bin/sleep"], roles=["r"])], "r")
+        sleeper = subprocess.Popen(["sleep", "60"])
+        try:
+            time.sleep(0.2)
+            backend = _SteppedClockBackend(sleeper.pid, time.time() - step)
+            ops = Operations(root=NodeRoot(tmp_path))
+            [row] = ops.status_rows(plan, backend)  # type: ignore[arg-type]
+        finally:
+            sleeper.kill()
+            sleeper.wait()
+        assert row["state"] == "running"
+        assert 0.0 <= row["uptime"] < 30.0
+
+    def test_uptime_of_a_process_gone_meanwhile_falls_back_to_the_record(
+        self, tmp_path: Path
+    ) -> None:
+        """No /proc entry to read (the process ended between the backend's answer and ours):
+        the recorded start stands, and a stepped clock never shows a negative uptime."""
+        import time
+
+        plan = build_plan([noderole.Service(name="a", command=["/bin/sleep"], roles=["r"])], "r")
+        gone = subprocess.Popen(["true"])
+        gone.wait()
+        ops = Operations(root=NodeRoot(tmp_path))
+        [row] = ops.status_rows(plan, _SteppedClockBackend(gone.pid, time.time() - 42))  # type: ignore[arg-type]
+        assert 41.0 <= row["uptime"] < 72.0
+        [row] = ops.status_rows(plan, _SteppedClockBackend(gone.pid, time.time() + 86400))  # type: ignore[arg-type]
+        assert row["uptime"] == 0.0

@@ -78,7 +78,7 @@ def format_uptime(seconds: float | None) -> str:
     """``1h02m`` or ``3m07s``; ``-`` when not up."""
     if seconds is None:
         return "-"
-    minutes, sec = divmod(int(seconds), 60)
+    minutes, sec = divmod(max(0, int(seconds)), 60)
     hours, minutes = divmod(minutes, 60)
     return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{sec:02d}s"
 
