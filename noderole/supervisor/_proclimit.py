@@ -34,7 +34,7 @@ def is_exhausted(error: BaseException) -> bool:
 
 def explain(error: BaseException | None = None) -> str:
     """``"<what failed>: the limit on processes and threads was reached (<which, with its
-    figures>): <what to do>"``; ``error`` gives the first part (its ``strerror``)."""
+    figures>); <what to do>"``; ``error`` gives the first part (its ``strerror``)."""
     if isinstance(error, OSError) and error.strerror:
         what = error.strerror
     elif error is not None:
@@ -74,7 +74,10 @@ def _limited_cgroup() -> tuple[str, str, str] | None:
     if text is None:
         return None
     for line in text.splitlines():
-        _, controllers, path = line.split(":", 2)
+        fields = line.split(":", 2)
+        if len(fields) != 3:
+            continue
+        _, controllers, path = fields
         if controllers == "":  # cgroup v2
             bases = ["/sys/fs/cgroup", "/sys/fs/cgroup/unified"]
         elif "pids" in controllers.split(","):
