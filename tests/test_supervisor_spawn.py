@@ -132,6 +132,95 @@ class TestErrors:
         assert str(raised.value) == f"cannot execute {program}: Permission denied"
 
 
+def _programs_that_do_not_run(directory: Path) -> dict[str, tuple[Path, str]]:
+    """Files the kernel refuses to run, each with the reason the supervisor must give: made
+    from this machine's own /bin/true, patched where the kernel looks."""
+    from noderole.supervisor._execerror import _elf_loader, _head
+
+    made: dict[str, tuple[Path, str]] = {}
+    script = directory / "script-without-interpreter"
+    script.write_text("#!/nonexistent/python3 -u\nprint('up')\n")
+    made["interpreter"] = (
+        script,
+        "its interpreter /nonexistent/python3 (its #! line) does not exist: install it, or "
+        "correct the #! line",
+    )
+    text = directory / "text-without-shebang"
+    text.write_text("k3s server --config /etc/rancher/k3s/config.yaml\n")
+    made["no #!"] = (
+        text,
+        "it is not a program this machine runs: a script needs a #! line naming its interpreter",
+    )
+    true = Path("/bin/true").read_bytes()
+    ours = os.uname().machine
+    other, number = ("x86_64", 62) if ours != "x86_64" else ("aarch64", 183)
+    foreign = directory / "foreign-binary"
+    foreign.write_bytes(true[:18] + number.to_bytes(2, "little") + true[20:])
+    made["machine"] = (foreign, f"it is a program for {other}, and this machine is {ours}")
+    loader = _elf_loader("/bin/true", _head("/bin/true") or b"")
+    assert loader is not None, "/bin/true is expected to be dynamically linked"
+    missing = "/lib/ld-nowhere.so"
+    assert len(missing) <= len(loader)
+    at = true.index(loader.encode() + b"\0")
+    patched = missing.encode().ljust(len(loader), b"\0")
+    other_libc = directory / "binary-for-another-libc"
+    other_libc.write_bytes(true[:at] + patched + true[at + len(loader) :])
+    made["loader"] = (
+        other_libc,
+        f"the program loader it names, {missing}, does not exist: it was built for another "
+        "machine or C library (glibc or musl) than this one",
+    )
+    for path, _ in made.values():
+        path.chmod(0o755)
+    unexecutable = directory / "mode-0644"
+    unexecutable.write_bytes(true)
+    unexecutable.chmod(0o644)
+    made["mode"] = (unexecutable, "permission denied: it is not executable (mode 0644)")
+    return made
+
+
+class TestWhyAProgramDoesNotRun:
+    """The kernel's "No such file or directory" for a file that is there, and "Exec format
+    error" whatever the cause, said as the cause (before: "cannot execute X: no such file" for
+    a script whose #! interpreter is missing, an unexplained "Exec format error")."""
+
+    @pytest.mark.parametrize("where", ["/", "elsewhere"])  # posix_spawn, then Popen
+    @pytest.mark.parametrize("case", ["interpreter", "no #!", "machine", "loader", "mode"])
+    def test_the_supervisor_names_the_cause(
+        self, case: str, where: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    ) -> None:
+        program, why = _programs_that_do_not_run(tmp_path)[case]
+        monkeypatch.chdir("/")
+        with pytest.raises(_child.SpawnError) as raised:
+            _child.spawn(
+                argv=[str(program)], environment={}, cwd="/" if where == "/" else str(tmp_path),
+                user=None, group=None, stdout=1, stderr=2,
+            )  # fmt: skip
+        assert str(raised.value) == f"cannot execute {program}: {why}"
+
+    @pytest.mark.parametrize("case", ["interpreter", "machine", "loader"])
+    def test_noderole_exec_names_the_cause(self, case: str, tmp_path: Path) -> None:
+        """``noderole exec`` (what OpenRC and systemd files run) says the same."""
+        from click.testing import CliRunner
+
+        import noderole
+        from noderole.cli import cli
+        from noderole.cli._app import App
+        from noderole.root import NodeRoot
+
+        program, why = _programs_that_do_not_run(tmp_path)[case]
+
+        class Plugin:
+            @noderole.hookimpl
+            def noderole_services(self) -> list[noderole.Service]:
+                return [noderole.Service(name="a", command=[f"/{program.name}"], roles=["r"])]
+
+        app = App(root=NodeRoot(tmp_path), plugin_objects=(("p", Plugin()),), autoload=False)
+        done = CliRunner().invoke(cli, ["exec", "a"], obj=app)
+        assert done.exit_code == 2, done.output
+        assert f"cannot exec /{program.name} for a: {why}" in done.output
+
+
 class TestChild:
     def _spawn(self, argv: list[str], monkeypatch: pytest.MonkeyPatch) -> _child.Child:
         monkeypatch.chdir("/")

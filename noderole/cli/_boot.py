@@ -97,4 +97,8 @@ def exec_command(app: App, name: str, logs_and_user: bool) -> None:
     try:
         os.execve(program, list(service.command), environment)
     except OSError as exc:
-        raise UsageError(f"cannot exec {service.command[0]} for {name}: {exc.strerror}") from exc
+        from noderole.supervisor._execerror import why_not
+
+        raise UsageError(
+            f"cannot exec {service.command[0]} for {name}: {why_not(program, exc)}"
+        ) from exc

@@ -192,17 +192,21 @@ def spawn(
     except FileNotFoundError as e:
         if e.filename == cwd:
             raise SpawnError(f"working directory {cwd} does not exist") from None
-        raise SpawnError(f"cannot execute {argv[0]}: no such file") from None
-    except PermissionError as e:
-        raise SpawnError(f"cannot execute {argv[0]}: {e.strerror}") from None
+        raise SpawnError(f"cannot execute {argv[0]}: {_why_not(argv[0], e)}") from None
     except OSError as e:
         from noderole.supervisor import _proclimit
 
         if _proclimit.is_exhausted(e):  # the fork, not the program: it was never run
             raise SpawnError(f"cannot start {argv[0]}: {_proclimit.explain(e)}") from None
-        raise SpawnError(f"cannot execute {argv[0]}: {e.strerror or e}") from None
+        raise SpawnError(f"cannot execute {argv[0]}: {_why_not(argv[0], e)}") from None
     except subprocess.SubprocessError as e:
         raise SpawnError(f"cannot start {argv[0]}: {e}") from None
+
+
+def _why_not(program: str, error: OSError) -> str:
+    from noderole.supervisor._execerror import why_not  # only once an exec failed
+
+    return why_not(program, error)
 
 
 def _spawn(
