@@ -722,6 +722,23 @@ class TestCommand:
         with pytest.raises(WaitTimeout, match=r"`/nonexistent/tool` \(cannot run: no such file"):
             run_wait(wait, root=root, clock=FakeClock())
 
+    def test_a_script_whose_interpreter_is_missing_is_named_as_such(
+        self, root: NodeRoot, tmp_path: Path
+    ) -> None:
+        """A script that is there but whose #! interpreter is not: the interpreter is named
+        (before: "cannot run: no such file or directory", of a file that exists)."""
+        script = tmp_path / "usr/local/bin/ready"
+        script.parent.mkdir(parents=True)
+        script.write_text("#!/nonexistent/python3\nprint('ready')\n")
+        script.chmod(0o755)
+        wait = WaitForCommand(argv=["/usr/local/bin/ready"], timeout=0.1)
+        with pytest.raises(WaitTimeout) as raised:
+            run_wait(wait, root=root, clock=FakeClock())
+        assert (
+            "`/usr/local/bin/ready` (cannot run: its interpreter /nonexistent/python3 (its #! "
+            "line) does not exist" in str(raised.value)
+        )
+
 
 class TestConcurrencyAndResources:
     @pytest.mark.usefixtures("events_only")

@@ -424,7 +424,7 @@ def _command(
     try:
         proc = _spawn(probe.argv, environment)
     except OSError as error:
-        return Outcome(done=False, missing=(f"{label} (cannot run: {_reason(error)})",))
+        return Outcome(done=False, missing=(f"{label} (cannot run: {_not_run(probe, error)})",))
     if proc is None:
         return Outcome(done=False, missing=(f"{label} (cancelled)",))
     try:
@@ -572,6 +572,18 @@ def kill_group(proc: subprocess.Popen[bytes]) -> None:
             with contextlib.suppress(OSError):
                 proc.stderr.close()
         proc.wait()
+
+
+def _not_run(probe: CommandProbe, error: OSError) -> str:
+    """Why the probe's command could not be started: a limit on processes, or what keeps the
+    kernel from running the program (read from the file when it is named by its path)."""
+    from noderole.supervisor import _execerror, _proclimit
+
+    if _proclimit.is_exhausted(error):
+        return _proclimit.explain(error)
+    if "/" in probe.argv[0]:
+        return _execerror.why_not(probe.argv[0], error)
+    return _reason(error)
 
 
 def _reason(error: BaseException) -> str:
