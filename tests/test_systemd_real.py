@@ -115,6 +115,30 @@ class TestApplyThroughSystemd:
         assert node.active("k3s.service") == "active"
         assert node.active("konnectivity-server.service") == "active"
 
+    def test_a_program_that_cannot_run_fails_its_start(self, node: Node) -> None:
+        """The unit runs `noderole exec`, which cannot exec a script whose #! interpreter is
+        missing: apply waits for the exec and fails the start with the wrapper's words, as the
+        native supervisor would (before: "started", then the unit crash-looped unseen)."""
+        program = node.ns.root / "usr/local/bin/konnectivity-server"
+        program.write_text("#!/nonexistent/python3\nprint('serving')\n")
+        program.chmod(0o755)
+        done = node.noderole("apply", "server", "--backend", "systemd", "--json")
+        assert done.returncode == 1, done.stderr
+        services = by_name(json.loads(done.stdout))
+        assert services["k3s"]["status"] == "started"
+        konnectivity = services["konnectivity-server"]
+        assert konnectivity["status"] == "failed"
+        assert konnectivity["reason"].startswith(
+            "exited at start: cannot exec /usr/local/bin/konnectivity-server for "
+            "konnectivity-server: its interpreter /nonexistent/python3 (its #! line) does not "
+            "exist: install it, or correct the #! line (systemd restarts it "
+        )
+        # Not remembered as started: the next apply tries again, and starts it once it can run.
+        program.write_text("#!/bin/sh\nexec sleep 600\n")
+        done = node.noderole("apply", "server", "--backend", "systemd", "--json")
+        konnectivity = by_name(json.loads(done.stdout))["konnectivity-server"]
+        assert konnectivity["status"] in ("started", "restarted"), konnectivity
+
     def test_status_says_ready_with_pid_and_uptime(self, node: Node) -> None:
         """status maps a passing readiness check to ready and shows pid and uptime."""
         node.apply()

@@ -14,9 +14,11 @@ the init system reports running is left alone.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, ClassVar
 
@@ -46,6 +48,63 @@ class InitStatus:
     restarts: int = 0
     last_exit: str | None = None
     started_at: float | None = None
+    started_monotonic: float | None = None
+    """When the main process was forked, on ``time.monotonic()``'s clock (None: not known)."""
+
+
+EXEC_BOUND = 10.0
+"""Seconds a start waits for ``noderole exec`` to become the service's program (it resolves the
+command first: an interpreter's start-up, tens of milliseconds)."""
+
+
+def _on_the_way(status: InitStatus, name: str, launched: tuple[float, float]) -> bool:
+    """The start asked at ``launched`` (wall clock, monotonic clock) has not yet run the
+    service's program, nor ended: its job is under way, the main process is still ``noderole
+    exec``, or what is read is from before the start."""
+    if status.state == "starting":
+        return True
+    if status.state == "running":
+        return status.pid is None or _is_wrapper(status.pid, name)
+    # Ended: by this start only if its main process was forked since. An init system that
+    # keeps no such time has ended it, as far as can be told.
+    return status.started_monotonic is not None and status.started_monotonic < launched[1]
+
+
+def _is_wrapper(pid: int | None, name: str) -> bool:
+    """Process ``pid`` is ``noderole exec [...] NAME``, not yet the service's own program."""
+    if pid is None:
+        return False
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as file:
+            words = file.read().split(b"\0")
+    except OSError:
+        return False
+    while words and not words[-1]:
+        words.pop()
+    return (
+        len(words) >= 3
+        and words[-1] == name.encode()
+        and b"exec" in words
+        and any(os.path.basename(w) in (b"noderole", b"__main__.py") for w in words)
+    )
+
+
+def _last_words(root: NodeRoot, service: Service, *, since: float) -> str:
+    """The last line of the service's log, when it was written since ``since``: where
+    ``noderole exec`` says why it could not exec the program."""
+    log = service.error_log or service.output_log
+    if not log:
+        return ""
+    try:
+        with open(root.local(log), "rb") as file:
+            if os.fstat(file.fileno()).st_mtime < since:
+                return ""
+            file.seek(max(0, os.fstat(file.fileno()).st_size - 4096))
+            lines = file.read().decode("utf-8", "replace").splitlines()
+    except OSError:
+        return ""
+    last = next((line.strip() for line in reversed(lines) if line.strip()), "")
+    return last.removeprefix("noderole: error: ")
 
 
 def failure(done: subprocess.CompletedProcess[str]) -> BackendError:
@@ -179,14 +238,44 @@ class InitSystemBackend:
         self._checks[service.name] = service.readiness
         write_rendered(self.render(service), root=self.root)
         current = self.query(service.name)
-        running = current.state in ("running", "ready", "starting")
+        running = current.state in ("running", "ready", "starting", "backoff")
+        launched = time.time(), time.monotonic()
         self.launch(service.name, "restart" if running else "start")
-        status = self._with_readiness(self.settled(service.name))
+        status = self._with_readiness(
+            self._past_exec(service, self.settled(service.name), launched)
+        )
         if status.state not in ("crashed", "stopped"):
             # Only a start that took is remembered: otherwise the next apply would find the
             # fingerprint and call a dead service "already running".
             self._remember(service.name, fingerprint)
         return recordclass.evolve(status, fingerprint=fingerprint)
+
+    def _past_exec(
+        self, service: Service, status: InitStatus, launched: tuple[float, float]
+    ) -> InitStatus:
+        """The state once the service's main process is its own program, not ``noderole exec``
+        on the way to it (bounded by :data:`EXEC_BOUND`).
+
+        A unit runs the service through ``noderole exec NAME``, which resolves the command and
+        only then execs it: the init system calls the service running from the fork on, and a
+        program that cannot run (its ``#!`` interpreter missing, built for another machine)
+        ended the wrapper a moment after the start was judged a success, to crash-loop after
+        ``apply`` said it had started. Ended meanwhile, the start has failed, as the native
+        supervisor reports it at once; the wrapper's last words, in the service's log, say why.
+        """
+        if service.command is None:
+            return status
+        deadline = self.clock.monotonic() + EXEC_BOUND
+        while _on_the_way(status, service.name, launched):
+            if self.clock.monotonic() >= deadline:
+                return status
+            self.clock.sleep(0.01)
+            status = self.query(service.name)
+        if status.state not in ("backoff", "crashed", "stopped"):
+            return status
+        said = _last_words(self.root, service, since=launched[0])
+        reason = f"{said} ({status.reason})" if status.reason and said else status.reason or said
+        return recordclass.evolve(status, state="crashed", reason=reason)
 
     def stop(self, names: Sequence[str]) -> list[InitStatus]:
         """Stop in order through the init system."""

@@ -88,8 +88,8 @@ class SystemdBackend(InitSystemBackend):
             "show",
             "--timestamp=unix",
             "-p",
-            "ActiveState,SubState,MainPID,NRestarts,ExecMainStartTimestamp,Result,RestartUSec,"
-            "NeedDaemonReload",
+            "ActiveState,SubState,MainPID,NRestarts,ExecMainStartTimestamp,"
+            "ExecMainStartTimestampMonotonic,Result,RestartUSec,NeedDaemonReload",
             f"{name}.service",
             check=False,
         ).stdout
@@ -111,6 +111,9 @@ class SystemdBackend(InitSystemBackend):
             started_at: float | None = float(stamp) if stamp else None
         except ValueError:
             started_at = None
+        forked = props.get("ExecMainStartTimestampMonotonic", "")
+        # Microseconds of CLOCK_MONOTONIC, the clock of time.monotonic(); 0: never started.
+        started_monotonic = int(forked) / 1e6 if forked.isdigit() and forked != "0" else None
         result = props.get("Result", "success")
         restarts = props.get("NRestarts", "0")
         reason = "" if result == "success" else result
@@ -124,6 +127,7 @@ class SystemdBackend(InitSystemBackend):
             reason=reason,
             restarts=int(restarts) if restarts.isdigit() else 0,
             started_at=started_at,
+            started_monotonic=started_monotonic,
         )
 
     def settled(self, name: str, timeout: float = 30.0) -> InitStatus:
