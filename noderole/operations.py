@@ -1033,16 +1033,36 @@ def _damaged_role_record(damage: str, command: str) -> UsageError:
 
 
 def _uptime(status: Any, now: float) -> float | None:
-    """How long the service's process has run: from the kernel's start time of its pid, which a
-    step of the wall clock since (NTP at boot) does not move; else from the start the backend
-    recorded on the wall clock, never below zero. None when neither is known."""
-    from noderole.supervisor._proc import running_for
-
-    pid = getattr(status, "pid", None)
-    since = running_for(pid, getattr(status, "start_ticks", None)) if pid else None
+    """How long the service's process has run, on a clock no step of the wall clock moves (NTP
+    setting the time at boot; a board without a clock of its own starts in 1970): since its
+    start in clock ticks after boot (the native supervisor's ``start_ticks``, from
+    ``/proc/PID/stat``) against ``/proc/uptime``, or since its fork on the monotonic clock
+    (systemd's ``ExecMainStartTimestampMonotonic``). Else from the start the backend recorded on
+    the wall clock, never below zero. None when no start is known."""
+    ticks = getattr(status, "start_ticks", None)
+    forked = getattr(status, "started_monotonic", None)
+    since: float | None = None
+    if ticks is not None:
+        booted = _seconds_since_boot()
+        if booted is not None:
+            since = booted - ticks / os.sysconf("SC_CLK_TCK")
+    elif forked is not None:
+        since = time.monotonic() - forked
     if since is None:
         started_at = getattr(status, "started_at", None)
         if not started_at:
             return None
-        since = max(0.0, now - started_at)
-    return round(since, 1)
+        since = now - started_at
+    return round(max(0.0, since), 1)
+
+
+def _seconds_since_boot() -> float | None:
+    """``/proc/uptime``'s first figure (the clock ``/proc/PID/stat``'s start times count on)."""
+    try:
+        fd = os.open("/proc/uptime", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            return float(os.read(fd, 128).split()[0])
+        finally:
+            os.close(fd)
+    except (OSError, ValueError, IndexError):
+        return None

@@ -427,54 +427,71 @@ class TestLayout:
 
 
 class _SteppedClockBackend:
-    """Reports a real process as running since ``started_at``: what a backend says of a service
-    started before the wall clock was stepped (NTP at boot, a board without a clock of its own
-    that starts in 1970), since it recorded the start on the wall clock."""
+    """Reports a real process running since ``started_at`` on the wall clock, with the start
+    each backend also reports on a clock no step moves: the native supervisor's ``start_ticks``
+    (from /proc/PID/stat), systemd's fork on the monotonic clock. What a backend says of a
+    service started before the wall clock was stepped (NTP at boot, a board without a clock of
+    its own that starts in 1970)."""
 
     name = "native"
 
-    def __init__(self, pid: int, started_at: float) -> None:
-        from noderole.supervisor import ServiceStatus
+    def __init__(self, pid: int, started_at: float, kind: str) -> None:
+        import time
 
-        self._status = ServiceStatus(name="a", state="running", pid=pid, started_at=started_at)
+        from noderole.backends._initsystem import InitStatus
+        from noderole.supervisor import ServiceStatus
+        from noderole.supervisor._proc import proc_stat
+
+        self._status: Any
+        if kind == "native":
+            found = proc_stat(pid)
+            ticks = found.start_ticks if found is not None else None
+            self._status = ServiceStatus(
+                name="a", state="running", pid=pid, start_ticks=ticks, started_at=started_at
+            )
+        elif kind == "systemd":
+            # Forked a moment ago, as ExecMainStartTimestampMonotonic says it.
+            since = time.monotonic() - 0.2
+            self._status = InitStatus(
+                name="a", state="running", pid=pid, started_at=started_at, started_monotonic=since
+            )
+        else:  # an init system that knows the wall-clock start only
+            self._status = InitStatus(name="a", state="running", pid=pid, started_at=started_at)
 
     def status(self, names: Any) -> dict[str, Any]:
         return {"a": self._status} if "a" in names else {}
 
 
 class TestStatusUptime:
+    @pytest.mark.parametrize("kind", ["native", "systemd"])
     @pytest.mark.parametrize("step", [365 * 86400.0, -86400.0], ids=["forward", "backward"])
-    def test_uptime_outlives_a_step_of_the_wall_clock(self, tmp_path: Path, step: float) -> None:
+    def test_uptime_outlives_a_step_of_the_wall_clock(
+        self, tmp_path: Path, step: float, kind: str
+    ) -> None:
         """A service started a moment ago shows a moment of uptime, whichever way the wall
-        clock was stepped since: the kernel's start time of its process counts, not the wall
-        clock (before: a year of uptime, or a negative one)."""
+        clock was stepped since (before: a year of uptime, or a negative one)."""
         import time
 
         plan = build_plan([noderole.Service(name="a", command=["/bin/sleep"], roles=["r"])], "r")
         sleeper = subprocess.Popen(["sleep", "60"])
         try:
             time.sleep(0.2)
-            backend = _SteppedClockBackend(sleeper.pid, time.time() - step)
-            ops = Operations(root=NodeRoot(tmp_path))
-            [row] = ops.status_rows(plan, backend)  # type: ignore[arg-type]
+            backend = _SteppedClockBackend(sleeper.pid, time.time() - step, kind)
+            [row] = Operations(root=NodeRoot(tmp_path)).status_rows(plan, backend)  # type: ignore[arg-type]
         finally:
             sleeper.kill()
             sleeper.wait()
         assert row["state"] == "running"
         assert 0.0 <= row["uptime"] < 30.0
 
-    def test_uptime_of_a_process_gone_meanwhile_falls_back_to_the_record(
-        self, tmp_path: Path
-    ) -> None:
-        """No /proc entry to read (the process ended between the backend's answer and ours):
-        the recorded start stands, and a stepped clock never shows a negative uptime."""
+    def test_with_the_wall_clock_start_alone_it_is_never_negative(self, tmp_path: Path) -> None:
+        """An init system that records the wall-clock start only: that start stands, and a
+        wall clock stepped back shows no negative uptime."""
         import time
 
         plan = build_plan([noderole.Service(name="a", command=["/bin/sleep"], roles=["r"])], "r")
-        gone = subprocess.Popen(["true"])
-        gone.wait()
         ops = Operations(root=NodeRoot(tmp_path))
-        [row] = ops.status_rows(plan, _SteppedClockBackend(gone.pid, time.time() - 42))  # type: ignore[arg-type]
+        [row] = ops.status_rows(plan, _SteppedClockBackend(4242, time.time() - 42, "wall"))  # type: ignore[arg-type]
         assert 41.0 <= row["uptime"] < 72.0
-        [row] = ops.status_rows(plan, _SteppedClockBackend(gone.pid, time.time() + 86400))  # type: ignore[arg-type]
+        [row] = ops.status_rows(plan, _SteppedClockBackend(4242, time.time() + 86400, "wall"))  # type: ignore[arg-type]
         assert row["uptime"] == 0.0

@@ -13,6 +13,7 @@ the init system reports running is left alone.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -64,29 +65,39 @@ def _on_the_way(status: InitStatus, name: str, launched: tuple[float, float]) ->
     if status.state == "starting":
         return True
     if status.state == "running":
-        return status.pid is None or _is_wrapper(status.pid, name)
+        return status.pid is None or not _runs_the_program(status.pid, name)
     # Ended: by this start only if its main process was forked since. An init system that
     # keeps no such time has ended it, as far as can be told.
     return status.started_monotonic is not None and status.started_monotonic < launched[1]
 
 
-def _is_wrapper(pid: int | None, name: str) -> bool:
-    """Process ``pid`` is ``noderole exec [...] NAME``, not yet the service's own program."""
-    if pid is None:
-        return False
+def _runs_the_program(pid: int, name: str) -> bool:
+    """Process ``pid`` runs the service's own program: not the init system's fork before its
+    exec (it runs PID 1's program), not ``noderole exec [...] NAME`` on the way, and not gone
+    (a zombie has no command line: the init system's state will say it ended). True when
+    /proc cannot tell (not ours to read)."""
     try:
+        exe = os.readlink(f"/proc/{pid}/exe")
         with open(f"/proc/{pid}/cmdline", "rb") as file:
             words = file.read().split(b"\0")
-    except OSError:
+    except PermissionError:
+        return True
+    except OSError:  # gone, or a zombie
         return False
+    with contextlib.suppress(OSError):
+        if exe == os.readlink("/proc/1/exe"):
+            return False
     while words and not words[-1]:
         words.pop()
-    return (
+    if not words:
+        return False
+    wrapper = (
         len(words) >= 3
         and words[-1] == name.encode()
         and b"exec" in words
         and any(os.path.basename(w) in (b"noderole", b"__main__.py") for w in words)
     )
+    return not wrapper
 
 
 def _last_words(root: NodeRoot, service: Service, *, since: float) -> str:

@@ -23,7 +23,6 @@ __all__ = [
     "is_alive",
     "kill_group",
     "proc_stat",
-    "running_for",
     "signal_number",
     "wait_exit",
     "wait_group_gone",
@@ -91,24 +90,6 @@ def proc_stat(pid: int) -> ProcStat | None:
         )
     except (IndexError, ValueError):
         return None
-
-
-def running_for(pid: int, start_ticks: int | None = None) -> float | None:
-    """Seconds process PID has run, from the kernel's clock since boot (``/proc/PID/stat`` and
-    ``/proc/uptime``), which no step of the wall clock moves: NTP setting the time at boot, or a
-    board without a clock of its own that starts in 1970. None when PID is gone, or started at
-    another time than ``start_ticks`` (given), or /proc cannot be read."""
-    st = proc_stat(pid)
-    if st is None or not st.running:
-        return None
-    if start_ticks is not None and st.start_ticks != start_ticks:
-        return None
-    try:
-        with open("/proc/uptime", "rb") as f:
-            since_boot = float(f.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        return None
-    return max(0.0, since_boot - st.start_ticks / os.sysconf("SC_CLK_TCK"))
 
 
 def is_alive(pid: int, start_ticks: int | None = None) -> bool:
