@@ -302,6 +302,36 @@ class TestInitSystemBackends:
         # already active: the backend restarts rather than starts
         assert calls == [*reloads, "systemctl restart --no-block web.service"]
 
+    @pytest.mark.parametrize(
+        ("main_pid", "waited"),
+        [("0", 0.0), ("4194304", 0.2)],  # no pid told; a pid no process has (above pid_max)
+        ids=["no-pid", "no-such-process"],
+    )
+    def test_a_start_whose_process_cannot_be_looked_at_is_not_waited_for(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, main_pid: str, waited: float
+    ) -> None:
+        """The wait for ``noderole exec`` to become the program looks at the main process; an
+        init system that names none, or one no longer there that it still calls running, ends
+        the wait at once or after a short grace (the first made every OpenRC start wait out the
+        10 s bound)."""
+        _stand_in_tool(
+            tmp_path / "bin",
+            "systemctl",
+            tmp_path / "calls",
+            f'case "$*" in show*) printf "ActiveState=active\\nMainPID={main_pid}\\n";; esac',
+        )
+        monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
+        clock = new_fake_clock()
+        backend = SystemdBackend(
+            NodeRoot(tmp_path / "node"), noderole_path="/usr/bin/noderole", clock=clock
+        )
+        began = clock.monotonic()
+        status = backend.start(
+            noderole.Service(name="web", roles=["r"], command=["/bin/web"]), fingerprint="f1"
+        )
+        assert status.state == "running"
+        assert waited <= clock.monotonic() - began <= waited + 0.05
+
     def test_systemd_reloads_and_tries_again_when_the_unit_is_not_found(
         self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     ) -> None:

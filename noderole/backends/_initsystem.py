@@ -58,46 +58,59 @@ EXEC_BOUND = 10.0
 command first: an interpreter's start-up, tens of milliseconds)."""
 
 
-def _on_the_way(status: InitStatus, name: str, launched: tuple[float, float]) -> bool:
-    """The start asked at ``launched`` (wall clock, monotonic clock) has not yet run the
-    service's program, nor ended: its job is under way, the main process is still ``noderole
-    exec``, or what is read is from before the start."""
+_THERE, _ON_THE_WAY, _GONE = "there", "on the way", "gone"
+_GONE_GRACE = 0.2
+"""Seconds a main process may be gone while the init system still calls it running: it reaps
+and records an exit at once; past this, the pid it reports is taken as it is."""
+
+
+def _where(status: InitStatus, name: str, launched: tuple[float, float]) -> str:
+    """Where the start asked at ``launched`` (wall clock, monotonic clock) is: ``there`` (the
+    service's program runs, or the start has ended), ``on the way`` (its job is under way, the
+    main process is still the init system's fork or ``noderole exec``, or what is read is from
+    before the start), or ``gone`` (the main process reported is no longer there)."""
     if status.state == "starting":
-        return True
+        return _ON_THE_WAY
     if status.state == "running":
-        return status.pid is None or not _runs_the_program(status.pid, name)
+        # An init system that tells no pid (OpenRC) started it as far as can be told.
+        return _THERE if status.pid is None else _process(status.pid, name)
     # Ended: by this start only if its main process was forked since. An init system that
     # keeps no such time has ended it, as far as can be told.
-    return status.started_monotonic is not None and status.started_monotonic < launched[1]
+    if status.started_monotonic is not None and status.started_monotonic < launched[1]:
+        return _ON_THE_WAY
+    return _THERE
 
 
-def _runs_the_program(pid: int, name: str) -> bool:
-    """Process ``pid`` runs the service's own program: not the init system's fork before its
-    exec (it runs PID 1's program), not ``noderole exec [...] NAME`` on the way, and not gone
-    (a zombie has no command line: the init system's state will say it ended). True when
-    /proc cannot tell (not ours to read)."""
+def _process(pid: int, name: str) -> str:
+    """``there`` when process ``pid`` runs the service's own program (or /proc cannot tell);
+    ``on the way`` while it is the init system's fork before its exec (it runs PID 1's
+    program), ``noderole exec [...] NAME``, or a zombie; ``gone`` when there is no such
+    process."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as file:
+            stat = file.read()
+    except OSError:
+        return _GONE
+    if stat[stat.rfind(b")") + 2 :][:1] == b"Z":  # it ended: the init system will say so
+        return _ON_THE_WAY
     try:
         exe = os.readlink(f"/proc/{pid}/exe")
         with open(f"/proc/{pid}/cmdline", "rb") as file:
             words = file.read().split(b"\0")
-    except PermissionError:
-        return True
-    except OSError:  # gone, or a zombie
-        return False
+    except OSError:  # not ours to read, a kernel thread: nothing to tell
+        return _THERE
     with contextlib.suppress(OSError):
         if exe == os.readlink("/proc/1/exe"):
-            return False
+            return _ON_THE_WAY
     while words and not words[-1]:
         words.pop()
-    if not words:
-        return False
     wrapper = (
         len(words) >= 3
         and words[-1] == name.encode()
         and b"exec" in words
         and any(os.path.basename(w) in (b"noderole", b"__main__.py") for w in words)
     )
-    return not wrapper
+    return _ON_THE_WAY if wrapper else _THERE
 
 
 def _last_words(root: NodeRoot, service: Service, *, since: float) -> str:
@@ -277,8 +290,16 @@ class InitSystemBackend:
         if service.command is None:
             return status
         deadline = self.clock.monotonic() + EXEC_BOUND
-        while _on_the_way(status, service.name, launched):
-            if self.clock.monotonic() >= deadline:
+        gone_since: float | None = None
+        while (where := _where(status, service.name, launched)) != _THERE:
+            now = self.clock.monotonic()
+            if where == _GONE:
+                gone_since = now if gone_since is None else gone_since
+                if now - gone_since >= _GONE_GRACE:
+                    break
+            else:
+                gone_since = None
+            if now >= deadline:
                 return status
             self.clock.sleep(0.01)
             status = self.query(service.name)
