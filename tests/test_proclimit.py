@@ -142,9 +142,10 @@ class TestSupervisorAtTheLimit:
         with PidsCgroup("max") as cgroup:
             for pid in (daemon, watchdog, status.pid):
                 cgroup.add(pid)
-            os.kill(watchdog, signal.SIGKILL)
-            # No room for another watchdog: the daemon (its threads) and its service fill it.
+            # No room for another watchdog (the daemon and its service fill it), set before the
+            # kill: the daemon forks the next one the moment it hears of the death.
             cgroup.set_limit(1)
+            os.kill(watchdog, signal.SIGKILL)
             log = harness.supervisor.log_path
             words: str = eventually(
                 lambda: _text(log) if "cannot start another watchdog" in _text(log) else "",
@@ -158,7 +159,8 @@ class TestSupervisorAtTheLimit:
             [replacement] = eventually(
                 lambda: [w for w in harness.watchdogs() if w != watchdog], "a new watchdog"
             )
-            assert "another watchdog started after" in _text(log)
+            # Logged once the fork has returned: a moment after ps can see the new watchdog.
+            eventually(lambda: "another watchdog started after" in _text(log), "the log line")
             assert _text(log).count("cannot start another watchdog") == 1
             assert replacement in cgroup.pids()
 

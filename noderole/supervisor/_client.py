@@ -209,11 +209,10 @@ class Supervisor:
             try:
                 launch = _spawn(self._run, log_fd, self._owner)
             except OSError as e:  # no process to be had (a full pids.max), an unusable Python
-                from noderole.supervisor import _proclimit
+                from noderole.supervisor._proclimit import refusal
 
-                why = _proclimit.explain(e) if _proclimit.is_exhausted(e) else str(e)
                 raise SupervisorError(
-                    f"cannot start the native supervisor for {self._run}: {why}"
+                    f"cannot start the native supervisor for {self._run}: {refusal(e)}"
                 ) from None
         try:
             message = launch.ready()

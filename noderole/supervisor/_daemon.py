@@ -696,12 +696,9 @@ def _await_go(fd: int) -> bool:
 
 
 def _refusal(error: OSError) -> str:
-    """What the machine refused, in words: a limit on processes reached is named."""
-    from noderole.supervisor import _proclimit
+    from noderole.supervisor._proclimit import refusal  # only once something was refused
 
-    if _proclimit.is_exhausted(error):
-        return _proclimit.explain(error)
-    return str(error.strerror or error)
+    return refusal(error)
 
 
 def main(argv: list[str]) -> int:

@@ -18,7 +18,7 @@ import errno
 import os
 from collections.abc import Iterator
 
-__all__ = ["FIX", "explain", "is_exhausted"]
+__all__ = ["FIX", "explain", "is_exhausted", "refusal"]
 
 FIX = "raise that limit or end what holds it, then run the command again"
 
@@ -30,6 +30,12 @@ def is_exhausted(error: BaseException) -> bool:
     if isinstance(error, OSError):
         return error.errno == errno.EAGAIN
     return isinstance(error, RuntimeError) and _THREAD_MESSAGE in str(error)
+
+
+def refusal(error: OSError) -> str:
+    """What the machine refused, in words: :func:`explain` for a limit on tasks reached, else
+    the error's own words."""
+    return explain(error) if is_exhausted(error) else str(error.strerror or error)
 
 
 def explain(error: BaseException | None = None) -> str:
