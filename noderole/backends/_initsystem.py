@@ -86,12 +86,12 @@ def _process(pid: int, name: str) -> str:
     ``on the way`` while it is the init system's fork before its exec (it runs PID 1's
     program), ``noderole exec [...] NAME``, or a zombie; ``gone`` when there is no such
     process."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as file:
-            stat = file.read()
-    except OSError:
+    from noderole.supervisor._proc import proc_stat  # a start's, never status's, import
+
+    found = proc_stat(pid)
+    if found is None:
         return _GONE
-    if stat[stat.rfind(b")") + 2 :][:1] == b"Z":  # it ended: the init system will say so
+    if not found.running:  # a zombie: it ended, and the init system will say so
         return _ON_THE_WAY
     try:
         exe = os.readlink(f"/proc/{pid}/exe")
