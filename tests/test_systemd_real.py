@@ -123,8 +123,8 @@ class TestApplyThroughSystemd:
         program.write_text("#!/nonexistent/python3\nprint('serving')\n")
         program.chmod(0o755)
         done = node.noderole("apply", "server", "--backend", "systemd", "--json")
-        assert done.returncode == 1, done.stderr
         services = by_name(json.loads(done.stdout))
+        assert done.returncode == 1, (services["konnectivity-server"], done.stderr)
         assert services["k3s"]["status"] == "started"
         konnectivity = services["konnectivity-server"]
         assert konnectivity["status"] == "failed"

@@ -82,10 +82,10 @@ def _where(status: InitStatus, name: str, launched: tuple[float, float]) -> str:
 
 
 def _process(pid: int, name: str) -> str:
-    """``there`` when process ``pid`` runs the service's own program (or /proc cannot tell);
-    ``on the way`` while it is the init system's fork before its exec (it runs PID 1's
-    program), ``noderole exec [...] NAME``, or a zombie; ``gone`` when there is no such
-    process."""
+    """``there`` when process ``pid`` runs the service's own program (or /proc is not ours to
+    read); ``on the way`` while it is the init system's fork before its exec (it runs PID 1's
+    program), ``noderole exec [...] NAME``, or a zombie; ``gone`` when there is no such process,
+    or it is exiting (no exe any more: the moment before it is a zombie)."""
     from noderole.supervisor._proc import proc_stat  # a start's, never status's, import
 
     found = proc_stat(pid)
@@ -97,8 +97,10 @@ def _process(pid: int, name: str) -> str:
         exe = os.readlink(f"/proc/{pid}/exe")
         with open(f"/proc/{pid}/cmdline", "rb") as file:
             words = file.read().split(b"\0")
-    except OSError:  # not ours to read, a kernel thread: nothing to tell
+    except PermissionError:  # not ours to read: nothing to tell
         return _THERE
+    except OSError:  # exiting (its memory, and so its exe, already gone) or no such process
+        return _GONE
     with contextlib.suppress(OSError):
         if exe == os.readlink("/proc/1/exe"):
             return _ON_THE_WAY
