@@ -633,6 +633,10 @@ class _Run:
         )
         if status.state in ("crashed", "stopped"):
             return report("failed", timings, f"exited at start: {status.reason or status.state}")
+        if status.state == "starting" and status.reason:
+            # Still under way when the backend let go (a systemd job queued behind its After=
+            # units): the report says so, and why.
+            reason = f"{reason}; {status.reason}" if reason else status.reason
         return report(
             "restarted" if running else "started", timings, reason, pid=status.pid, minted=minted
         )

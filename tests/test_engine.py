@@ -423,6 +423,42 @@ class TestInterruptedApply:
         assert not (tmp_path / "etc/b-late").exists()
 
 
+class TestStartUnderWay:
+    def test_a_start_still_under_way_is_reported_with_its_reason(self, tmp_path: Path) -> None:
+        """A backend that lets go of a start still under way (systemd: the job queued behind
+        its After= units past the bound) says why; the report keeps it. Before, the words
+        were dropped and the service read "Started" as if it ran."""
+        from noderole.clock import SystemClock
+        from noderole.console import QuietProgress
+        from noderole.engine import apply_plan
+        from noderole.plan import build_plan
+        from noderole.supervisor import ServiceStatus
+
+        class Queued(RecordingBackend):
+            def start(self, service: noderole.Service, *, fingerprint: str) -> ServiceStatus:
+                super().start(service, fingerprint=fingerprint)
+                return ServiceStatus(
+                    name=service.name,
+                    state="starting",
+                    fingerprint=fingerprint,
+                    reason="start job still queued after 30s, waiting for network-online.target",
+                )
+
+        plan = build_plan([noderole.Service(name="k", roles=["r"], command=["/bin/k"])], "r")
+        result = apply_plan(
+            plan,
+            root=NodeRoot(tmp_path),
+            clock=SystemClock(),
+            backend=Queued(tmp_path),
+            progress=QuietProgress(),
+        )
+        (only,) = result.services
+        assert (only.status, only.reason) == (
+            "started",
+            "start job still queued after 30s, waiting for network-online.target",
+        )
+
+
 class TestLock:
     def test_second_apply_refuses_when_lock_is_held(self, node: Node) -> None:
         """While another run holds the node lock, apply refuses with a clear message."""

@@ -332,6 +332,54 @@ class TestInitSystemBackends:
         assert status.state == "running"
         assert waited <= clock.monotonic() - began <= waited + 0.05
 
+    def test_a_start_job_still_queued_is_starting_and_names_what_it_waits_for(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A start job systemd keeps queued past the bound (its ``After=`` units not done) is
+        a start under way, said with the jobs ahead of it. Before, the unit read after the
+        bound (``inactive``, never started) was taken for one that had ended: every service
+        of an apply "exited at start: crashed", with no word of why."""
+        _stand_in_tool(
+            tmp_path / "bin",
+            "systemctl",
+            tmp_path / "calls",
+            'case "$*" in\n'
+            'show*) printf "ActiveState=inactive\\nSubState=dead\\nResult=success\\nJob=6\\n";;\n'
+            "list-jobs*) cat <<'EOF'\n"
+            "6  web.service               start waiting\n"
+            "\u2514\u2500 \twaiting for job 9 (sysinit.target/start) -     -\n"
+            "9  sysinit.target            start waiting\n"
+            "\u2514\u2500 \tblocking job 6 (web.service/start)     -     -\n"
+            "\u2514\u2500 \twaiting for job 27 (systemd-journald.service/start) -     -\n"
+            "27 systemd-journald.service  start running\n"
+            "\u2514\u2500 \tblocking job 9 (sysinit.target/start)  -     -\n"
+            "EOF\n"
+            ";;\nesac",
+        )
+        monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
+        clock = new_fake_clock()
+        backend = SystemdBackend(
+            NodeRoot(tmp_path / "node"), noderole_path="/usr/bin/noderole", clock=clock
+        )
+        began = clock.monotonic()
+        status = backend.start(
+            noderole.Service(name="web", roles=["r"], command=["/bin/web"]), fingerprint="f1"
+        )
+        assert status.state == "starting"
+        assert status.reason == (
+            "start job still queued after 30s, waiting for sysinit.target (start, waiting); "
+            "first in line: systemd-journald.service (start, running)"
+        )
+        assert 30 <= clock.monotonic() - began < 31  # no wait for an exec that has not begun
+        # systemd will run it: the fingerprint is kept, and status says the same
+        assert backend._fingerprints() == {"web": "f1"}
+        queued = backend.status(["web"])["web"]
+        assert (queued.state, queued.reason) == (
+            "starting",
+            "start job queued, waiting for sysinit.target (start, waiting); "
+            "first in line: systemd-journald.service (start, running)",
+        )
+
     def test_systemd_reloads_and_tries_again_when_the_unit_is_not_found(
         self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     ) -> None:

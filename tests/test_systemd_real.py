@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from noderole.errors import ExitCode
 from noderole.operations import Operations
 from noderole.rehearsal import stage_rehearsal
 from noderole.root import NodeRoot
@@ -295,7 +296,10 @@ class TestManyServices:
         apply = ("apply", "many", "--backend", "systemd", "--json")
         first = node.ns.run(command, *apply, check=False, timeout=600)
         assert first.returncode == 0, first.stderr + first.stdout
-        assert {s["status"] for s in json.loads(first.stdout)["services"]} == {"started"}
+        services = json.loads(first.stdout)["services"]
+        assert {s["status"] for s in services} == {"started"}
+        # Each took within the bound: none is left queued (its reason says behind what).
+        assert [s["reason"] for s in services] == [""] * MANY, services
         assert (node.ns.root / "run/reloads").read_text().count("reload") == 1
         remembered = json.loads(
             (node.ns.root / "var/lib/noderole/init-fingerprints.json").read_text()
@@ -304,6 +308,58 @@ class TestManyServices:
         again = node.ns.run(command, *apply, check=False, timeout=600)
         assert again.returncode == 0, again.stderr + again.stdout
         assert {s["status"] for s in json.loads(again.stdout)["services"]} == {"running"}
+
+
+BEHIND_PLUGIN = """\
+import noderole
+
+
+@noderole.hookimpl
+def noderole_services(node):
+    return [
+        noderole.Service(
+            name="late", roles=["many"], after=["blocker"], command=["/bin/sleep", "1000"]
+        )
+    ]
+"""
+
+BLOCKER_UNIT = """\
+[Service]
+Type=oneshot
+ExecStart=/bin/sh -c 'while [ ! -e /run/go ]; do sleep 0.05; done'
+"""
+
+
+class TestQueuedStart:
+    def test_status_of_a_start_queued_behind_another_job_names_it(self, node: Node) -> None:
+        """A start job systemd holds in its queue (an After= unit still starting) is a start
+        under way: `status` says `starting`, with the job ahead of it, read from systemd's own
+        job list. Before, it said `stopped`, and an apply that read it past its bound judged
+        the service crashed with no word of why."""
+        command = stage_many(node.ns.root, BEHIND_PLUGIN)
+        apply = node.ns.run(command, "apply", "many", "--backend", "systemd", check=False)
+        assert apply.returncode == 0, apply.stderr + apply.stdout
+        (node.ns.root / "etc/systemd/system/blocker.service").write_text(BLOCKER_UNIT)
+        node.ns.systemctl("stop", "late.service")
+        node.ns.systemctl("start", "--no-block", "blocker.service")
+        node.ns.systemctl("start", "--no-block", "late.service")
+
+        def status() -> dict[str, Any]:
+            done = node.ns.run(
+                command, "status", "many", "--backend", "systemd", "--json", check=False
+            )
+            late: dict[str, Any] = json.loads(done.stdout)["services"][0]
+            late["exit"] = done.returncode
+            return late
+
+        queued = status()
+        assert (queued["state"], queued["reason"], queued["exit"]) == (
+            "starting",
+            "start job queued, waiting for blocker.service (start, running)",
+            ExitCode.STARTING,
+        )
+        (node.ns.root / "run/go").write_text("")
+        eventually(lambda: status()["state"] == "running", "late to start once blocker is done")
 
 
 PLANTED_PLUGIN = """\

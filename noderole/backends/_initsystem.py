@@ -51,6 +51,9 @@ class InitStatus:
     started_at: float | None = None
     started_monotonic: float | None = None
     """When the main process was forked, on ``time.monotonic()``'s clock (None: not known)."""
+    queued: bool = False
+    """A start job waits in the init system's queue (systemd: behind its ``After=`` units):
+    ``starting``, and nothing has run yet."""
 
 
 EXEC_BOUND = 10.0
@@ -289,7 +292,7 @@ class InitSystemBackend:
         ``apply`` said it had started. Ended meanwhile, the start has failed, as the native
         supervisor reports it at once; the wrapper's last words, in the service's log, say why.
         """
-        if service.command is None:
+        if service.command is None or status.queued:  # nothing has run yet: nothing to judge
             return status
         deadline = self.clock.monotonic() + EXEC_BOUND
         gone_since: float | None = None

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import math
+import re
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from noderole import recordclass
 from noderole.backends._initsystem import InitStatus, InitSystemBackend, failure
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Mapping, Sequence
 
     from noderole.records import Service
     from noderole.render import Rendered
@@ -58,6 +59,70 @@ def reload_after_removal(root: NodeRoot, removed: Iterable[str]) -> bool:
     return True
 
 
+QUEUE_BOUND = 30.0
+"""Seconds a start waits for its job to leave systemd's queue before reporting it under way."""
+
+_JOB = re.compile(r"^(\d+)\s+(\S+)\s+(\S+)\s+(\S+)\s*$")
+_WAITING_FOR = re.compile(r"waiting for job (\d+) ")
+_SHOWN = 3
+"""Jobs named at most in each list of what a queued start waits for."""
+
+
+class _Job(NamedTuple):
+    unit: str
+    kind: str
+    state: str
+    waits_for: list[str]
+
+
+def _parse_jobs(listing: str) -> dict[str, _Job]:
+    """``systemctl list-jobs --after --before --no-legend``: a line per job (``ID UNIT TYPE
+    STATE``), under it a ``waiting for job ID (UNIT/TYPE)`` line per job it waits for."""
+    jobs: dict[str, _Job] = {}
+    current: _Job | None = None
+    for line in listing.splitlines():
+        if found := _JOB.match(line):
+            job_id, unit, kind, state = found.groups()
+            current = jobs[job_id] = _Job(unit, kind, state, [])
+        elif current is not None and (waiting := _WAITING_FOR.search(line)):
+            current.waits_for.append(waiting.group(1))
+    return jobs
+
+
+def _behind(jobs: dict[str, _Job], name: str) -> str:
+    """What the queued start of ``name`` waits for: the jobs of its ``After=`` units and,
+    where those wait in turn, the ones at the head of the line (under way, or waiting for no
+    other job)."""
+    unit = f"{name}.service"
+    mine = next((job for job in jobs.values() if job.unit == unit), None)
+    if mine is None:
+        return ""
+    direct = [i for i in mine.waits_for if i in jobs]
+    if not direct:
+        return " (it waits for no other job: systemd has not run it yet)"
+    heads: list[str] = []
+    seen: set[str] = set()
+    todo = list(direct)
+    while todo:
+        job_id = todo.pop(0)
+        if job_id in seen or job_id not in jobs:
+            continue
+        seen.add(job_id)
+        ahead = [i for i in jobs[job_id].waits_for if i in jobs]
+        if ahead:
+            todo += ahead
+        elif job_id not in direct:
+            heads.append(job_id)
+
+    def named(ids: list[str]) -> str:
+        shown = [f"{jobs[i].unit} ({jobs[i].kind}, {jobs[i].state})" for i in ids[:_SHOWN]]
+        more = f" and {len(ids) - _SHOWN} more" if len(ids) > _SHOWN else ""
+        return ", ".join(shown) + more
+
+    said = f", waiting for {named(direct)}"
+    return said + (f"; first in line: {named(heads)}" if heads else "")
+
+
 class SystemdBackend(InitSystemBackend):
     """Drive the machine's systemd: write ``NAME.service``, reload, ``systemctl start``."""
 
@@ -89,7 +154,7 @@ class SystemdBackend(InitSystemBackend):
             "--timestamp=unix",
             "-p",
             "ActiveState,SubState,MainPID,NRestarts,ExecMainStartTimestamp,"
-            "ExecMainStartTimestampMonotonic,Result,RestartUSec,NeedDaemonReload",
+            "ExecMainStartTimestampMonotonic,Result,RestartUSec,NeedDaemonReload,Job",
             f"{name}.service",
             check=False,
         ).stdout
@@ -117,6 +182,11 @@ class SystemdBackend(InitSystemBackend):
         result = props.get("Result", "success")
         restarts = props.get("NRestarts", "0")
         reason = "" if result == "success" else result
+        # A job on a unit that is down is its start (or restart), waiting for its turn: systemd
+        # runs a job once the jobs of its After= units are done.
+        queued = bool(props.get("Job")) and state in ("stopped", "crashed")
+        if queued:
+            state, reason = "starting", "start job queued"
         if state == "backoff":  # as the native supervisor says it ("respawn in 5s")
             reason = f"systemd restarts it {props.get('RestartUSec') or 'soon'} after it ended"
             reason += f" ({result})" if result != "success" else ""
@@ -128,27 +198,48 @@ class SystemdBackend(InitSystemBackend):
             restarts=int(restarts) if restarts.isdigit() else 0,
             started_at=started_at,
             started_monotonic=started_monotonic,
+            queued=queued,
         )
 
-    def settled(self, name: str, timeout: float = 30.0) -> InitStatus:
-        """The state once the start job has left systemd's queue (bounded).
+    def status(self, names: Sequence[str]) -> Mapping[str, InitStatus]:
+        """As the base class has it; a start job still queued says what it waits for."""
+        found = super().status(names)
+        if not any(s.queued for s in found.values()):
+            return found
+        jobs = self._jobs()
+        return {
+            name: recordclass.evolve(s, reason=s.reason + _behind(jobs, name)) if s.queued else s
+            for name, s in found.items()
+        }
 
-        Right after ``start --no-block`` the job may still wait behind the unit's dependencies,
-        and ``ActiveState`` says ``inactive`` for a service that is about to start: reading it
-        then would report a failure that is not one.
+    def settled(self, name: str, timeout: float = QUEUE_BOUND) -> InitStatus:
+        """The state once the start job has left systemd's queue (bounded by ``timeout``).
+
+        Right after ``start --no-block`` the job may still wait behind the unit's ``After=``
+        units, and ``ActiveState`` says ``inactive`` for a service about to start: reading it
+        then would report a failure that is not one. Past the bound the start is reported
+        under way (systemd runs it when its turn comes), with the jobs ahead of it. The polls
+        thin out (20 ms to 0.5 s): every ``systemctl`` call is a request to PID 1, whose
+        queue of jobs runs only when it has no request to answer.
         """
         deadline = self.clock.monotonic() + timeout
-        unit = f"{name}.service"
-        while True:
-            job = self.run("systemctl", "show", "-p", "Job", "--value", unit, check=False)
-            status = self.query(name)
-            if not job.stdout.strip() or status.state not in ("stopped", "crashed"):
-                return status
+        pause = 0.02
+        while (status := self.query(name)).queued:
             if self.clock.monotonic() >= deadline:
+                waiting = _behind(self._jobs(), name)
                 return recordclass.evolve(
-                    status, state="starting", reason=f"start job still queued after {timeout:g}s"
+                    status, reason=f"start job still queued after {timeout:g}s{waiting}"
                 )
-            self.clock.sleep(0.02)
+            self.clock.sleep(pause)
+            pause = min(pause * 1.5, 0.5)
+        return status
+
+    def _jobs(self) -> dict[str, _Job]:
+        """systemd's job queue: each job by id, with the ids of the jobs it waits for."""
+        listing = self.run(
+            "systemctl", "list-jobs", "--after", "--before", "--no-legend", "--plain", check=False
+        )
+        return _parse_jobs(listing.stdout)
 
     def record_milestone(self, service: Service) -> None:
         """Write the unit of a service without a command (the engine ran its steps).
