@@ -325,12 +325,18 @@ class TestSupervision:
             sleeper(
                 "b",
                 need=["a"],
-                pre_start=[noderole.WaitForPaths(paths=["/run/never"], timeout=120)],
+                pre_start=[
+                    # b's steps begin once a's start was answered and reported: a kill that
+                    # landed before the answer (a.pid written, the reply not yet sent) had the
+                    # client start a new daemon and send the start again, rightly: a ran.
+                    noderole.WriteFile(path="/run/b-began", content=""),
+                    noderole.WaitForPaths(paths=["/run/never"], timeout=120),
+                ],
             ),
         ]
 
         def kill_the_daemon() -> None:
-            wait_until(lambda: (node.root / "run/a.pid").exists(), "a to start")
+            wait_until(lambda: (node.root / "run/b-began").exists(), "a started, b waiting")
             daemons = wait_until(lambda: supervisor_processes(node.root)[0], "the daemon")
             os.kill(daemons[0], signal.SIGKILL)
 
