@@ -296,6 +296,7 @@ class InitSystemBackend:
             return status
         deadline = self.clock.monotonic() + EXEC_BOUND
         gone_since: float | None = None
+        pause = 0.01  # thinning out: a look is a request to PID 1 under systemd (see settled)
         while (where := _where(status, service.name, launched)) != _THERE:
             now = self.clock.monotonic()
             if where == _GONE:
@@ -306,7 +307,8 @@ class InitSystemBackend:
                 gone_since = None
             if now >= deadline:
                 return status
-            self.clock.sleep(0.01)
+            self.clock.sleep(pause)
+            pause = min(pause * 1.5, 0.25)
             status = self.query(service.name)
         if status.state not in ("backoff", "crashed", "stopped"):
             return status
