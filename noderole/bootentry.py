@@ -6,8 +6,10 @@
   ``after`` the cloud-init services (``cloud-config``, ``cloud-final``) so the node's first-boot
   inputs exist when the role is applied;
 - systemd: the oneshot ``/etc/systemd/system/noderole.service`` (``After=network-online.target
-  cloud-final.service``, ``Wants=network-online.target``), linked into
-  ``multi-user.target.wants``.
+  multi-user.target cloud-final.service``, ``Wants=network-online.target``), linked into
+  ``multi-user.target.wants``. ``After=multi-user.target`` as cloud-final has it: otherwise the
+  target, ordered after what it wants, and cloud-final, ordered after the target, close an
+  ordering cycle that systemd breaks by deleting noderole's start job at boot.
 
 Either one reads the recorded role at boot and runs ``noderole apply --backend KIND ROLE``, so
 ``noderole enable agent`` later changes the role without rewriting the entry. ``noderole
@@ -108,7 +110,10 @@ def _systemd(noderole_path: str) -> list[BootFile]:
 [Unit]
 Description=Apply the node's noderole role (recorded in {ROLE_FILE}, or resolved at first boot)
 Wants=network-online.target
-After=network-online.target cloud-final.service
+# After multi-user.target, as cloud-final.service is: a target is ordered after what it wants
+# unless told otherwise, and with cloud-final after multi-user.target that closed a cycle,
+# which systemd broke by deleting this unit's start job.
+After=network-online.target multi-user.target cloud-final.service
 
 [Service]
 Type=oneshot

@@ -79,7 +79,7 @@ class TestUnderRoot:
         assert result.exit_code == 0, result.output
         unit = (tmp_path / SYSTEMD_FILES[0]).read_text()
         assert "Type=oneshot" in unit
-        assert "After=network-online.target cloud-final.service" in unit
+        assert "After=network-online.target multi-user.target cloud-final.service" in unit
         assert "Wants=network-online.target" in unit
         assert "WantedBy=multi-user.target" in unit
         # No role in the unit: apply takes the recorded one, or resolves it at first boot.
@@ -207,6 +207,28 @@ class TestUnderRoot:
             boot_entry("native", noderole_path="/usr/bin/noderole")
 
 
+CLOUD_INIT_UNITS = ("cloud-final.service", "cloud-init.target")
+
+
+def stage_cloud_init(image: Path) -> None:
+    """cloud-init's own systemd units from Debian's package (unpacked, never installed),
+    enabled as its generator enables them at boot, with ``/usr/bin/cloud-init`` a stand-in
+    that succeeds: the ordering is the package's, the work is none."""
+    from tests.harness.node_exporter import debian_binary
+
+    units = debian_binary("cloud-init", "lib/systemd/system/cloud-final.service").parent
+    system = image / "etc/systemd/system"
+    for name in CLOUD_INIT_UNITS:
+        (system / name).write_bytes((units / name).read_bytes())
+    for wants, name in (("multi-user", "cloud-init.target"), ("cloud-init", "cloud-final.service")):
+        (system / f"{wants}.target.wants").mkdir(exist_ok=True)
+        (system / f"{wants}.target.wants" / name).symlink_to(f"../{name}")
+    stand_in = image / "usr/bin/cloud-init"
+    stand_in.parent.mkdir(parents=True, exist_ok=True)
+    stand_in.write_text("#!/bin/sh\nexit 0\n")
+    stand_in.chmod(0o755)
+
+
 class TestRealInitSystems:
     def test_openrc_boot_entry_brings_the_role_up(self, namespace: OpenRCNamespace) -> None:
         """Inside the OpenRC namespace: enable, start the default runlevel, the role runs."""
@@ -264,3 +286,43 @@ class TestRealInitSystems:
             assert node.show_load("noderole-renew.timer") == "not-found"
             assert node.active("k3s.service") == "inactive"
             assert node.active("konnectivity-server.service") == "inactive"
+
+    def test_systemd_image_with_cloud_init_boots_the_role(self, tmp_path: Path) -> None:
+        """On an image with cloud-init, whose cloud-final.service is ordered after
+        multi-user.target (Debian's package, its own unit files), the boot applies the role.
+        Before, noderole.service (after cloud-final, wanted by multi-user.target, which a
+        target orders after what it wants) closed an ordering cycle, and systemd deleted its
+        start job to break it: "Job noderole.service/start deleted to break ordering cycle"
+        and nothing of the role ran."""
+        problem = systemd_problem()
+        if problem:
+            pytest.skip(problem)
+        image = tmp_path / "image"
+        stage_server(image)
+        built = subprocess.run(
+            [NODEROLE, "--root", str(image), "enable", "server", "--backend", "systemd"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert built.returncode == 0, built.stderr + built.stdout
+        stage_cloud_init(image)
+        with SystemdNamespace(binds=[CHECKOUT, VENV], seed=image, unit="multi-user.target") as ns:
+            node = Node(ns)
+            verify = ns.run("systemd-analyze", "verify", "multi-user.target", check=False)
+            assert "ordering cycle" not in verify.stdout + verify.stderr, verify.stderr
+            eventually(lambda: node.active("cloud-final.service") == "active", "cloud-final")
+            eventually(lambda: node.active("noderole.service") == "active", "noderole.service")
+            found = ns.show("noderole.service", "Result", "ExecMainStatus")
+            assert found == {"Result": "success", "ExecMainStatus": "0"}, node.journal(
+                "noderole.service"
+            )
+            started = ns.show("noderole.service", "ExecMainStartTimestampMonotonic")
+            final = ns.show("cloud-final.service", "ExecMainExitTimestampMonotonic")
+            # after cloud-final: the first-boot inputs cloud-init writes are there
+            assert int(started["ExecMainStartTimestampMonotonic"]) >= int(
+                final["ExecMainExitTimestampMonotonic"]
+            )
+            eventually(
+                lambda: node.active("konnectivity-server.service") == "active", "konnectivity up"
+            )
