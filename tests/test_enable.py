@@ -207,6 +207,21 @@ class TestUnderRoot:
             boot_entry("native", noderole_path="/usr/bin/noderole")
 
 
+def enabled_image(tmp_path: Path) -> Path:
+    """An image with the server role's stand-ins, built with `noderole --root IMAGE enable
+    server --backend systemd`."""
+    image = tmp_path / "image"
+    stage_server(image)
+    built = subprocess.run(
+        [NODEROLE, "--root", str(image), "enable", "server", "--backend", "systemd"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert built.returncode == 0, built.stderr + built.stdout
+    return image
+
+
 CLOUD_INIT_UNITS = ("cloud-final.service", "cloud-init.target")
 
 
@@ -249,15 +264,7 @@ class TestRealInitSystems:
         problem = systemd_problem()
         if problem:
             pytest.skip(problem)
-        image = tmp_path / "image"
-        stage_server(image)
-        built = subprocess.run(
-            [NODEROLE, "--root", str(image), "enable", "server", "--backend", "systemd"],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        assert built.returncode == 0, built.stderr + built.stdout
+        image = enabled_image(tmp_path)
 
         def boot() -> SystemdNamespace:
             return SystemdNamespace(binds=[CHECKOUT, VENV], seed=image, unit="multi-user.target")
@@ -297,15 +304,7 @@ class TestRealInitSystems:
         problem = systemd_problem()
         if problem:
             pytest.skip(problem)
-        image = tmp_path / "image"
-        stage_server(image)
-        built = subprocess.run(
-            [NODEROLE, "--root", str(image), "enable", "server", "--backend", "systemd"],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        assert built.returncode == 0, built.stderr + built.stdout
+        image = enabled_image(tmp_path)
         stage_cloud_init(image)
         with SystemdNamespace(binds=[CHECKOUT, VENV], seed=image, unit="multi-user.target") as ns:
             node = Node(ns)

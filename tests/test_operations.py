@@ -17,7 +17,7 @@ from click.testing import CliRunner
 import noderole
 from noderole.backends.detect import backend_named, detect_init
 from noderole.backends.openrc import OpenRCBackend
-from noderole.backends.systemd import SystemdBackend
+from noderole.backends.systemd import InitStatus, SystemdBackend
 from noderole.cli import cli
 from noderole.cli._app import App
 from noderole.errors import BackendError, ExitCode, UsageError
@@ -204,6 +204,24 @@ def _stand_in_tool(bin_dir: Path, name: str, log: Path, script: str = "") -> Non
     path.chmod(0o755)
 
 
+def _timed_systemd_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, script: str
+) -> tuple[SystemdBackend, InitStatus, float]:
+    """Start ``web`` through a stand-in ``systemctl`` running ``script``, on a fake clock:
+    the backend, the status the start returned, and the seconds it took."""
+    _stand_in_tool(tmp_path / "bin", "systemctl", tmp_path / "calls", script)
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
+    clock = new_fake_clock()
+    backend = SystemdBackend(
+        NodeRoot(tmp_path / "node"), noderole_path="/usr/bin/noderole", clock=clock
+    )
+    began = clock.monotonic()
+    status = backend.start(
+        noderole.Service(name="web", roles=["r"], command=["/bin/web"]), fingerprint="f1"
+    )
+    return backend, status, clock.monotonic() - began
+
+
 class TestInitSystemBackends:
     def test_detect_is_native_under_a_root(self, tmp_path: Path) -> None:
         """A scratch root never drives the machine's init system."""
@@ -314,23 +332,13 @@ class TestInitSystemBackends:
         init system that names none, or one no longer there that it still calls running, ends
         the wait at once or after a short grace (the first made every OpenRC start wait out the
         10 s bound)."""
-        _stand_in_tool(
-            tmp_path / "bin",
-            "systemctl",
-            tmp_path / "calls",
+        _, status, took = _timed_systemd_start(
+            tmp_path,
+            monkeypatch,
             f'case "$*" in show*) printf "ActiveState=active\\nMainPID={main_pid}\\n";; esac',
         )
-        monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
-        clock = new_fake_clock()
-        backend = SystemdBackend(
-            NodeRoot(tmp_path / "node"), noderole_path="/usr/bin/noderole", clock=clock
-        )
-        began = clock.monotonic()
-        status = backend.start(
-            noderole.Service(name="web", roles=["r"], command=["/bin/web"]), fingerprint="f1"
-        )
         assert status.state == "running"
-        assert waited <= clock.monotonic() - began <= waited + 0.05
+        assert waited <= took <= waited + 0.05
 
     def test_a_start_job_still_queued_is_starting_and_names_what_it_waits_for(
         self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -339,10 +347,9 @@ class TestInitSystemBackends:
         a start under way, said with the jobs ahead of it. Before, the unit read after the
         bound (``inactive``, never started) was taken for one that had ended: every service
         of an apply "exited at start: crashed", with no word of why."""
-        _stand_in_tool(
-            tmp_path / "bin",
-            "systemctl",
-            tmp_path / "calls",
+        backend, status, took = _timed_systemd_start(
+            tmp_path,
+            monkeypatch,
             'case "$*" in\n'
             'show*) printf "ActiveState=inactive\\nSubState=dead\\nResult=success\\nJob=6\\n";;\n'
             "list-jobs*) cat <<'EOF'\n"
@@ -356,21 +363,12 @@ class TestInitSystemBackends:
             "EOF\n"
             ";;\nesac",
         )
-        monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
-        clock = new_fake_clock()
-        backend = SystemdBackend(
-            NodeRoot(tmp_path / "node"), noderole_path="/usr/bin/noderole", clock=clock
-        )
-        began = clock.monotonic()
-        status = backend.start(
-            noderole.Service(name="web", roles=["r"], command=["/bin/web"]), fingerprint="f1"
-        )
         assert status.state == "starting"
         assert status.reason == (
             "start job still queued after 30s, waiting for sysinit.target (start, waiting); "
             "first in line: systemd-journald.service (start, running)"
         )
-        assert 30 <= clock.monotonic() - began < 31  # no wait for an exec that has not begun
+        assert 30 <= took < 31  # no wait for an exec that has not begun
         # Every look is a request to PID 1, whose job queue runs only when none is waiting:
         # the looks thin out to one each 0.5 s (before: two each 20 ms, 3,000 in the 30 s).
         shows = (tmp_path / "calls").read_text().count("systemctl show")
@@ -392,23 +390,13 @@ class TestInitSystemBackends:
         tenth of a second, then four times a second, up to the 10 s bound. Before, every
         10 ms: a thousand ``systemctl show`` requests to PID 1 per start, two dozen starts at
         once slowing systemd's own job queue."""
-        _stand_in_tool(
-            tmp_path / "bin",
-            "systemctl",
-            tmp_path / "calls",
+        _, status, took = _timed_systemd_start(
+            tmp_path,
+            monkeypatch,
             'case "$*" in show*) printf "ActiveState=activating\\nSubState=start-pre\\n";; esac',
         )
-        monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
-        clock = new_fake_clock()
-        backend = SystemdBackend(
-            NodeRoot(tmp_path / "node"), noderole_path="/usr/bin/noderole", clock=clock
-        )
-        began = clock.monotonic()
-        status = backend.start(
-            noderole.Service(name="web", roles=["r"], command=["/bin/web"]), fingerprint="f1"
-        )
         assert status.state == "starting"
-        assert 10 <= clock.monotonic() - began < 10.3
+        assert 10 <= took < 10.3
         shows = (tmp_path / "calls").read_text().count("systemctl show")
         assert shows <= 60, shows
 
