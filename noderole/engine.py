@@ -662,6 +662,20 @@ class _Run:
             reasons.append("; ".join(shown))
         elif changed:
             reasons.append(f"{', '.join(changed)} changed")
+        elif before and not reasons:
+            # The definition is as the last apply recorded it, and this apply minted nothing:
+            # what differs from the start is a certificate replaced since (by the init
+            # system's own run of the pre-start hook at boot, or by hand).
+            paths = [
+                r.step.cert_path  # type: ignore[union-attr]
+                for r in results
+                if r.certificate is not None
+            ]
+            if paths:
+                said = "certificate" if len(paths) == 1 else "certificates"
+                reasons.append(
+                    f"{said} {', '.join(paths)} changed since it was started, not by this apply"
+                )
         return "restarted: " + ("; ".join(reasons) if reasons else "definition changed")
 
     def _wait_ready(

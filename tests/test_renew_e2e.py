@@ -232,3 +232,21 @@ class TestScheduledRenewal:
         assert pids(noderole)["k3s"] == before["k3s"]
         assert "restarted: certificate" in root.read("/var/log/noderole-renew.log")
         noderole("stop")
+
+
+class TestCertificateChangedOutsideTheApply:
+    def test_the_restart_names_the_certificate(self, root: ScratchRoot, noderole: Noderole) -> None:
+        """A certificate replaced while the service runs (minted by the init system's own
+        run of the pre-start hook at boot, or by an operator) is valid, so the apply reuses
+        it; the service still runs with the old one and is restarted, and the report says
+        why. Before: "restarted: definition changed", when no part of it had."""
+        noderole("apply", "server", "--json")
+        before = pids(noderole)
+        root.resolve(CERT).write_bytes(expiring_certificate(root, days=365))
+        report = json.loads(noderole("apply", "server", "--json").stdout)
+        server = {s["name"]: s for s in report["services"]}["konnectivity-server"]
+        assert (server["status"], server["minted"]) == ("restarted", [])
+        assert server["reason"] == (
+            f"restarted: certificate {CERT} changed since it was started, not by this apply"
+        )
+        assert pids(noderole)["konnectivity-server"] != before["konnectivity-server"]
