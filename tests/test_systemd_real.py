@@ -310,6 +310,43 @@ class TestManyServices:
         assert {s["status"] for s in json.loads(again.stdout)["services"]} == {"running"}
 
 
+GIVES_UP_PLUGIN = """\
+import noderole
+
+
+@noderole.hookimpl
+def noderole_services(node):
+    return [
+        noderole.Service(
+            name="flaky",
+            roles=["many"],
+            command=["/bin/sh", "-c", "test -e /run/ok && exec sleep 1000; exit 3"],
+            supervision=noderole.Supervision(respawn_delay=0.1, respawn_max=2),
+        )
+    ]
+"""
+
+
+class TestAfterGivingUp:
+    def test_apply_starts_a_unit_that_gave_up_respawning(self, node: Node) -> None:
+        """A service that crashed past its respawn limit (StartLimitBurst, over its whole life)
+        is started again by the next apply once its cause is fixed, as under the native
+        supervisor and OpenRC. Before, systemd refused every later start (the limit's window
+        never ends) and apply said "exited at start: exit-code" until someone ran
+        `systemctl reset-failed` by hand."""
+        command = stage_many(node.ns.root, GIVES_UP_PLUGIN)
+        apply = (command, "apply", "many", "--backend", "systemd", "--json")
+        first = node.ns.run(*apply, check=False)
+        assert first.returncode == 1, first.stdout
+        eventually(lambda: node.active("flaky.service") == "failed", "flaky to give up")
+        (node.ns.root / "run/ok").write_text("")  # the cause fixed
+        again = node.ns.run(*apply, check=False)
+        assert again.returncode == 0, again.stdout + again.stderr
+        (flaky,) = json.loads(again.stdout)["services"]
+        assert flaky["status"] == "started", flaky
+        assert node.active("flaky.service") == "active"
+
+
 BEHIND_PLUGIN = """\
 import noderole
 

@@ -138,6 +138,8 @@ class SystemdBackend(InitSystemBackend):
         self._stale: dict[str, bool] = {}
         """Per service, ``NeedDaemonReload`` as the last :meth:`query` read it (a start queries
         right after writing the unit, then launches)."""
+        self._failed: dict[str, bool] = {}
+        """Per service, whether the last :meth:`query` found it ``failed`` (systemd gave up)."""
 
     def render(self, service: Service) -> list[Rendered]:
         """The unit and its ``.wants`` link."""
@@ -161,6 +163,7 @@ class SystemdBackend(InitSystemBackend):
         props = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
         self._stale[name] = props.get("NeedDaemonReload") == "yes"
         active = props.get("ActiveState", "inactive")
+        self._failed[name] = active == "failed"
         # "activating (auto-restart)" is systemd waiting RestartSec after a crash: down until
         # Restart= brings it back, as the native supervisor's backoff is; "failed" is systemd
         # giving up (StartLimitBurst), the native crashed. An apply fails the dependents of a
@@ -262,7 +265,8 @@ class SystemdBackend(InitSystemBackend):
         200 units here, so one per start made an apply quadratic). A unit systemd holds that
         changed on disk says ``NeedDaemonReload=yes``; a new one systemd loads when it is
         started (since systemd 246); one it still cannot find ("not found") gets a reload and
-        a second try. Threads starting at once share one reload."""
+        a second try. Threads starting at once share one reload. A unit systemd gave up on
+        (``failed``) is reset first: its start limit would refuse the start."""
         unit = f"{name}.service"
         written = time.monotonic()  # the unit was written before this call
         stale = self._stale.pop(name, None)  # read by the query a start makes after writing
@@ -270,6 +274,11 @@ class SystemdBackend(InitSystemBackend):
             self._reload_if_stale(unit, written)
         elif stale:
             self._reload(written)
+        if self._failed.pop(name, False):
+            # systemd gave up on it (StartLimitBurst, counted over the unit's whole life when
+            # no respawn_period is set) and refuses every later start until reset: an apply
+            # asks for a fresh start, as the native supervisor and OpenRC give one.
+            self.run("systemctl", "reset-failed", unit, check=False)
         done = self.run("systemctl", verb, "--no-block", unit, check=False)
         if done.returncode != 0 and "not found" in done.stderr:
             self._reload(written)
