@@ -35,6 +35,11 @@ def noderole_services(node):
             supervision=noderole.Supervision(respawn_delay=1),
             pre_start=[noderole.WaitForPaths(paths=["/run/base-ready"], timeout=10)],
         ),
+        noderole.Service(
+            name="flaky", roles=["flaky"],
+            command=["/bin/sh", "-c", "test -e /run/ok && exec sleep 3000; exit 3"],
+            supervision=noderole.Supervision(respawn_delay=1, respawn_max=1),
+        ),
     ]
 """
 
@@ -122,3 +127,22 @@ class TestApplyThroughOpenRC:
         assert stopped.rc == 0, stopped.stderr
         assert namespace.sh("pgrep -x -f '/bin/sleep [12]000'").rc == 1
         assert namespace.sh("rc-service base status").rc != 0
+
+    def test_apply_starts_a_service_that_gave_up_respawning(
+        self, namespace: OpenRCNamespace
+    ) -> None:
+        """A service supervise-daemon gave up on (crashed past respawn_max) is started again by
+        the next apply once its cause is fixed, as under the native supervisor (and, since
+        this round, systemd)."""
+        noderole = namespace.wrapper  # type: ignore[attr-defined]
+        namespace.sh(f"{noderole} apply flaky --backend openrc", timeout=120)
+        # supervise-daemon exits once it gives up; OpenRC then calls the service stopped.
+        gave_up = namespace.sh(EVENTUALLY.format(check="! rc-service flaky status >/dev/null"))
+        assert gave_up.rc == 0, namespace.sh("rc-service flaky status").stdout
+        assert namespace.sh("touch /run/ok").rc == 0  # the cause fixed
+        again = namespace.sh(f"{noderole} apply flaky --backend openrc --json", timeout=120)
+        assert again.rc == 0, again.stderr + again.stdout
+        (flaky,) = json.loads(again.stdout)["services"]
+        assert flaky["status"] == "started", flaky
+        running = namespace.sh(EVENTUALLY.format(check="pgrep -x -f 'sleep 3000'"))
+        assert running.rc == 0, namespace.sh("ps -eo pid,args").stdout
