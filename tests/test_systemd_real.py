@@ -339,6 +339,14 @@ class TestAfterGivingUp:
         first = node.ns.run(*apply, check=False)
         assert first.returncode == 1, first.stdout
         eventually(lambda: node.active("flaky.service") == "failed", "flaky to give up")
+        done = node.ns.run(command, "status", "many", "--backend", "systemd", "--json", check=False)
+        (gave_up,) = json.loads(done.stdout)["services"]
+        # as the native supervisor says it ("gave up after 2 respawns"); systemd counts the
+        # restarts it made, and its limit counts starts, the first one too
+        assert (gave_up["state"], gave_up["reason"]) == (
+            "crashed",
+            "gave up after 3 restarts (exit-code)",
+        )
         (node.ns.root / "run/ok").write_text("")  # the cause fixed
         again = node.ns.run(*apply, check=False)
         assert again.returncode == 0, again.stdout + again.stderr

@@ -190,6 +190,10 @@ class SystemdBackend(InitSystemBackend):
         queued = bool(props.get("Job")) and state in ("stopped", "crashed")
         if queued:
             state, reason = "starting", "start job queued"
+        if active == "failed" and restarts.isdigit() and int(restarts):
+            # Restart=always, so a failed unit is one systemd stopped restarting (StartLimitBurst)
+            plural = "s" if restarts != "1" else ""
+            reason = f"gave up after {restarts} restart{plural} ({result})"
         if state == "backoff":  # as the native supervisor says it ("respawn in 5s")
             reason = f"systemd restarts it {props.get('RestartUSec') or 'soon'} after it ended"
             reason += f" ({result})" if result != "success" else ""
