@@ -663,6 +663,21 @@ class TestRender:
         assert user_file.exists()  # only what noderole wrote is ever removed
 
 
+class TestRenderOverTheNodesOwn:
+    def test_render_refuses_to_take_a_packaged_units_place(self, node: Node) -> None:
+        """`render` of a role with a service named like a packaged unit exits 10 (backend),
+        naming the unit and the fix, and writes none of the role's files."""
+        packaged = node.root / "lib/systemd/system/cron.service"
+        packaged.parent.mkdir(parents=True)
+        packaged.write_text("[Service]\nExecStart=/usr/sbin/cron -f\n")
+        node.services += [sleeper("a"), sleeper("cron")]
+        result = node.run("render", "demo", "--backend", "systemd")
+        assert result.exit_code == 10, result.output
+        assert "refusing to write /etc/systemd/system/cron.service: " in result.output
+        assert "rename the service" in result.output
+        assert not (node.root / "etc/systemd/system/a.service").exists()
+
+
 class _Trace:
     """Progress that records, in one order, each service's start and finish and its thread (the
     object, kept alive: an ended thread's ident can be given to the next)."""

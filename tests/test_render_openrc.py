@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from noderole.errors import BackendError
+from noderole.manifest import MANIFEST
 from noderole.records import Secret, Service, Supervision
 from noderole.render import (
     RenderedFile,
@@ -451,6 +452,44 @@ class TestWriteRendered:
         assert changed == [tmp_path / "etc/init.d/x"]
         assert (tmp_path / "etc/init.d/x").read_text() == "new\n"
         assert os.listdir(tmp_path / "etc/init.d") == ["x"]
+
+    def test_a_runscript_noderole_did_not_write_is_never_replaced(self, tmp_path: Path) -> None:
+        """A service named like a runscript the node already has (the distribution's sshd, an
+        administrator's own konnectivity-server) is refused, naming the file and the fix;
+        nothing is written, the runlevel link neither. Before, the file was replaced: the
+        distribution's service gone, the administrator's script lost."""
+        root = NodeRoot(tmp_path)
+        theirs = tmp_path / "etc/init.d/sshd"
+        theirs.parent.mkdir(parents=True)
+        theirs.write_text("#!/sbin/openrc-run\ncommand=/usr/sbin/sshd\n")
+        theirs.chmod(0o755)
+        sshd = Service(name="sshd", roles=["r"], command=["/bin/sleep", "1"])
+        with pytest.raises(BackendError) as refused:
+            write_rendered(render_openrc([sshd]), root=root)
+        assert str(refused.value) == (
+            "refusing to replace /etc/init.d/sshd: noderole did not write it (no 'by noderole' "
+            "line at its top, and not in noderole's record of what it wrote); move it away, "
+            "keeping what you need of it, then run again"
+        )
+        assert theirs.read_text() == "#!/sbin/openrc-run\ncommand=/usr/sbin/sshd\n"
+        assert not (tmp_path / "etc/runlevels").exists()
+        assert not (tmp_path / MANIFEST.lstrip("/")).exists()
+
+    @pytest.mark.parametrize("why", ["its own header", "recorded"])
+    def test_noderoles_own_runscript_is_replaced(self, tmp_path: Path, why: str) -> None:
+        """A runscript noderole wrote is replaced, found by its header (a record lost) or by
+        noderole's record of what it wrote (a header edited away)."""
+        root = NodeRoot(tmp_path)
+        service = Service(name="web", roles=["r"], command=["/bin/sleep", "1"])
+        write_rendered(render_openrc([service]), root=root)
+        script = tmp_path / "etc/init.d/web"
+        if why == "recorded":
+            script.write_text("#!/sbin/openrc-run\n# edited by hand\n")
+        else:
+            (tmp_path / MANIFEST.lstrip("/")).unlink()
+            script.write_text(script.read_text() + "# a line added by hand\n")
+        write_rendered(render_openrc([service]), root=root)
+        assert script.read_text() == render_openrc([service])[0].content  # type: ignore[union-attr]
 
     def test_mode_only_change_is_fixed(self, tmp_path: Path) -> None:
         """Same content with a wrong mode gets the rendered mode back."""

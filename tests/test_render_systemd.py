@@ -441,3 +441,36 @@ class TestRenderSystemd:
         for path in written:
             text = os.readlink(path) if path.is_symlink() else path.read_text()
             assert str(tmp_path) not in text
+
+
+class TestPackagedUnits:
+    @pytest.mark.parametrize("where", ["/lib/systemd/system", "/usr/lib/systemd/system"])
+    def test_a_unit_a_package_installed_is_not_taken_over(self, tmp_path: Path, where: str) -> None:
+        """A service named like a unit a package installed (ssh.service) is refused: a unit in
+        /etc/systemd/system takes the place of the package's, and systemd would start
+        noderole's command as ssh. Nothing is written."""
+        root = NodeRoot(tmp_path)
+        packaged = tmp_path / where.lstrip("/") / "ssh.service"
+        packaged.parent.mkdir(parents=True)
+        packaged.write_text("[Service]\nExecStart=/usr/sbin/sshd -D\n")
+        ssh = Service(name="ssh", roles=["r"], command=["/bin/sleep", "1"])
+        with pytest.raises(BackendError) as refused:
+            write_rendered(render_systemd([ssh], noderole_path="/usr/bin/noderole"), root=root)
+        assert str(refused.value) == (
+            f"refusing to write /etc/systemd/system/ssh.service: {where}/ssh.service is "
+            "installed (not by noderole) and /etc/systemd/system/ssh.service would take its "
+            "place; rename the service (the file is named after it)"
+        )
+        assert not (tmp_path / "etc").exists()
+
+    def test_an_alias_over_a_packaged_unit_is_refused(self, tmp_path: Path) -> None:
+        """``provide`` makes an alias link in /etc/systemd/system: over a packaged unit's name
+        it would take that unit's place too."""
+        root = NodeRoot(tmp_path)
+        packaged = tmp_path / "lib/systemd/system/cron.service"
+        packaged.parent.mkdir(parents=True)
+        packaged.write_text("[Service]\nExecStart=/usr/sbin/cron -f\n")
+        web = Service(name="web", roles=["r"], command=["/bin/sleep", "1"], provide=["cron"])
+        with pytest.raises(BackendError, match=r"lib/systemd/system/cron\.service is installed"):
+            write_rendered(render_systemd([web], noderole_path="/usr/bin/noderole"), root=root)
+        assert not (tmp_path / "etc").exists()

@@ -167,6 +167,18 @@ def render_unit(
     return "\n".join(lines) + "\n"
 
 
+PACKAGE_UNIT_DIRS = (
+    "/usr/local/lib/systemd/system",
+    "/usr/lib/systemd/system",
+    "/lib/systemd/system",
+)
+"""Where packages install units; one in /etc/systemd/system takes the place of theirs."""
+
+
+def _packaged(unit: str) -> tuple[str, ...]:
+    return tuple(f"{directory}/{unit}" for directory in PACKAGE_UNIT_DIRS)
+
+
 def _dependency_lines(service: Service) -> list[str]:
     requires: list[str] = []
     wants: list[str] = []
@@ -267,7 +279,11 @@ def render_systemd(
             exec_mode=exec_mode,
             wanted_by=target,
         )
-        rendered.append(RenderedFile(path=f"{UNIT_DIR}/{unit}", content=content, mode=0o644))
+        rendered.append(
+            RenderedFile(
+                path=f"{UNIT_DIR}/{unit}", content=content, mode=0o644, replaces=_packaged(unit)
+            )
+        )
         rendered.append(RenderedLink(path=f"{UNIT_DIR}/{target}.wants/{unit}", target=f"../{unit}"))
         for virtual in service.provide:
             if virtual in names or virtual in NATIVE:
@@ -282,7 +298,10 @@ def render_systemd(
                     "service may provide it"
                 )
             providers[virtual] = service.name
-            rendered.append(RenderedLink(path=f"{UNIT_DIR}/{unit_name(virtual)}", target=unit))
+            alias = unit_name(virtual)
+            rendered.append(
+                RenderedLink(path=f"{UNIT_DIR}/{alias}", target=unit, replaces=_packaged(alias))
+            )
         if not exec_mode and (secrets := secret_env_file(service)) is not None:
             rendered.append(secrets)
     return sorted(rendered, key=lambda item: item.path)
