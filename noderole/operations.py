@@ -46,6 +46,10 @@ __all__ = ["Operations", "RenderResult", "status_verdict"]
 
 _UP = {"running", "ready"}
 
+SYSTEMD_RUNNING = "/run/systemd/system"
+"""The directory systemd makes when it boots the machine (sd_booted(3)): absent, systemd is not
+this machine's init system, and every ``systemctl`` call would fail."""
+
 
 class RenderResult:
     """What :meth:`Operations.render` wrote: every rendered item, and what changed on disk."""
@@ -308,6 +312,7 @@ class Operations:
         from noderole.backends.detect import backend_named
 
         name = recorded.backend if requested == "auto" else requested
+        _require_running(name)  # else every systemctl call fails, and each service reads stopped
         plan = recorded.plan
 
         def readiness(service: str) -> Wait | None:
@@ -478,13 +483,7 @@ class Operations:
                 f"root, but {requested} is this machine's own init system; a rehearsal under "
                 "--root uses the native supervisor (--backend auto or native)"
             )
-        if requested == "systemd" and not os.path.isdir("/run/systemd/system"):
-            from noderole.errors import BackendError
-
-            raise BackendError(
-                "backend systemd needs a running systemd, and /run/systemd/system does not exist: "
-                "is systemd the init system of this machine? Use --backend native otherwise"
-            )
+        _require_running(requested)
         return requested
 
     def _readiness_of(self, name: str) -> Wait | None:
@@ -1066,3 +1065,14 @@ def _seconds_since_boot() -> float | None:
             os.close(fd)
     except (OSError, ValueError, IndexError):
         return None
+
+
+def _require_running(backend: str) -> None:
+    """BackendError when ``backend`` is systemd and systemd does not run this machine."""
+    if backend == "systemd" and not os.path.isdir(SYSTEMD_RUNNING):
+        from noderole.errors import BackendError
+
+        raise BackendError(
+            f"backend systemd needs a running systemd, and {SYSTEMD_RUNNING} does not exist: "
+            "is systemd the init system of this machine? Use --backend native otherwise"
+        )

@@ -703,13 +703,33 @@ class TestBackendChoice:
     ) -> None:
         """Under --root, an init backend warns; systemd without a running systemd is an error
         naming the fix (exit 10), like openrc without rc-service."""
+        import noderole.operations
+
         node.services.append(sleeper("a"))
+        monkeypatch.setattr(noderole.operations, "SYSTEMD_RUNNING", str(node.root / "no-such"))
         result = node.run("apply", "demo", "--backend", "systemd", "--dry-run")
         assert "warning: --backend systemd under --root" in result.stderr
-        if not os.path.isdir("/run/systemd/system"):
-            assert result.exit_code == 10
-            assert "backend systemd needs a running systemd" in result.stderr
+        assert result.exit_code == 10
+        assert "backend systemd needs a running systemd" in result.stderr
         assert node.processes() == []
+
+    @pytest.mark.parametrize("command", [["status", "demo"], ["stop", "demo"], ["status", "a"]])
+    def test_status_and_stop_through_systemd_without_systemd_are_refused(
+        self, node: Node, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, command: list[str]
+    ) -> None:
+        """`status` and `stop` with the systemd backend on a machine systemd does not run say
+        so (exit 10), as `apply` does. Before,
+        every `systemctl` call failed unseen and each service read `stopped` (exit 1), or
+        `stop` reported them all stopped."""
+        import noderole.operations
+
+        node.services.append(sleeper("a"))
+        assert node.run("apply", "demo").exit_code == 0  # recorded: status reads the record
+        monkeypatch.setattr(noderole.operations, "SYSTEMD_RUNNING", str(tmp_path / "no-such"))
+        result = node.run(*command, "--backend", "systemd")
+        assert result.exit_code == 10, result.output
+        assert "backend systemd needs a running systemd, and " in result.stderr
+        assert "stopped" not in result.stdout
 
 
 REPO = Path(__file__).resolve().parents[1]
