@@ -34,6 +34,7 @@ __all__ = [
     "FileSpec",
     "StepHook",
     "open_directory",
+    "remedy",
     "remove_stale_temps",
     "write_atomic",
     "write_files",
@@ -303,3 +304,20 @@ def write_files(
             )
     finally:
         os.close(dfd)
+
+
+def remedy(error: OSError, *, refused_link: bool = False) -> str:
+    """What to do when the machine refuses a write, by its reason: ``"; free space on its file
+    system, then run again"``, a remount for a read-only one. Empty for a refused link (its own
+    message says which, and to remove it)."""
+    if refused_link or error.errno == errno.ELOOP:
+        return ""
+    if error.errno in (errno.ENOSPC, errno.EDQUOT):
+        fix = "free space on its file system"
+    elif error.errno == errno.EROFS:
+        fix = "its file system is mounted read-only: remount it read-write"
+    elif error.errno in (errno.EACCES, errno.EPERM):
+        fix = "check the directory's owner, mode and attributes (lsattr)"
+    else:
+        fix = "fix the directory"
+    return f"; {fix}, then run again"

@@ -30,6 +30,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
+from noderole.atomic import remedy
 from noderole.clock import Clock
 from noderole.errors import LockedError, NoderoleError
 from noderole.paths import (
@@ -159,19 +160,8 @@ def write_state_file(
 
 
 def _remedy(error: OSError) -> str:
-    """What to do when the machine refuses to write a state file, by its reason (a refused
-    link or owner says it in its own message)."""
-    if isinstance(error, _safeopen.UnsafePathError) or error.errno == errno.ELOOP:
-        return ""  # a link refused: its message says which, and to remove it
-    if error.errno in (errno.ENOSPC, errno.EDQUOT):
-        fix = "free space on its file system"
-    elif error.errno == errno.EROFS:
-        fix = "its file system is mounted read-only: remount it read-write"
-    elif error.errno in (errno.EACCES, errno.EPERM):
-        fix = "check the directory's owner, mode and attributes (lsattr)"
-    else:
-        fix = "fix the directory"
-    return f"; {fix}, then run again"
+    """What to do when the machine refuses to write a state file (see :func:`remedy`)."""
+    return remedy(error, refused_link=isinstance(error, _safeopen.UnsafePathError))
 
 
 def write_role(root: NodeRoot, role: str) -> None:

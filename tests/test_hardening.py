@@ -722,6 +722,31 @@ print(json.dumps(out))
 """
 )
 
+_RENDER_FULL = (
+    """
+import json, os, subprocess, sys
+from pathlib import Path
+from noderole.errors import NoderoleError
+from noderole.records import Service
+from noderole.render import render_openrc, write_rendered
+from noderole.root import NodeRoot
+root = Path(sys.argv[1])
+(root / "etc").mkdir(parents=True)
+subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16k", "tmpfs", str(root / "etc")], check=True)
+"""
+    + _FILL
+    + """
+fill(root / "etc")
+out = {}
+try:
+    write_rendered(render_openrc([Service(name="web", roles=["r"], command=["/bin/x"])]),
+                   root=NodeRoot(root))
+except NoderoleError as e:
+    out["error"] = (type(e).__name__, str(e))
+print(json.dumps(out))
+"""
+)
+
 _STATE_READ_ONLY = """
 import json, subprocess, sys
 from pathlib import Path
@@ -872,6 +897,18 @@ class TestFullRun:
         assert "/var/lib/noderole/applied.json" in message
         assert "No space left on device" in message
         assert "free space on its file system" in message
+
+    def test_rendering_into_a_full_etc_names_the_fix(self, tmp_path: Path) -> None:
+        """A runscript or unit that cannot be written for want of space says to free space.
+        Before: "check that the directory is writable and not a link, then render again",
+        under apply too."""
+        result = _in_private_mounts(_RENDER_FULL, tmp_path / "root", timeout=60)
+        kind, message = result["error"]
+        assert kind == "BackendError"
+        assert message.startswith("cannot write /etc/init.d/web (at ")
+        assert message.endswith(
+            ": No space left on device; free space on its file system, then run again"
+        )
 
     def test_a_read_only_state_directory_says_to_remount(self, tmp_path: Path) -> None:
         """An image booted with /var read-only: the fix named is a remount, not free space."""

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from pathlib import Path, PurePosixPath
 
 from noderole import recordclass
-from noderole.atomic import write_atomic
+from noderole.atomic import remedy, write_atomic
 from noderole.errors import BackendError
 from noderole.manifest import record
 from noderole.root import NodeRoot
@@ -86,8 +86,8 @@ def write_rendered(files: Iterable[Rendered], *, root: NodeRoot) -> list[Path]:
                 did = _write_link(local, item.target)
         except OSError as error:
             raise BackendError(
-                f"cannot write {item.path} (at {local}): {error.strerror or error}; "
-                "check that the directory is writable and not a link, then render again"
+                f"cannot write {item.path} (at {local}): {error.strerror or error}"
+                f"{remedy(error, refused_link=isinstance(error, _safeopen.UnsafePathError))}"
             ) from error
         if did:
             changed.append(local)
