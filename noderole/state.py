@@ -30,7 +30,6 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
-from noderole.atomic import remedy
 from noderole.clock import Clock
 from noderole.errors import LockedError, NoderoleError
 from noderole.paths import (
@@ -160,7 +159,10 @@ def write_state_file(
 
 
 def _remedy(error: OSError) -> str:
-    """What to do when the machine refuses to write a state file (see :func:`remedy`)."""
+    """What to do when the machine refuses to write a state file (see
+    :func:`noderole.atomic.remedy`; imported here: ``status`` reads state and writes none)."""
+    from noderole.atomic import remedy
+
     return remedy(error, refused_link=isinstance(error, _safeopen.UnsafePathError))
 
 

@@ -101,6 +101,8 @@ console's bug."""
 STATUS_FORBIDDEN = (
     "attr",
     "locale",
+    "noderole.atomic",
+    "noderole.recordclass",
     "noderole.records",
     "noderole.plan",
     "noderole.config",
@@ -128,10 +130,11 @@ STATUS_FORBIDDEN = (
     "urllib",
 )
 """What ``status`` of the applied role must not import: no attrs, records or planning (it shows
-the recorded plan as it is), no plugin or plugin machinery, no engine, no process spec or
-readiness probes (it sends none), nothing to name temporary files (it writes none) or to
-spawn a supervisor (one runs), no socket module (its one request needs only the interpreter's
-``_socket``, not ``socket``'s enums and selectors), no pathlib (its files are named by
+the recorded plan as it is; no record class), no plugin or plugin machinery, no engine, no
+process spec or readiness probes (it sends none), nothing to write files atomically or name
+temporary ones (it writes none) or to spawn a supervisor (one runs), no socket module (its
+one request needs only the interpreter's ``_socket``, not ``socket``'s enums and selectors),
+no pathlib (its files are named by
 ``NodeRoot.local``, as strings; pathlib brings urllib.parse and ipaddress), no TOML parser (no
 config file, or one parsed before), no shell quoting (it prints no command line), no signal
 module (it kills nothing; signal builds three enums at import), no state file module (its
