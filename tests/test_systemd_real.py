@@ -354,6 +354,22 @@ class TestAfterGivingUp:
         assert flaky["status"] == "started", flaky
         assert node.active("flaky.service") == "active"
 
+    @pytest.mark.parametrize("command", ["stop", "reset"])
+    def test_stop_and_reset_leave_no_failed_unit(self, node: Node, command: str) -> None:
+        """`stop` or `reset` of a role with a unit systemd gave up on leaves nothing failed:
+        `stop` makes it stopped, as the native supervisor's does, and `reset`, which removes
+        the unit, leaves systemd no ghost of it. Before, the unit stayed `failed` (after
+        `reset`: `not-found failed`), and `systemctl is-system-running` said `degraded` until
+        someone ran `systemctl reset-failed` or the node rebooted."""
+        command_path = stage_many(node.ns.root, GIVES_UP_PLUGIN)
+        node.ns.run(command_path, "apply", "many", "--backend", "systemd", check=False)
+        eventually(lambda: node.active("flaky.service") == "failed", "flaky to give up")
+        done = node.ns.run(command_path, command, "many", "--backend", "systemd", check=False)
+        assert done.returncode == 0, done.stdout + done.stderr
+        failed = node.ns.run("systemctl", "list-units", "--failed", "--no-legend", check=False)
+        assert failed.stdout.strip() == "", failed.stdout
+        assert node.active("flaky.service") == "inactive"
+
 
 BEHIND_PLUGIN = """\
 import noderole
