@@ -146,3 +146,31 @@ class TestApplyThroughOpenRC:
         assert flaky["status"] == "started", flaky
         running = namespace.sh(EVENTUALLY.format(check="pgrep -x -f 'sleep 3000'"))
         assert running.rc == 0, namespace.sh("ps -eo pid,args").stdout
+
+    def test_status_says_a_service_openrc_marks_failed_crashed_and_stop_clears_it(
+        self, namespace: OpenRCNamespace
+    ) -> None:
+        """Once supervise-daemon gives up, `rc-service NAME status` says stopped, but OpenRC
+        marks the service failed (/run/openrc/failed/NAME): `status` reads that mark and says
+        `crashed`, as the native supervisor and systemd do; `stop` clears it (`rc-service NAME
+        zap`), so stopped means stopped. Before, `status` said `stopped`, as if someone had
+        stopped it."""
+        noderole = namespace.wrapper  # type: ignore[attr-defined]
+        namespace.sh(f"{noderole} apply flaky --backend openrc", timeout=120)
+        gave_up = namespace.sh(EVENTUALLY.format(check="test -e /run/openrc/failed/flaky"))
+        assert gave_up.rc == 0, namespace.sh("ls -R /run/openrc").stdout
+
+        def status() -> tuple[int, dict[str, object]]:
+            done = namespace.sh(f"{noderole} status flaky --backend openrc --json")
+            (row,) = json.loads(done.stdout)["services"]
+            return done.rc, row
+
+        code, row = status()
+        assert (code, row["state"]) == (1, "crashed"), row
+        assert row["reason"] == (
+            "OpenRC marks it failed: its supervisor gave up respawning it, or its start failed"
+        )
+        stopped = namespace.sh(f"{noderole} stop flaky --backend openrc", timeout=120)
+        assert stopped.rc == 0, stopped.stderr + stopped.stdout
+        assert namespace.sh("test -e /run/openrc/failed/flaky").rc == 1
+        assert status()[1]["state"] == "stopped"

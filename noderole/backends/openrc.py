@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING
 
 from noderole.backends._initsystem import InitStatus, InitSystemBackend
@@ -14,6 +15,12 @@ __all__ = ["InitStatus", "OpenRCBackend"]
 
 # rc-service NAME status exits 0 started, 3 stopped, 32 crashed (OpenRC's documented codes).
 _STATUS_CODES = {0: "running", 3: "stopped", 32: "crashed"}
+
+OPENRC_SVCDIR = "/run/openrc"
+"""OpenRC's state directory on Linux (RC_SVCDIR): ``failed/NAME`` marks a service whose
+supervisor gave up respawning it, or whose start failed, which ``status`` calls stopped."""
+
+_FAILED = "OpenRC marks it failed: its supervisor gave up respawning it, or its start failed"
 
 
 class OpenRCBackend(InitSystemBackend):
@@ -32,12 +39,22 @@ class OpenRCBackend(InitSystemBackend):
         """``rc-service NAME status``'s exit code in the engine's words; no pid (OpenRC's
         supervisor keeps its own)."""
         code = self.run("rc-service", name, "status", check=False).returncode
-        return InitStatus(name=name, state=_STATUS_CODES.get(code, "stopped"))
+        state = _STATUS_CODES.get(code, "stopped")
+        if state == "stopped" and _marked_failed(name):
+            return InitStatus(name=name, state="crashed", reason=_FAILED)
+        return InitStatus(name=name, state=state)
 
     def launch(self, name: str, verb: str) -> None:
         """``rc-service NAME start|restart``: blocks until start_pre and the start are done."""
         self.run("rc-service", name, verb)
 
     def halt(self, name: str) -> None:
-        """``rc-service NAME stop``."""
+        """``rc-service NAME stop``; then ``zap`` for a service OpenRC still marks failed (a
+        stop leaves the mark): stopped means stopped, as under the native supervisor."""
         self.run("rc-service", name, "stop", check=False)
+        if _marked_failed(name):
+            self.run("rc-service", name, "zap", check=False)
+
+
+def _marked_failed(name: str) -> bool:
+    return os.path.lexists(f"{OPENRC_SVCDIR}/failed/{name}")
