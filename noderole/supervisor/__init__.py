@@ -15,12 +15,13 @@ TYPE_CHECKING = False  # typing is not imported at run time: the daemon stays sm
 if TYPE_CHECKING:
     from typing import Any
 
-    from noderole.supervisor._client import NotAnswering, Supervisor, SupervisorError
+    from noderole.supervisor._client import NotAnswering, OtherVersion, Supervisor, SupervisorError
     from noderole.supervisor._spec import ProcessSpec, ReadinessSpec, SupervisionSpec
     from noderole.supervisor._status import SchemaError, ServiceState, ServiceStatus
 
 _WHERE = {
     "NotAnswering": "_client",
+    "OtherVersion": "_client",
     "Supervisor": "_client",
     "SupervisorError": "_client",
     "ProcessSpec": "_spec",
@@ -33,6 +34,7 @@ _WHERE = {
 
 __all__ = [
     "NotAnswering",
+    "OtherVersion",
     "ProcessSpec",
     "ReadinessSpec",
     "SchemaError",

@@ -26,7 +26,7 @@ if TYPE_CHECKING:  # `status` and `stop` send no spec: they need not import it (
     from noderole.supervisor import _state
     from noderole.supervisor._spec import ProcessSpec
 
-__all__ = ["NotAnswering", "Supervisor", "SupervisorError"]
+__all__ = ["NotAnswering", "OtherVersion", "Supervisor", "SupervisorError"]
 
 _LAUNCH = _protocol.launch_source("_daemon")
 
@@ -43,6 +43,21 @@ class SupervisorError(RuntimeError):
 
 class NotAnswering(SupervisorError):
     """A daemon holds the node but says nothing (stopped with SIGSTOP, or hung)."""
+
+
+class OtherVersion(SupervisorError):
+    """The daemon speaks another protocol: another version of noderole started it (one from
+    before noderole was upgraded on a running node). It goes on supervising its services and
+    answers none of this version's requests; :meth:`Supervisor.stop` of every service it runs,
+    and :meth:`Supervisor.shutdown`, end it with a signal, the one interface every version has.
+    """
+
+    def __init__(self, message: str, *, pid: int, short: str) -> None:
+        super().__init__(message)
+        self.pid = pid
+        """The daemon's pid, as its connection's peer credentials gave it."""
+        self.short = short
+        """The first clause of the message: who, without the fix."""
 
 
 class Supervisor:
@@ -358,7 +373,27 @@ class Supervisor:
         answer = _protocol.decode(data)
         if answer.get("retry"):
             return None
+        if answer.get("v") != _protocol.PROTOCOL_VERSION and not answer.get("ok"):
+            raise self._other_version(pid, answer.get("v"))
         return answer
+
+    def _other_version(self, pid: int, version: object) -> OtherVersion:
+        ours = _protocol.PROTOCOL_VERSION
+        short = f"the native supervisor (pid {pid}) of {self._run} runs another version of noderole"
+        if isinstance(version, int) and version < ours:
+            when = "it was started before noderole was upgraded"
+        elif isinstance(version, int):
+            when = "it was started by a newer noderole, since replaced by this older one"
+        else:
+            when = "it was started by another noderole"
+        return OtherVersion(
+            f"{short} (protocol {version!r}; this noderole speaks {ours}): {when}, and goes on "
+            "supervising its services but takes no orders from this version. `noderole stop` "
+            "ends it, stopping every service it runs; `noderole apply ROLE` then starts them "
+            "under this version",
+            pid=pid,
+            short=short,
+        )
 
     def _request(self, request: dict[str, Any], *, start: bool) -> dict[str, Any] | None:
         """Send, starting the daemon first if ``start`` (and again if it was just exiting)."""
@@ -411,7 +446,10 @@ class Supervisor:
     def stop(self, names: Sequence[str]) -> list[ServiceStatus]:
         """Stop services in the given order; return once every process of each group is gone."""
         request = {"op": "stop", "names": list(names)}
-        answer = self._request(request, start=False)
+        try:
+            answer = self._request(request, start=False)
+        except OtherVersion as e:
+            return self._end_other_version(e, list(names))
         if answer is None and self._leftovers():
             answer = self._request(request, start=True)  # a new daemon kills the leftovers
         if answer is None:
@@ -423,12 +461,12 @@ class Supervisor:
         request = {"op": "status", "names": list(names) if names is not None else None}
         try:
             answer = self._send(request, timeout=self.timeout, hello=STATUS_HELLO_TIMEOUT)
-        except NotAnswering as e:
+        except (NotAnswering, OtherVersion) as e:
+            # Its services run on as it last recorded them; this client starts nothing more.
             self.not_answering = str(e)
             self.warn(str(e))
-            return self._from_state(
-                list(names) if names is not None else None, hung=str(e).split(";")[0]
-            )
+            hung = e.short if isinstance(e, OtherVersion) else str(e).split(";")[0]
+            return self._from_state(list(names) if names is not None else None, hung=hung)
         self.not_answering = None
         if answer is not None and not answer.get("ok"):
             raise SupervisorError(f"the native supervisor refused 'status': {answer.get('error')}")
@@ -453,7 +491,11 @@ class Supervisor:
         Also waits for a daemon that was already exiting: the abstract name it holds to its
         last breath is free once it is gone.
         """
-        pid = self.daemon_pid()
+        try:
+            pid = self.daemon_pid()
+        except OtherVersion as e:
+            self._terminate(e.pid)
+            return
         if pid is None and self._leftovers():
             self.ensure_running(to_shut_down=True)  # a new daemon kills the leftovers
             pid = self.daemon_pid()
@@ -472,6 +514,60 @@ class Supervisor:
             unheard.ready()  # once it has answered (or failed), the shutdown finds it
         self.discard()
         self.shutdown()
+
+    def _end_other_version(self, other: OtherVersion, names: list[str]) -> list[ServiceStatus]:
+        """Stop ``names`` under a daemon of another version: end it, if that stops no service
+        beyond them (it can only be ended as a whole); statuses as it recorded them at its end."""
+        others = [n for n, s in self._load().services.items() if s.active and n not in names]
+        if others:
+            raise SupervisorError(
+                f"cannot stop only {', '.join(names)}: {other.short}, which takes no orders from "
+                f"this version and can only be ended as a whole, and it also runs "
+                f"{', '.join(others)}. `noderole stop` stops the role and ends it (`kill "
+                f"{other.pid}` ends it and every service it runs)"
+            )
+        self._terminate(other.pid)
+        return self._from_state(names)
+
+    def _terminate(self, pid: int) -> None:
+        """SIGTERM the daemon ``pid`` (it stops every service, then exits, as every version of it
+        does) and return once it has exited.
+
+        The pid is taken again from a live connection to the daemon, and a pidfd opened while it
+        is held: the signal goes to that process, never to a process that took over its pid.
+        """
+        import select
+        import signal
+
+        sock = self._connect(_protocol.HELLO_TIMEOUT)
+        if sock is None:
+            return  # gone meanwhile
+        try:
+            holder = _protocol.peer_credentials(sock)[0]
+            if holder != pid:
+                raise SupervisorError(
+                    f"the native supervisor of {self._run} changed while noderole looked at it "
+                    f"(pid {pid}, now {holder}): run the command again"
+                )
+            pidfd = os.pidfd_open(holder)
+        except ProcessLookupError:
+            return
+        finally:
+            sock.close()
+        try:
+            signal.pidfd_send_signal(pidfd, signal.SIGTERM)
+            poller = select.poll()
+            poller.register(pidfd, select.POLLIN)
+            if not poller.poll(self.timeout * 1000):
+                raise SupervisorError(
+                    f"the native supervisor (pid {holder}) of {self._run} did not exit within "
+                    f"{self.timeout:g}s of SIGTERM (it stops its services first); see {self._log}"
+                )
+        except ProcessLookupError:
+            pass  # it exited between the pidfd and the signal
+        finally:
+            os.close(pidfd)
+        self._wait_gone(_START_TIMEOUT)
 
     def _wait_gone(self, timeout: float) -> None:
         """Return once no daemon holds this node's abstract name."""

@@ -233,7 +233,8 @@ class Server:
                 {
                     "ok": False,
                     "error": f"protocol version {version!r} is not supported; this supervisor "
-                    f"speaks {_protocol.PROTOCOL_VERSION}: shut it down and start it again",
+                    f"speaks {_protocol.PROTOCOL_VERSION} (another version of noderole started "
+                    "it): `noderole stop` ends it, stopping every service it runs",
                 }
             )
             return
