@@ -58,13 +58,59 @@ __all__ = [
 
 def read_last_apply(root: NodeRoot) -> dict[str, Any]:
     """The record of the last apply (empty when none or unreadable): ``role``, ``backend``,
-    ``services`` (name -> ``outcome``, ``reason``, ``at``), ``settings`` (table -> key -> value)."""
+    ``at``, ``ok``, ``seconds``, ``services`` (name -> ``outcome``, ``reason``, ``at``),
+    ``settings`` (table -> key -> value).
+
+    Only what is sound is returned: a record that is JSON of another shape (an editor's slip, a
+    block of another file after a disk fault, another version's record) loses each part that is
+    not, down to one service's entry. It reports the past, and every apply writes it whole again:
+    a damaged one must never fail a command (an apply failed after its services had started,
+    and every apply after it).
+    """
     try:
         with open(root.local(LAST_APPLY_FILE)) as f:  # not through pathlib: `status` imports none
             data = json.loads(f.read())
     except (OSError, ValueError):
         return {}
-    return data if isinstance(data, dict) else {}
+    return _sound_last_apply(data) if isinstance(data, dict) else {}
+
+
+def _sound_last_apply(data: dict[str, Any]) -> dict[str, Any]:
+    record: dict[str, Any] = {
+        key: data[key] for key in ("role", "backend") if isinstance(data.get(key), str)
+    }
+    record.update({key: float(data[key]) for key in ("at", "seconds") if _moment(data.get(key))})
+    if isinstance(data.get("ok"), bool):
+        record["ok"] = data["ok"]
+    services = data.get("services")
+    if isinstance(services, dict):
+        record["services"] = {
+            name: {"outcome": entry["outcome"], "reason": entry["reason"], "at": entry["at"]}
+            for name, entry in services.items()
+            if isinstance(entry, dict)
+            and isinstance(entry.get("outcome"), str)
+            and isinstance(entry.get("reason"), str)
+            and _moment(entry.get("at"))
+        }
+    settings = data.get("settings")
+    if isinstance(settings, dict):
+        # Each value is checked where it is used, as config.toml's are (config_from_values).
+        record["settings"] = {t: v for t, v in settings.items() if isinstance(v, dict)}
+    return record
+
+
+def _moment(value: object) -> bool:
+    """A time in seconds since the epoch (or a duration) a date can be made of: finite, not
+    negative, before the year 10000 (NaN fails the comparison)."""
+    return (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and 0 <= value < _LAST_MOMENT
+    )
+
+
+_LAST_MOMENT = 253_402_300_800.0
+"""10000-01-01T00:00:00Z: ``datetime.fromtimestamp`` goes no further."""
 
 
 def write_last_apply(root: NodeRoot, record: Mapping[str, Any]) -> None:

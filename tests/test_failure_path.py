@@ -428,6 +428,60 @@ class TestBrokenConfig:
         assert [(r["name"], r["state"]) for r in rows] == [("a", "stopped")]
 
 
+# Valid JSON of the wrong shape at /var/lib/noderole/last-apply.json: an editor's slip, a disk
+# that returned another file's block, a record of an older or newer noderole.
+DAMAGED_LAST_APPLY = [
+    '{"role": "demo", "services": 1}',
+    '{"role": "demo", "services": ["a", "b"]}',
+    '{"role": "demo", "services": {"a": "started"}}',
+    '{"role": "demo", "services": {"a": {"outcome": "failed", "reason": "x", "at": "yesterday"}}}',
+    '{"role": "demo", "services": {"a": {"outcome": "failed", "reason": "x", "at": NaN}}}',
+    '{"role": "demo", "services": {"a": {"outcome": "failed", "reason": "x", "at": 1e300}}}',
+    '{"role": "demo", "services": {"a": {"outcome": 3, "reason": null, "at": true}}}',
+    '{"role": "demo", "services": {"a": {"outcome": "failed"}}}',
+    '{"role": ["demo"], "services": {}, "settings": 5}',
+    '{"role": "demo", "settings": {"noderole": 1}, "ok": "yes", "seconds": "long", "at": []}',
+]
+
+
+class TestDamagedLastApply:
+    @pytest.mark.parametrize("text", DAMAGED_LAST_APPLY)
+    def test_status_and_apply_read_what_is_sound(self, node: Node, text: str) -> None:
+        """status shows what is sound of the record and apply writes a whole one again: the
+        record of the last apply is a report, and a damaged one must not stop a node's apply
+        after its services started (it did: an AttributeError, and every later apply too)."""
+        node.services += [sleeper("a"), sleeper("b")]
+        assert node.run("apply", "demo").exit_code == 0
+        record = node.root / "var/lib/noderole/last-apply.json"
+        record.write_text(text)
+        for args in (("status",), ("status", "a"), ("status", "--json")):
+            shown = node.run(*args)
+            assert shown.exit_code == 0, (args, shown.output)
+        again = node.run("apply", "demo")
+        assert again.exit_code == 0, again.output
+        written = json.loads(record.read_text())
+        assert written["role"] == "demo"
+        assert sorted(written["services"]) == ["a", "b"]
+        assert all(e["outcome"] == "running" for e in written["services"].values())
+
+    @pytest.mark.parametrize(
+        "settings", ['{"noderole": 1}', '{"noderole": {"net_check": "maybe"}}', "[]", "NaN"]
+    )
+    def test_broken_config_with_damaged_recorded_settings(self, node: Node, settings: str) -> None:
+        """With config.toml broken, status and stop fall back to the settings the last apply
+        recorded; damaged ones are left out (defaults instead), never a traceback."""
+        node.services.append(sleeper("a"))
+        assert node.run("apply", "demo").exit_code == 0
+        record = node.root / "var/lib/noderole/last-apply.json"
+        data = json.loads(record.read_text())
+        record.write_text(json.dumps(data)[:-1] + f', "settings": {settings}}}')
+        (node.root / "etc/noderole/config.toml").write_text("[noderole\n")
+        status = node.run("status")
+        assert status.exit_code == 0, status.output
+        assert "warning: /etc/noderole/config.toml: not valid TOML" in status.stderr
+        assert node.run("stop").exit_code == 0
+
+
 @pytest.fixture
 def server_root(tmp_path: Path) -> Path:
     """A scratch root for the shipped plugins' server role, net check off."""
