@@ -157,9 +157,12 @@ def stamped_outcome(request: MintCertificate, *, root: NodeRoot, now: float) -> 
         return None
     try:
         valid_from, reuse_until = float(stamp["valid_from"]), float(stamp["reuse_until"])
+        # A time past what datetime (or time_t) holds raises OverflowError (or OSError).
         not_after = dt.datetime.fromtimestamp(float(stamp["not_after"]), tz=dt.UTC)
-        fingerprint = str(stamp["fingerprint"])
-    except (KeyError, TypeError, ValueError):
+        fingerprint = stamp["fingerprint"]
+    except (KeyError, TypeError, ValueError, OverflowError, OSError):
+        return None
+    if not isinstance(fingerprint, str):
         return None
     if not valid_from <= now < reuse_until or stamp.get("request") != _request_key(request):
         return None

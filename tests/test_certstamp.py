@@ -140,6 +140,32 @@ class TestStamp:
         stamp.write_text("{")
         assert _stamped(node) is None
 
+    @pytest.mark.parametrize(
+        ("field", "value"),
+        [
+            ("not_after", 1e300),  # OverflowError from datetime, not a ValueError
+            ("not_after", -1e300),
+            ("not_after", float("nan")),
+            ("not_after", "soon"),
+            ("valid_from", None),
+            ("reuse_until", [1]),
+            ("fingerprint", {"a": 1}),
+        ],
+    )
+    def test_stamp_with_a_value_of_another_kind_is_ignored(
+        self, node: Node, field: str, value: object
+    ) -> None:
+        """A stamp whose field holds what no check wrote (a disk fault, an editor) is no
+        shortcut, and never an error: the full check runs (it raised OverflowError for a time
+        past what datetime holds, failing every apply of the node)."""
+        node.ensure()
+        (stamp,) = node.root.resolve(STAMP_DIR).iterdir()
+        document = json.loads(stamp.read_text())
+        document[field] = value
+        stamp.write_text(json.dumps(document))
+        assert _stamped(node) is None
+        assert node.ensure().action == "reused"
+
     def test_reuse_by_full_check_records_a_stamp(self, node: Node) -> None:
         """A full check that reuses (stamp removed) records a new stamp."""
         node.ensure()
