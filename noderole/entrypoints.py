@@ -221,12 +221,9 @@ def discover(group: str, cache: str | os.PathLike[str] | None) -> list[FoundEntr
     key = repr(parts)
     mine = next((e for e in entries if e.get("key") == key), None)
     if mine is not None:
-        stored = mine["groups"].get(group)
-        if isinstance(stored, list):
-            try:
-                return [FoundEntryPoint(*item) for item in stored]
-            except TypeError:
-                pass  # a damaged entry: scan
+        stored = _stored(mine["groups"].get(group))
+        if stored is not None:
+            return stored
     found = _scan(group)
     if cache is not None and settled:
         groups = dict(mine["groups"]) if mine is not None else {}
@@ -237,6 +234,26 @@ def discover(group: str, cache: str | os.PathLike[str] | None) -> list[FoundEntr
             entry["directories"] = directories
             entry["listings"] = listed
         _write(cache, [entry, *others])
+    return found
+
+
+def _stored(items: object) -> list[FoundEntryPoint] | None:
+    """A stored group's entry points, when each is a name and a value (strings) and a
+    distribution and a version (strings or null); None (scan again) when any is not: a name of
+    another type failed every command that loads plugins, far from here."""
+    if not isinstance(items, list):
+        return None
+    found = []
+    for item in items:
+        if not (
+            isinstance(item, list)
+            and len(item) == 4
+            and isinstance(item[0], str)
+            and isinstance(item[1], str)
+            and all(part is None or isinstance(part, str) for part in item[2:])
+        ):
+            return None
+        found.append(FoundEntryPoint(*item))
     return found
 
 

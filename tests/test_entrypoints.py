@@ -118,6 +118,35 @@ class TestDiscover:
         # The key is one string (read back without building its lists).
         assert [type(entry["key"]) for entry in document["entries"]] == [str]
 
+    @pytest.mark.parametrize(
+        "item",
+        [
+            [[], "x:y", "d", "1"],  # a name that is no string: unhashable where plugins are kept
+            [{}, "x:y", "d", "1"],
+            ["epone", "x:y", 1, "1"],  # sorted with the others' names
+            ["epone", None, "d", "1"],
+            ["epone", "x:y", "d"],
+            "epone",
+        ],
+    )
+    def test_stored_entry_point_of_another_shape_is_scanned_over(
+        self, install_dist: Callable[..., Path], tmp_path: Path, item: object
+    ) -> None:
+        """A stored entry point that is not four strings (the last two may be null), under a
+        matching key, is no answer: the group is scanned again and stored sound. (It failed
+        every command that loads plugins with a TypeError.)"""
+        _age(install_dist("ep-one", "1.0", {"epone": "ep_one"}, {"ep_one": PLUGIN}))
+        cache = tmp_path / "cache.json"
+        assert "epone" in _names(cache)
+        document = json.loads(cache.read_text())
+        document["entries"][0]["groups"][GROUP] = [item, ["other", "x:y", None, None]]
+        cache.write_text(json.dumps(document))
+        found = discover(GROUP, cache)
+        assert "epone" in {f.name for f in found}
+        assert "other" not in {f.name for f in found}
+        assert all(isinstance(f.name, str) and isinstance(f.value, str) for f in found)
+        assert _names(cache) == {f.name for f in found}  # stored sound, served again
+
     @pytest.mark.parametrize("old", [2, 3])
     def test_cache_of_a_previous_format_is_replaced(
         self, install_dist: Callable[..., Path], tmp_path: Path, old: int
