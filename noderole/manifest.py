@@ -192,7 +192,14 @@ def _lines(data: bytes) -> dict[str, tuple[Any, Any]]:
             path, kind, digest = item["path"], item["kind"], item["digest"]
         except (KeyError, TypeError):
             continue  # a torn last line after a crash, or a line from an unknown future
-        if isinstance(path, str) and path.startswith("/"):
+        # A kind or digest of another type (a disk fault, an editor) is no record: reset would
+        # fail on it (an unhashable kind), or compare a digest that can match nothing.
+        if (
+            isinstance(path, str)
+            and path.startswith("/")
+            and isinstance(kind, str)
+            and isinstance(digest, str)
+        ):
             found[path] = (kind, digest)
     return found
 

@@ -344,6 +344,9 @@ _MANIFEST_LINES = [
     '{"path":"/etc/c","kind":"file"}',
     '{"path":"/etc/c","kind":"file","digest":"any","since":"future"}',
     '{"path":7,"kind":"file","digest":"any"}',
+    '{"path":"/etc/g","kind":[],"digest":"any"}',
+    '{"path":"/etc/g","kind":"file","digest":{"sha256":1}}',
+    '{"path":"/etc/h","kind":null,"digest":null}',
     "1,2",
     '{"path":"/etc/d","kind":"dir","digest":"dir"},{"path":"/etc/e","kind":"dir","digest":"dir"}',
     "null",
@@ -397,9 +400,39 @@ class TestManifest:
                 path, kind, digest = item["path"], item["kind"], item["digest"]
             except (ValueError, KeyError, TypeError):
                 continue
-            if isinstance(path, str) and path.startswith("/"):
+            if (
+                isinstance(path, str)
+                and path.startswith("/")
+                and isinstance(kind, str)
+                and isinstance(digest, str)
+            ):
                 expected[path] = (kind, digest)
         assert {p: (e.kind, e.digest) for p, e in entries(root).items()} == expected
+
+    @pytest.mark.parametrize(
+        "line",
+        [
+            '{"path":"/etc/a","kind":[],"digest":"any"}',
+            '{"path":"/etc/a","kind":{},"digest":"any"}',
+            '{"path":"/etc/a","kind":"file","digest":7}',
+        ],
+    )
+    def test_reset_passes_over_an_entry_of_another_shape(self, tmp_path: Path, line: str) -> None:
+        """An entry whose kind or digest is not a string (a disk fault, an editor) is no record:
+        reset keeps the file and removes the rest (it failed with 'unhashable type')."""
+        root = NodeRoot(tmp_path)
+        node = ScratchRoot(tmp_path)
+        node.write("/etc/a", "a")
+        node.write("/etc/b", "b")
+        record(root, "file", ["/etc/b"])
+        with open(root.resolve(MANIFEST), "a") as handle:
+            handle.write(line + "\n")
+        assert set(entries(root)) == {"/etc/b"}
+        bare = _App(root=root, autoload=False)
+        bare.recorder = RecordingBackend(node)
+        report = bare.reset(None, bare.recorder)
+        assert "/etc/b" in report.removed
+        assert node.exists("/etc/a")
 
     def test_unchanged_record_not_appended(self, tmp_path: Path) -> None:
         """Recording the same content twice adds one line; a new content adds another."""
