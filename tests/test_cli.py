@@ -169,6 +169,29 @@ class TestInspect:
         assert result.exception is not None
         assert type(result.exception).__name__ == "PlanError"
 
+    def test_debug_shows_the_traceback_from_the_command_too(self, tmp_path: Path) -> None:
+        """The `noderole` command itself (not click's test runner) prints the traceback under
+        --debug, then the one-paragraph message, and keeps the error's exit code. (It printed
+        the message alone: the console entry point caught what --debug let through.)"""
+        done = subprocess.run(
+            [sys.executable, "-m", "noderole", "--root", str(tmp_path), "--debug", "plan", "nope"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == ExitCode.PLAN, done.stderr
+        assert "Traceback (most recent call last):" in done.stderr
+        assert "noderole.errors.PlanError: unknown role 'nope'" in done.stderr
+        assert done.stderr.splitlines()[-1].startswith("noderole: error: unknown role 'nope'")
+        plain = subprocess.run(
+            [sys.executable, "-m", "noderole", "--root", str(tmp_path), "plan", "nope"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert plain.returncode == ExitCode.PLAN
+        assert "Traceback" not in plain.stderr
+
     def test_graph_formats(self, tmp_path: Path) -> None:
         """graph renders text, dot and mermaid."""
         assert run(tmp_path, "graph", "front", "--format", "dot").stdout.startswith("digraph")

@@ -216,6 +216,11 @@ class LazyGroup(Group):
 
             app = ctx.find_object(App)
             if app is not None and app.debug:
+                # Printed here: an embedder (or a test) gets the exception, and the command,
+                # whose entry point turns it into the message and the exit code, shows it too.
+                import traceback
+
+                traceback.print_exc()
                 raise
             for warning in app.warnings if app is not None else ():
                 click.echo(f"noderole: warning: {warning}", err=True)
