@@ -172,6 +172,16 @@ class TestBaseConfig:
         node_root.write(CONFIG, text)
         assert failed(prestart(node_root)) == f"{CONFIG} {why}"
 
+    def test_a_config_nested_thousands_deep_is_named_as_such(self, node_root: ScratchRoot) -> None:
+        """Thousands of nested brackets (a generator gone wrong, a fuzzer): the file is named and
+        said to be too deep, where PyYAML's recursion made it the plugin's fault (exit 3,
+        "fix the plugin") in every plan and apply."""
+        node_root.write(CONFIG, "node-label: " + "[" * 5000 + "]" * 5000 + "\n")
+        assert failed(prestart(node_root)) == (
+            f"{CONFIG} is not valid YAML: collections nested thousands deep, past what noderole "
+            "reads; fix or remove it"
+        )
+
     def test_a_config_that_is_not_utf8_is_named_as_such(self, node_root: ScratchRoot) -> None:
         """Latin-1 bytes in config.yaml: said as the environment files say it, not as Python's
         codec error ("'utf-8' codec can't decode byte 0xe9 in position 14: ...")."""

@@ -244,6 +244,14 @@ def load(text: str) -> Any:
         return yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise _error(exc) from exc
+    except RecursionError:
+        # PyYAML composes a node per level, recursively: thousands of nested brackets are a
+        # broken file, not a broken plugin.
+        raise YAMLError(
+            "collections nested too deeply",
+            None,
+            problem="collections nested thousands deep, past what noderole reads",
+        ) from None
 
 
 def _error(exc: Exception) -> YAMLError:
