@@ -347,8 +347,10 @@ def _hook_timeout() -> float:
         value = float(raw)
     except ValueError:
         raise PluginError(f"{HOOK_TIMEOUT_ENV}={raw!r} is not a number of seconds") from None
-    if value <= 0:
-        raise PluginError(f"{HOOK_TIMEOUT_ENV}={raw!r} must be greater than 0")
+    if not 0 < value < float("inf"):  # NaN compares false both ways: refused too
+        raise PluginError(
+            f"{HOOK_TIMEOUT_ENV}={raw!r} must be a finite number of seconds greater than 0"
+        )
     return value
 
 

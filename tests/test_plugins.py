@@ -450,6 +450,34 @@ class TestPluginSetOver:
         assert bare.hook_timeout == 9.0
 
 
+@pytest.mark.parametrize(
+    ("value", "why"),
+    [
+        ("nan", "must be a finite number of seconds greater than 0"),
+        ("inf", "must be a finite number of seconds greater than 0"),
+        ("1e400", "must be a finite number of seconds greater than 0"),
+        ("-5", "must be a finite number of seconds greater than 0"),
+        ("0", "must be a finite number of seconds greater than 0"),
+        ("abc", "is not a number of seconds"),
+    ],
+)
+def test_hook_timeout_from_the_environment_is_refused_unless_finite(
+    monkeypatch: pytest.MonkeyPatch, value: str, why: str
+) -> None:
+    """NODEROLE_HOOK_TIMEOUT bounds every hook call; NaN or infinity bounded none (NaN
+    compared false with 0 and was taken, leaving a hung plugin to hang the boot)."""
+    import pluggy
+
+    from noderole import hookspecs
+
+    monkeypatch.setenv("NODEROLE_HOOK_TIMEOUT", value)
+    manager = pluggy.PluginManager(hookspecs.PROJECT)
+    manager.add_hookspecs(hookspecs)
+    with pytest.raises(PluginError) as caught:
+        PluginSet.over(manager)
+    assert str(caught.value) == f"NODEROLE_HOOK_TIMEOUT={value!r} {why}"
+
+
 class TestBaseExceptions:
     """SystemExit and KeyboardInterrupt raised by plugin code are that plugin's error."""
 
