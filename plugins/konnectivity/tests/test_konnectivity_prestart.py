@@ -104,7 +104,7 @@ class TestServerCount:
         node_root.write_env(FIRST_BOOT, {"EKS_KONNECTIVITY_SERVER_COUNT": "3"})
         assert count_flag(konnectivity(node_root)) == "--server-count=3"
 
-    @pytest.mark.parametrize("raw", ["0", "-1", "two", "1.5", "3 # replicas=3", "0x3"])
+    @pytest.mark.parametrize("raw", ["0", "000", "-1", "two", "1.5", "3 # replicas=3", "0x3", "٣"])
     def test_bad_count_fails_before_waiting(
         self, node_root: ScratchRoot, fake_clock: FakeClock, raw: str
     ) -> None:
@@ -119,6 +119,38 @@ class TestServerCount:
         assert isinstance(outcome.failed_step, noderole.Fail)
         assert outcome.waited == []  # no wait was entered
         assert outcome.seconds == 0
+
+    @pytest.mark.parametrize(
+        "raw",
+        # 5,000 digits: past what int() converts (4,300), which raised from the hook
+        ["4294967296", "99999999999999999999", "1" + "0" * 400, "9" * 5000],
+        ids=["2**32", "20 digits", "401 digits", "5000 digits"],
+    )
+    def test_count_konnectivity_would_refuse_fails_before_waiting(
+        self, node_root: ScratchRoot, fake_clock: FakeClock, raw: str
+    ) -> None:
+        """A count past what konnectivity-server's --server-count takes (an unsigned int, 32
+        bits on some of its builds) fails here, naming the limit: passed on, the server would
+        refuse its flag at every start and crash-loop with the reason only in its log."""
+        node_root.write_env(
+            FIRST_BOOT, {"EKS_KONNECTIVITY_SERVER_COUNT": raw, "EKS_KONNECTIVITY_SANS": SANS}
+        )
+        outcome = prestart(node_root, fake_clock)
+        shown = (
+            repr(raw) if len(raw) <= 40 else f"{raw[:16]!r}...{raw[-8:]!r} ({len(raw)} characters)"
+        )
+        assert outcome.reason == (
+            f"EKS_KONNECTIVITY_SERVER_COUNT={shown} in {FIRST_BOOT} is more than "
+            "konnectivity-server's --server-count takes (at most 4294967295): set it to the "
+            "number of apiserver replicas (each agent holds a tunnel to every one)"
+        )
+        assert isinstance(outcome.failed_step, noderole.Fail)
+        assert outcome.waited == []
+        assert count_flag(konnectivity(node_root)) == "--server-count=1"
+
+    def test_largest_count_konnectivity_takes_is_honoured(self, node_root: ScratchRoot) -> None:
+        node_root.write_env(FIRST_BOOT, {"EKS_KONNECTIVITY_SERVER_COUNT": "4294967295"})
+        assert count_flag(konnectivity(node_root)) == "--server-count=4294967295"
 
 
 class TestSans:

@@ -214,18 +214,40 @@ def _first_boot(node: NodeContext, cfg: Mapping[str, Any]) -> tuple[Mapping[str,
     return env.values, None
 
 
+MAX_SERVER_COUNT = 2**32 - 1
+"""The largest ``--server-count`` konnectivity-server takes on all its builds (an unsigned int,
+32 bits on some); past it the server refuses the flag at every start."""
+
+
 def server_count(raw: str | None, *, source: str) -> tuple[int, str | None]:
     """``EKS_KONNECTIVITY_SERVER_COUNT`` as a number: absent or empty is 1 (one control plane);
-    anything but a positive integer gives 1 and the reason it is wrong."""
+    anything but a positive integer konnectivity-server takes gives 1 and the reason it is
+    wrong."""
     text = (raw or "").strip()
     if not text:
         return 1, None
-    if text.isascii() and text.isdigit() and int(text) > 0:  # [0-9]+, no regex to compile
-        return int(text), None
-    return 1, (
-        f"{COUNT_KEY}={text!r} in {source} is not a positive integer: set it to the number of "
-        "apiserver replicas (each agent holds a tunnel to every one), or remove it for 1"
-    )
+    fix = "set it to the number of apiserver replicas (each agent holds a tunnel to every one)"
+    # [0-9]+ (no regex to compile). Leading zeros aside, more digits than the limit has is past
+    # it: int() is never asked for thousands of digits (past 4,300 it raises).
+    digits = (text.lstrip("0") or "0") if text.isascii() and text.isdigit() else ""
+    if len(digits) > len(str(MAX_SERVER_COUNT)) or (digits and int(digits) > MAX_SERVER_COUNT):
+        return 1, (
+            f"{COUNT_KEY}={_shown(text)} in {source} is more than konnectivity-server's "
+            f"--server-count takes (at most {MAX_SERVER_COUNT}): {fix}"
+        )
+    if not digits or digits == "0":
+        return 1, (
+            f"{COUNT_KEY}={_shown(text)} in {source} is not a positive integer: {fix}, or "
+            "remove it for 1"
+        )
+    return int(digits), None
+
+
+def _shown(text: str) -> str:
+    """``text`` quoted, cut to its ends when it is too long to read in a message."""
+    if len(text) <= 40:
+        return repr(text)
+    return f"{text[:16]!r}...{text[-8:]!r} ({len(text)} characters)"
 
 
 def split_sans(raw: str | None) -> list[str]:
