@@ -182,6 +182,55 @@ class TestBaseConfig:
             "reads; fix or remove it"
         )
 
+    @pytest.mark.parametrize(
+        ("text", "why"),
+        [
+            (
+                "write-kubeconfig-mode: '0600'\nnode-label: 2001-13-45\n",
+                "is not valid YAML (line 2, column 13): '2001-13-45' cannot be read as a YAML "
+                "timestamp (month must be in 1..12); quote it if it is text; fix or remove it",
+            ),
+            (
+                "node-label:\n  - 2001-02-30 10:00:00\n",
+                "is not valid YAML (line 2, column 5): '2001-02-30 10:00:00' cannot be read as a "
+                "YAML timestamp (day is out of range for month); quote it if it is text; fix or "
+                "remove it",
+            ),
+            (
+                "node-label: !!int x\n",
+                "is not valid YAML (line 1, column 13): 'x' cannot be read as a YAML int (invalid "
+                "literal for int() with base 10: 'x'); quote it if it is text; fix or remove it",
+            ),
+            (
+                "node-label: [a, !!float abc]\n",
+                "is not valid YAML (line 1, column 17): 'abc' cannot be read as a YAML float "
+                "(could not convert string to float: 'abc'); quote it if it is text; fix or "
+                "remove it",
+            ),
+            (
+                # the flat shapes noderole reads without PyYAML, then PyYAML's path
+                "cluster-cidr: 10.42.0.0/16\nnode-label: " + "9" * 5000 + "\n",
+                "is not valid YAML (line 2, column 13): an integer of 5000 digits, more than "
+                "Python reads (4300); quote it if it is text; fix or remove it",
+            ),
+            (
+                "node-label: [" + "9" * 5000 + "]\n",
+                "is not valid YAML (line 1, column 14): an integer of 5000 digits, more than "
+                "Python reads (4300); quote it if it is text; fix or remove it",
+            ),
+        ],
+        ids=["month 13", "february 30", "int tag", "float tag", "long int, flat", "long int"],
+    )
+    def test_a_value_yaml_cannot_convert_is_named_with_its_place(
+        self, node_root: ScratchRoot, text: str, why: str
+    ) -> None:
+        """Valid YAML whose value its type cannot hold (a date with month 13, an integer of
+        thousands of digits): the file, the place and the value are named. Before, only
+        Python's words reached the operator ("month must be in 1..12"), or, for the integer
+        in a flat file, an error noderole raised from the plugin itself."""
+        node_root.write(CONFIG, text)
+        assert failed(prestart(node_root)) == f"{CONFIG} {why}"
+
     def test_a_config_that_is_not_utf8_is_named_as_such(self, node_root: ScratchRoot) -> None:
         """Latin-1 bytes in config.yaml: said as the environment files say it, not as Python's
         codec error ("'utf-8' codec can't decode byte 0xe9 in position 14: ...")."""

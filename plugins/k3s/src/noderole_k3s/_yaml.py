@@ -10,6 +10,7 @@ is handed to PyYAML, imported then. The tests compare both paths on generated do
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -252,6 +253,54 @@ def load(text: str) -> Any:
             None,
             problem="collections nested thousands deep, past what noderole reads",
         ) from None
+    except ValueError as exc:
+        # Valid YAML whose value its type cannot hold: a timestamp of month 13, ``!!int x``, an
+        # integer of thousands of digits. PyYAML's constructor says only Python's words.
+        raise _unconvertible(text, exc) from None
+
+
+def _unconvertible(text: str, exc: ValueError) -> YAMLError:
+    """The scalar of ``text`` that its YAML type cannot hold (``exc`` is what converting the
+    whole document raised), with its place: the document is composed again and each scalar
+    converted alone, on this error's path only."""
+    import yaml
+
+    loader = yaml.SafeLoader(text)
+    try:
+        pending = [loader.get_single_node()]
+        while pending:
+            node = pending.pop()
+            if isinstance(node, yaml.MappingNode):
+                pending.extend(part for pair in reversed(node.value) for part in pair[::-1])
+            elif isinstance(node, yaml.SequenceNode):
+                pending.extend(reversed(node.value))
+            elif isinstance(node, yaml.ScalarNode):
+                try:
+                    loader.construct_object(node)
+                except ValueError as found:
+                    return _value_error(node, found)
+    except yaml.YAMLError:
+        pass
+    finally:
+        loader.dispose()
+    return YAMLError(str(exc), None, problem=f"a value YAML cannot read ({exc})")
+
+
+def _value_error(node: Any, error: ValueError) -> YAMLError:
+    kind = str(node.tag).rpartition(":")[2]
+    digits = str(node.value).lstrip("+-")
+    limit = sys.get_int_max_str_digits()
+    if kind == "int" and digits.isdigit() and limit and len(digits) > limit:
+        what = f"an integer of {len(digits)} digits, more than Python reads ({limit})"
+    else:
+        what = f"{node.value!r} cannot be read as a YAML {kind} ({error})"
+    mark = node.start_mark
+    return YAMLError(
+        str(error),
+        mark.line + 1,
+        column=mark.column + 1,
+        problem=f"{what}; quote it if it is text",
+    )
 
 
 def _error(exc: Exception) -> YAMLError:
@@ -321,6 +370,9 @@ def _value(text: str) -> Any:
     if text in _NULLS:
         return None
     if _is_int(text):
+        limit = sys.get_int_max_str_digits()
+        if limit and len(text.lstrip("-")) > limit:  # int() refuses it: PyYAML's path says so
+            raise _NotPlain
         return int(text)
     if _is_plain(text) and text.lower() not in _SPECIAL:
         return text
