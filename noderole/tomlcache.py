@@ -87,10 +87,36 @@ def parse_config_text(text: str, cache: str | os.PathLike[str] | None) -> dict[s
 
     # A byte-order mark some editors write (Notepad) is theirs, not a first statement: tomllib
     # would refuse it as "Invalid statement (at line 1, column 1)", showing nothing to fix.
-    document = tomllib.loads(text[1:] if text.startswith("\ufeff") else text)
+    try:
+        document = tomllib.loads(text[1:] if text.startswith("\ufeff") else text)
+    except tomllib.TOMLDecodeError:
+        raise
+    except ValueError as exc:  # int() refused a number of thousands of digits: say which
+        raise _long_number(text) or exc from None
     if cache is not None and _plain(document):
         _UNSTORED[os.fspath(cache)] = {"format": _FORMAT, "text": text, "document": document}
     return document
+
+
+def _long_number(text: str) -> ValueError | None:
+    """The error for the first number in ``text`` longer than ``int()`` converts, with its line
+    (tomllib's own refusal names Python's setting, not the file's line)."""
+    import sys
+
+    limit = sys.get_int_max_str_digits()
+    for number, line in enumerate(text.splitlines(), 1):
+        run = 0
+        for character in line + " ":
+            if "0" <= character <= "9":
+                run += 1
+            elif character != "_":
+                if limit and run > limit:
+                    return ValueError(
+                        f"an integer of {run} digits, more than Python reads ({limit}) "
+                        f"(at line {number})"
+                    )
+                run = 0
+    return None
 
 
 def store_parsed(cache: str | os.PathLike[str]) -> bool:

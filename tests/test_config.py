@@ -106,6 +106,24 @@ class TestLoadConfig:
         with pytest.raises(ConfigError, match="not valid TOML"):
             load_config(NodeRoot(tmp_path), TABLES)
 
+    @pytest.mark.parametrize(
+        "number", ["9" * 5000, "1_" + "0_" * 4500 + "0"], ids=["plain", "1_000"]
+    )
+    def test_an_integer_of_thousands_of_digits_is_named_with_its_line(
+        self, tmp_path: Path, number: str
+    ) -> None:
+        """A number longer than Python converts (4,300 digits): the line and the size, where
+        Python's words were all the operator got ("Exceeds the limit (4300 digits) for integer
+        string conversion...; use sys.set_int_max_str_digits() to increase the limit")."""
+        _write(tmp_path, f"[demo]\nenabled = true\nport = {number}\n")
+        digits = number.count("9") + number.count("1") + number.count("0")
+        with pytest.raises(ConfigError) as raised:
+            load_config(NodeRoot(tmp_path), TABLES)
+        assert str(raised.value) == (
+            f"/etc/noderole/config.toml: not valid TOML: an integer of {digits} digits, more "
+            "than Python reads (4300) (at line 3)"
+        )
+
     def test_secret_is_shown_masked(self, tmp_path: Path) -> None:
         """A secret setting shows as *** in config show output."""
         _write(tmp_path, '[demo]\ntoken = "abc"\n')
