@@ -29,7 +29,7 @@ from noderole import recordclass
 from noderole.errors import CertificateError
 from noderole.names import is_dns_label
 
-__all__ = ["SubjectAltName", "parse_sans"]
+__all__ = ["SubjectAltName", "covers", "parse_host", "parse_sans"]
 
 _HOST_PORT = r"^[^:\[\]]+:\d*\Z"
 _BRACKETED = r"^\[(?P<inner>[^\]]*)\](?P<rest>.*)\Z"
@@ -82,11 +82,54 @@ def parse_sans(text: str | Iterable[str]) -> tuple[SubjectAltName, ...]:
     return tuple(result)
 
 
+def parse_host(text: str) -> SubjectAltName:
+    """The one DNS name or IP address a client dials (``text``, trimmed), normalised as a SAN
+    is; a :class:`CertificateError` naming it and why otherwise: a list, a URL, a port, a path,
+    a wildcard, or text that is neither a name nor an address."""
+    entry = text.strip()
+    why = ""
+    if not entry:
+        why = "it is empty"
+    elif "," in entry:
+        why = "a list is not one address; give the one address clients dial"
+    elif entry.startswith("*"):
+        why = "a wildcard names no host to dial"
+    else:
+        try:
+            return _parse_entry(entry)
+        except _Rejected as rejected:
+            why = rejected.why
+    raise CertificateError(f"{entry!r} is not a host name or IP address: {why}")
+
+
+def covers(sans: Iterable[SubjectAltName], host: SubjectAltName) -> bool:
+    """Whether a certificate for ``sans`` is valid for ``host`` (RFC 6125: the same address or
+    name, or a wildcard ``*.`` standing for exactly the host's first label)."""
+    for san in sans:
+        if san.kind != host.kind:
+            continue
+        if san.value == host.value:
+            return True
+        if san.kind == "dns" and san.value.startswith("*."):
+            first, dot, rest = host.value.partition(".")
+            if first and dot and rest == san.value[2:]:
+                return True
+    return False
+
+
+class _Rejected(CertificateError):
+    """A SAN entry refused, with the reason alone (:func:`parse_host` words it its own way)."""
+
+    def __init__(self, entry: str, why: str) -> None:
+        super().__init__(
+            f"invalid SAN {entry!r}: {why}; fix this entry in the SAN list "
+            f"(comma-separated DNS names and IP addresses)"
+        )
+        self.why = why
+
+
 def _reject(entry: str, why: str) -> CertificateError:
-    return CertificateError(
-        f"invalid SAN {entry!r}: {why}; fix this entry in the SAN list "
-        f"(comma-separated DNS names and IP addresses)"
-    )
+    return _Rejected(entry, why)
 
 
 def _parse_entry(entry: str) -> SubjectAltName:

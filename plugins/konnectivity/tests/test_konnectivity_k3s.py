@@ -61,7 +61,10 @@ def node_files(node_root: ScratchRoot) -> None:
     node_root.write("/etc/rancher/k3s/config.yaml", "kube-apiserver-arg: [audit-log-maxage=30]\n")
     node_root.write_env(
         FIRST_BOOT,
-        {"EKS_KONNECTIVITY_SANS": "k.example", "EKS_KONNECTIVITY_HOST": "nlb.example.com"},
+        {
+            "EKS_KONNECTIVITY_SANS": "k.example,nlb.example.com",
+            "EKS_KONNECTIVITY_HOST": "nlb.example.com",
+        },
     )
 
 
@@ -155,10 +158,41 @@ class TestK3sWiring:
         assert not node_root.exists(AGENT)
         assert node_root.exists(EGRESS)
 
+    @pytest.mark.parametrize("host", ["https://nlb.example.com", "nlb.example.org"])
+    def test_a_host_agents_cannot_use_stages_no_manifest(
+        self, node_root: ScratchRoot, host: str
+    ) -> None:
+        """A host that is not one address, or that the certificate does not name, fails
+        konnectivity-server (its own tests say how) and stages no agent manifest: one would
+        send every agent in the cluster to dial it."""
+        node_root.write_env(
+            FIRST_BOOT,
+            {"EKS_KONNECTIVITY_SANS": "k.example,nlb.example.com", "EKS_KONNECTIVITY_HOST": host},
+        )
+        services = both_services(node_root)
+        assert any(
+            isinstance(step, noderole.Fail) for step in services["konnectivity-server"].pre_start
+        )
+        apply_k3s_steps(services["k3s"], node_root)
+        assert not node_root.exists(AGENT)
+
+    @pytest.mark.parametrize("host", ["fd00::7", "[FD00::7]"])
+    def test_an_ipv6_host_is_dialled_in_brackets(self, node_root: ScratchRoot, host: str) -> None:
+        """The agent joins host and port as "%s:%d": a bare IPv6 address would read as one
+        with more groups."""
+        node_root.write_env(
+            FIRST_BOOT,
+            {"EKS_KONNECTIVITY_SANS": "k.example,fd00::7", "EKS_KONNECTIVITY_HOST": host},
+        )
+        apply_k3s_steps(both_services(node_root)["k3s"], node_root)
+        _, daemonset = read(node_root, AGENT)
+        (container,) = daemonset["spec"]["template"]["spec"]["containers"]
+        assert "--proxy-server-host=[fd00::7]" in container["args"]
+
     def test_host_given_means_no_warning(self, node_root: ScratchRoot) -> None:
         """With a host, konnectivity-server has no warning step."""
         node_root.write_env(
-            FIRST_BOOT, {"EKS_KONNECTIVITY_SANS": "k.example", "EKS_KONNECTIVITY_HOST": "nlb"}
+            FIRST_BOOT, {"EKS_KONNECTIVITY_SANS": "k.example,nlb", "EKS_KONNECTIVITY_HOST": "nlb"}
         )
         steps = both_services(node_root)["konnectivity-server"].pre_start
         assert not any(isinstance(step, noderole.Warn) for step in steps)

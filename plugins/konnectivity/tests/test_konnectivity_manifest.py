@@ -67,7 +67,10 @@ def warnings(node_root: ScratchRoot) -> list[str]:
 def first_boot(node_root: ScratchRoot) -> None:
     node_root.write_env(
         FIRST_BOOT,
-        {"EKS_KONNECTIVITY_SANS": "k.example", "EKS_KONNECTIVITY_HOST": "nlb.example.com"},
+        {
+            "EKS_KONNECTIVITY_SANS": "k.example,nlb.example.com",
+            "EKS_KONNECTIVITY_HOST": "nlb.example.com",
+        },
     )
 
 

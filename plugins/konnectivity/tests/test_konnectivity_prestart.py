@@ -153,6 +153,83 @@ class TestServerCount:
         assert count_flag(konnectivity(node_root)) == "--server-count=4294967295"
 
 
+class TestAgentHost:
+    """EKS_KONNECTIVITY_HOST is the address every konnectivity-agent dials, and the name it
+    checks the server's certificate against (``--proxy-server-host``, with ``--ca-cert``)."""
+
+    @pytest.mark.parametrize(
+        ("host", "why"),
+        [
+            ("https://10.0.0.7:8132", "a URL is not a name; give only the host part"),
+            ("10.0.0.7:8132", "a port is not part of a name; drop ':PORT'"),
+            (
+                "nlb-1.elb.example.com,10.0.0.7",
+                "a list is not one address; give the one address clients dial",
+            ),
+            ("*.elb.example.com", "a wildcard names no host to dial"),
+            ("nlb 1", "whitespace is not allowed inside a name"),
+        ],
+    )
+    def test_a_host_agents_cannot_dial_fails_before_waiting(
+        self, node_root: ScratchRoot, fake_clock: FakeClock, host: str, why: str
+    ) -> None:
+        """Passed on, every agent in the cluster would dial nothing (the manifest stages
+        whatever it is given) while this node's apply said ok."""
+        node_root.write_env(
+            FIRST_BOOT, {"EKS_KONNECTIVITY_SANS": SANS, "EKS_KONNECTIVITY_HOST": host}
+        )
+        outcome = prestart(node_root, fake_clock)
+        assert outcome.reason == (
+            f"EKS_KONNECTIVITY_HOST in {FIRST_BOOT}: {host!r} is not a host name or IP address: "
+            f"{why}"
+        )
+        assert isinstance(outcome.failed_step, noderole.Fail)
+        assert outcome.waited == []
+
+    def test_a_host_the_certificate_does_not_name_fails_before_waiting(
+        self, node_root: ScratchRoot, fake_clock: FakeClock
+    ) -> None:
+        """The agents would refuse the server's certificate (x509: certificate is valid for
+        ..., not nlb.example), every one of them, and no tunnel would ever come up."""
+        node_root.write_env(
+            FIRST_BOOT, {"EKS_KONNECTIVITY_SANS": SANS, "EKS_KONNECTIVITY_HOST": "nlb.example"}
+        )
+        outcome = prestart(node_root, fake_clock)
+        assert outcome.reason == (
+            f"EKS_KONNECTIVITY_HOST=nlb.example in {FIRST_BOOT} is not among "
+            "EKS_KONNECTIVITY_SANS (konnectivity.example.com, nlb-1.elb.example.com, 10.0.0.7, "
+            "fd00::7): every konnectivity-agent dials it and would refuse this server's "
+            "certificate; add it to EKS_KONNECTIVITY_SANS"
+        )
+        assert isinstance(outcome.failed_step, noderole.Fail)
+        assert outcome.waited == []
+
+    @pytest.mark.parametrize(
+        ("host", "sans"),
+        [
+            ("NLB-1.elb.Example.com.", SANS),  # a name as people write it
+            ("[FD00:0::7]", SANS),  # the same address, written another way
+            ("nlb-2.elb.example.com", "*.elb.example.com"),  # a wildcard's one label
+        ],
+    )
+    def test_a_host_the_certificate_names_passes(
+        self, node_root: ScratchRoot, host: str, sans: str
+    ) -> None:
+        node_root.write_env(
+            FIRST_BOOT, {"EKS_KONNECTIVITY_SANS": sans, "EKS_KONNECTIVITY_HOST": host}
+        )
+        steps = konnectivity(node_root).pre_start
+        assert not any(isinstance(step, (noderole.Fail, noderole.Warn)) for step in steps)
+
+    def test_a_wildcard_covers_one_label_only(self, node_root: ScratchRoot) -> None:
+        node_root.write_env(
+            FIRST_BOOT,
+            {"EKS_KONNECTIVITY_SANS": "*.example.com", "EKS_KONNECTIVITY_HOST": "a.b.example.com"},
+        )
+        (fail,) = [s for s in konnectivity(node_root).pre_start if isinstance(s, noderole.Fail)]
+        assert "is not among EKS_KONNECTIVITY_SANS (*.example.com)" in fail.message
+
+
 class TestSans:
     def test_empty_sans_fail_without_mint(
         self, node_root: ScratchRoot, k3s_server: ClusterCA
@@ -327,7 +404,8 @@ class TestDefinition:
     def test_step_order(self, node_root: ScratchRoot) -> None:
         """Steps run in the script's order: directories, wait, certificate."""
         node_root.write_env(
-            FIRST_BOOT, {"EKS_KONNECTIVITY_SANS": SANS, "EKS_KONNECTIVITY_HOST": "nlb.example"}
+            FIRST_BOOT,
+            {"EKS_KONNECTIVITY_SANS": SANS, "EKS_KONNECTIVITY_HOST": "nlb-1.elb.example.com"},
         )
         kinds = [type(step).__name__ for step in konnectivity(node_root).pre_start]
         assert kinds == ["MakeDirectories", "MakeDirectories", "WaitForPaths", "MintCertificate"]

@@ -11,7 +11,7 @@ line, pidfile, supervision and log, with its error messages. Bad inputs become a
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import noderole
@@ -250,6 +250,40 @@ def _shown(text: str) -> str:
     return f"{text[:16]!r}...{text[-8:]!r} ({len(text)} characters)"
 
 
+def agent_host(raw: str | None, sans: Sequence[str], *, source: str) -> tuple[str, str | None]:
+    """``EKS_KONNECTIVITY_HOST`` as konnectivity-agent's ``--proxy-server-host`` takes it ("" when
+    absent or empty), and, when agents could not use it, why.
+
+    Every agent dials the host and checks the server's certificate against it (``--ca-cert``),
+    so it must be one DNS name or IP address, and a name the certificate's SANs (``sans``, as
+    given) cover. An IPv6 address is given in brackets: the agent joins host and port as
+    ``"%s:%d"``.
+    """
+    text = (raw or "").strip()
+    if not text:
+        return "", None
+    # noderole's own SAN rules (internal to noderole, shipped with this plugin): the host is
+    # read exactly as the certificate's names are.
+    from noderole.sans import covers, parse_host, parse_sans
+
+    try:
+        host = parse_host(text)
+    except noderole.CertificateError as error:
+        return text, f"{HOST_KEY} in {source}: {error}"
+    dialled = f"[{host.value}]" if ":" in host.value else host.value
+    try:
+        names = parse_sans(sans)
+    except noderole.CertificateError:
+        return dialled, None  # the SANs' own failure says what is wrong with them
+    if covers(names, host):
+        return dialled, None
+    return dialled, (
+        f"{HOST_KEY}={text} in {source} is not among {SANS_KEY} ({', '.join(sans)}): every "
+        "konnectivity-agent dials it and would refuse this server's certificate; add it to "
+        f"{SANS_KEY}"
+    )
+
+
 def split_sans(raw: str | None) -> list[str]:
     """The comma-separated SAN list, entries trimmed, empty entries dropped."""
     return [entry.strip() for entry in (raw or "").split(",") if entry.strip()]
@@ -305,7 +339,10 @@ def pre_start(cfg: Mapping[str, Any], env: Mapping[str, str], unreadable: str | 
     _, count_problem = server_count(env.get(COUNT_KEY), source=source)
     if count_problem:
         steps.append(noderole.Fail(message=count_problem))
-    if not env.get(HOST_KEY, "").strip():
+    host, host_problem = agent_host(env.get(HOST_KEY), split_sans(env.get(SANS_KEY)), source=source)
+    if host_problem:
+        steps.append(noderole.Fail(message=host_problem))
+    elif not host:
         steps.append(noderole.Warn(message=empty_host_message(source)))
     mismatch = version_mismatch(cfg)
     if mismatch:
@@ -428,7 +465,10 @@ def noderole_k3s_files(node: NodeContext) -> ConfigFile:
 def noderole_k3s_manifests(node: NodeContext) -> Manifest | None:
     cfg = node.settings(TABLE)
     env, _ = _first_boot(node, cfg)
-    host = env.get(HOST_KEY, "").strip()
-    if not host:
-        return None  # konnectivity-server's own Warn step says so, where it matters
+    host, problem = agent_host(
+        env.get(HOST_KEY), split_sans(env.get(SANS_KEY)), source=cfg["first_boot_env"]
+    )
+    if not host or problem:
+        # konnectivity-server's own steps say why (a Warn, or a Fail), where it matters
+        return None
     return Manifest(name=cfg["agent_manifest"], documents=agent_manifest(cfg, host))
