@@ -70,7 +70,13 @@ def parse_sans(text: str | Iterable[str]) -> tuple[SubjectAltName, ...]:
             entry = raw.strip()
             if not entry:
                 continue
-            san = _parse_entry(entry)
+            try:
+                san = _parse_entry(entry)
+            except _Refused as refused:
+                raise CertificateError(
+                    f"invalid SAN {entry!r}: {refused.why}; fix this entry in the SAN list "
+                    "(comma-separated DNS names and IP addresses)"
+                ) from None
             if san not in seen:
                 seen.add(san)
                 result.append(san)
@@ -97,8 +103,8 @@ def parse_host(text: str) -> SubjectAltName:
     else:
         try:
             return _parse_entry(entry)
-        except _Rejected as rejected:
-            why = rejected.why
+        except _Refused as refused:
+            why = refused.why
     raise CertificateError(f"{entry!r} is not a host name or IP address: {why}")
 
 
@@ -117,50 +123,44 @@ def covers(sans: Iterable[SubjectAltName], host: SubjectAltName) -> bool:
     return False
 
 
-class _Rejected(CertificateError):
-    """A SAN entry refused, with the reason alone (:func:`parse_host` words it its own way)."""
+class _Refused(Exception):
+    """Why an entry is no name: never leaves this module (:func:`parse_sans` and
+    :func:`parse_host` each word it as a :class:`CertificateError`)."""
 
-    def __init__(self, entry: str, why: str) -> None:
-        super().__init__(
-            f"invalid SAN {entry!r}: {why}; fix this entry in the SAN list "
-            f"(comma-separated DNS names and IP addresses)"
-        )
+    def __init__(self, why: str) -> None:
+        super().__init__(why)
         self.why = why
-
-
-def _reject(entry: str, why: str) -> CertificateError:
-    return _Rejected(entry, why)
 
 
 def _parse_entry(entry: str) -> SubjectAltName:
     """One trimmed, non-empty entry as a SAN, or a CertificateError naming it."""
     if "://" in entry:
-        raise _reject(entry, "a URL is not a name; give only the host part")
+        raise _Refused("a URL is not a name; give only the host part")
     if "/" in entry:
         head = entry.split("/", 1)[0].strip("[]")
         if _as_ip(head) is not None:
-            raise _reject(entry, "a network (CIDR) is not an address; give a single IP address")
-        raise _reject(entry, "'/' is not allowed in a name (a URL or path?)")
+            raise _Refused("a network (CIDR) is not an address; give a single IP address")
+        raise _Refused("'/' is not allowed in a name (a URL or path?)")
     if "%" in entry and ":" in entry:
-        raise _reject(entry, "IPv6 zone ids ('%eth0') cannot appear in a certificate")
+        raise _Refused("IPv6 zone ids ('%eth0') cannot appear in a certificate")
     bracketed = re.match(_BRACKETED, entry) if entry.startswith("[") else None
     if bracketed:
         inner, rest = bracketed.group("inner"), bracketed.group("rest")
         if rest:
             if re.fullmatch(r":\d*", rest):
-                raise _reject(entry, "a port is not part of a name; drop ':PORT'")
-            raise _reject(entry, "unexpected text after ']'")
+                raise _Refused("a port is not part of a name; drop ':PORT'")
+            raise _Refused("unexpected text after ']'")
         address = _as_ip(inner)
         if address is None or ":" not in address:
-            raise _reject(entry, "brackets may only enclose an IPv6 address")
+            raise _Refused("brackets may only enclose an IPv6 address")
         return SubjectAltName("ip", address)
     address = _as_ip(entry)
     if address is not None:
         return SubjectAltName("ip", address)
     if ":" in entry:
         if re.match(_HOST_PORT, entry):
-            raise _reject(entry, "a port is not part of a name; drop ':PORT'")
-        raise _reject(entry, "not a valid IP address, and ':' is not allowed in a DNS name")
+            raise _Refused("a port is not part of a name; drop ':PORT'")
+        raise _Refused("not a valid IP address, and ':' is not allowed in a DNS name")
     return SubjectAltName("dns", _dns_name(entry))
 
 
@@ -198,50 +198,47 @@ def _dns_name(entry: str) -> str:
     # One trailing dot marks a fully qualified name; certificates hold names without it.
     name = name.removesuffix(".")
     if not name:
-        raise _reject(entry, "empty name")
+        raise _Refused("empty name")
     labels = name.split(".")
     converted = [_label(entry, label) for label in labels]
     if "*" in converted[1:]:
-        raise _reject(entry, "a wildcard may only be the whole left-most label ('*.example.com')")
+        raise _Refused("a wildcard may only be the whole left-most label ('*.example.com')")
     if converted[0] == "*" and len(converted) < 3:
-        raise _reject(entry, "a wildcard needs at least two labels after it ('*.example.com')")
+        raise _Refused("a wildcard needs at least two labels after it ('*.example.com')")
     if converted[-1].isdigit():
-        raise _reject(
-            entry, f"the last label {converted[-1]!r} is all digits (not a valid IP address?)"
-        )
+        raise _Refused(f"the last label {converted[-1]!r} is all digits (not a valid IP address?)")
     result = ".".join(converted)
     if len(result) > _MAX_NAME:
-        raise _reject(entry, f"name is {len(result)} characters long (at most {_MAX_NAME})")
+        raise _Refused(f"name is {len(result)} characters long (at most {_MAX_NAME})")
     return result
 
 
 def _label(entry: str, label: str) -> str:
     """One label, IDNA-converted and lower-cased, or a CertificateError naming the entry."""
     if not label:
-        raise _reject(entry, "empty label (two dots in a row, or a leading dot)")
+        raise _Refused("empty label (two dots in a row, or a leading dot)")
     if label == "*":
         return label
     if "*" in label:
-        raise _reject(entry, "a wildcard may only be the whole left-most label ('*.example.com')")
+        raise _Refused("a wildcard may only be the whole left-most label ('*.example.com')")
     if any(ch.isspace() for ch in label):
-        raise _reject(entry, "whitespace is not allowed inside a name")
+        raise _Refused("whitespace is not allowed inside a name")
     if not label.isascii():
         from encodings import idna as _idna  # here: almost every name is ASCII already
 
         try:
             label = _idna.ToASCII(label).decode("ascii")
         except UnicodeError as error:
-            raise _reject(
-                entry, f"label {label!r} cannot be converted to IDNA ASCII form ({error})"
+            raise _Refused(
+                f"label {label!r} cannot be converted to IDNA ASCII form ({error})"
             ) from None
     label = label.lower()
     if len(label) > _MAX_LABEL:
-        raise _reject(entry, f"label {label[:20]!r}... is {len(label)} characters (at most 63)")
+        raise _Refused(f"label {label[:20]!r}... is {len(label)} characters (at most 63)")
     if "_" in label:
-        raise _reject(entry, f"label {label!r} contains '_' (not allowed in a DNS name)")
+        raise _Refused(f"label {label!r} contains '_' (not allowed in a DNS name)")
     if not is_dns_label(label):
-        raise _reject(
-            entry,
+        raise _Refused(
             f"label {label!r} may hold only letters, digits and hyphens, "
             f"and may not start or end with a hyphen",
         )

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from noderole.errors import CertificateError
-from noderole.sans import SubjectAltName, _as_ip, parse_sans
+from noderole.sans import SubjectAltName, _as_ip, covers, parse_host, parse_sans
 from tests.modules_probe import run_snippet
 
 
@@ -178,6 +178,60 @@ class TestFuzz:
         except CertificateError:
             return
         assert len(set(result)) == len(result)
+
+
+class TestHost:
+    """One address a client dials, read by the SAN rules, and whether SANs cover it."""
+
+    @pytest.mark.parametrize(
+        ("text", "expected"),
+        [
+            ("API.Example.", dns("api.example")),
+            ("[FD00:0::7]", ip("fd00::7")),
+            (" 10.0.0.7 ", ip("10.0.0.7")),
+        ],
+    )
+    def test_a_host_is_normalised_as_a_san(self, text: str, expected: SubjectAltName) -> None:
+        assert parse_host(text) == expected
+
+    @pytest.mark.parametrize(
+        ("text", "why"),
+        [
+            ("", "it is empty"),
+            ("a.example,b.example", "a list is not one address"),
+            ("*.example", "a wildcard names no host to dial"),
+            ("https://a.example", "a URL is not a name"),
+            ("a.example:8132", "a port is not part of a name"),
+        ],
+    )
+    def test_what_is_no_host_says_why(self, text: str, why: str) -> None:
+        with pytest.raises(CertificateError, match=f"is not a host name or IP address: {why}"):
+            parse_host(text)
+
+    @given(st.text(max_size=40))
+    def test_any_text_is_a_host_or_a_certificate_error(self, text: str) -> None:
+        try:
+            host = parse_host(text)
+        except CertificateError:
+            return
+        assert parse_host(host.value) == host
+
+    @pytest.mark.parametrize(
+        ("sans", "host", "covered"),
+        [
+            ("a.example,10.0.0.7", "a.example", True),
+            ("a.example,10.0.0.7", "10.0.0.7", True),
+            ("a.example,fd00::7", "[FD00:0::7]", True),
+            ("*.corp.example", "a.corp.example", True),
+            ("*.corp.example", "a.b.corp.example", False),  # one label only (RFC 6125)
+            ("*.corp.example", "corp.example", False),
+            ("a.example", "b.example", False),
+            ("10.0.0.7", "10.0.0.8", False),
+            ("*.corp.example", "10.0.0.7", False),
+        ],
+    )
+    def test_covers(self, sans: str, host: str, covered: bool) -> None:
+        assert covers(parse_sans(sans), parse_host(host)) is covered
 
 
 class TestImportCost:
