@@ -459,6 +459,20 @@ class TestRoles:
         assert outcome.written == []
         assert not node_root.exists(ROLE_DROPIN)
 
+    @pytest.mark.parametrize(
+        "url", ["10.0.0.1:6443", "http://10.0.0.1:6443", "https://", "“https://a:6443”"]
+    )
+    def test_join_url_that_is_not_https_fails(self, node_root: ScratchRoot, url: str) -> None:
+        """k3s's install script refuses such a K3S_URL ("Only https:// URLs are supported");
+        written to the drop-in, k3s started, failed to reach the server, and respawned."""
+        node_root.write_env(FIRST_BOOT, {"K3S_URL": url, "K3S_TOKEN": "t"})
+        outcome = prestart(node_root, "k3s-cluster-join")
+        assert failed(outcome) == (
+            f"Only https:// URLs are supported for K3S_URL (have {url}) in {FIRST_BOOT}: set it "
+            "to the address of an existing server, as in K3S_URL=https://HOST:6443"
+        )
+        assert not node_root.exists(ROLE_DROPIN)
+
     def test_join_keys_are_settings(self, node_root: ScratchRoot) -> None:
         """The first-boot keys for URL and token come from settings."""
         node_root.write_config('[k3s]\njoin_url_key = "EKS_URL"\njoin_token_key = "EKS_TOKEN"\n')
@@ -561,6 +575,17 @@ class TestAgent:
             node_root.write_env(AGENT_ENV, env)
         message = failed(prestart(node_root, "k3s-agent"))
         assert message.startswith(f"{missing} missing from {AGENT_ENV}")
+
+    @pytest.mark.parametrize("url", ["s:6443", "http://s:6443", "https://"])
+    def test_url_that_is_not_https_fails(self, node_root: ScratchRoot, url: str) -> None:
+        """As k3s's install script refuses it; the agent's environment is not given it."""
+        node_root.write_env(AGENT_ENV, {"K3S_URL": url, "K3S_TOKEN": "t"})
+        service = services(node_root)["k3s-agent"]
+        assert failed(run_prestart(service, node_root)) == (
+            f"Only https:// URLs are supported for K3S_URL (have {url}) in {AGENT_ENV}: set it "
+            "to the address of an existing server, as in K3S_URL=https://HOST:6443"
+        )
+        assert "K3S_URL" not in service.environment
 
     def test_binary_env_file_fails_agent_only(self, node_root: ScratchRoot) -> None:
         """An unreadable agent.env fails the agent's steps instead of the whole definition."""

@@ -322,6 +322,8 @@ def _cluster_join(node: NodeContext, cfg: Mapping[str, Any]) -> noderole.Service
                 )
             )
         ]
+    elif _not_https(url):
+        steps = [noderole.Fail(message=_url_problem(url_key, url, env_path))]
     else:
         # The token goes to a private drop-in, never to the command line: a WriteFile step shows
         # only its size in `plan`.
@@ -334,6 +336,19 @@ def _cluster_join(node: NodeContext, cfg: Mapping[str, Any]) -> noderole.Service
         provide=["k3s-cluster"],
         before=["k3s"],
         pre_start=steps,
+    )
+
+
+def _not_https(url: str) -> bool:
+    """True unless ``url`` is ``https://`` and more: what k3s's install script takes as K3S_URL."""
+    return not (url.startswith("https://") and len(url) > len("https://"))
+
+
+def _url_problem(key: str, url: str, env_path: str) -> str:
+    """k3s's install script's refusal of a K3S_URL that is not https, with the file and the fix."""
+    return (
+        f"Only https:// URLs are supported for {key} (have {url}) in {env_path}: set it to the "
+        f"address of an existing server, as in {key}=https://HOST:6443"
     )
 
 
@@ -503,6 +518,8 @@ def _agent(node: NodeContext, cfg: Mapping[str, Any], gathered: Gathered) -> nod
                 )
             )
         )
+    elif _not_https(url):
+        steps.append(noderole.Fail(message=_url_problem("K3S_URL", url, env_path)))
     elif problems:
         steps.append(noderole.Fail(message="; ".join(problems)))
     else:
