@@ -85,13 +85,20 @@ class Config(RecordBase):
         field = error.field
         if field is None or error.value is DefinitionError.NO_VALUE:
             return None
+        from_file = [entry for entry in self.entries() if entry.source == self.path]
         culprits = [
             entry
-            for entry in self.entries()
-            if entry.source == self.path
-            and type(entry.value) is type(error.value)
-            and entry.value == error.value
+            for entry in from_file
+            if type(entry.value) is type(error.value) and entry.value == error.value
         ]
+        if not culprits and isinstance(error.value, str) and error.value:
+            # A path the plugin derived from a value: the directory of a file's path
+            # (uds_name = "run/k.sock" gives the directory "run" to create).
+            culprits = [
+                entry
+                for entry in from_file
+                if isinstance(entry.value, str) and entry.value.startswith(f"{error.value}/")
+            ]
         if not culprits:
             return None
         # Several file values may be equal (two ports of 0); the key named like the field wins.

@@ -239,7 +239,12 @@ def _check_absolute_all(
     if not value:
         raise _fail(_label(inst), attribute.name, "must name at least one path")
     for item in value:
-        _check_absolute(inst, attribute, item)
+        try:
+            _check_absolute(inst, attribute, item)
+        except DefinitionError as error:
+            # The path refused, not the list: a path from config.toml is traced to its key.
+            error.value = item
+            raise
 
 
 def _one_of(*choices: str) -> Callable[[Any, recordclass.Attribute[Any], Any], None]:

@@ -149,6 +149,35 @@ class TestShippedSettings:
         )
         assert f"{CONFIG}:konnectivity.wait_timeout: nan is not a finite number" in result.stderr
 
+    @pytest.mark.parametrize(
+        ("key", "value", "refused"),
+        [
+            # one path of a record's list of paths (the certificate and the socket directories)
+            ("cert_dir", "certs", "MakeDirectories: field 'paths' must be an absolute path"),
+            # one of the paths a wait waits for
+            ("kubeconfig", "k3s.yaml", "WaitForPaths: field 'paths' must be an absolute path"),
+            # a path the plugin derives from the value (the socket's directory)
+            ("uds_name", "run/k.sock", "MakeDirectories: field 'paths' must be an absolute path"),
+        ],
+    )
+    def test_a_relative_path_a_record_refuses_names_its_key(
+        self, tmp_path: Path, key: str, value: str, refused: str
+    ) -> None:
+        """A relative path in [konnectivity] was reported as the plugin's definition error (exit
+        5, "plugin 'konnectivity' ... hook noderole_services: ..."), the key never named: only a
+        record field holding the file's value itself was traced back to config.toml."""
+        write_config(tmp_path, f'[konnectivity]\n{key} = "{value}"\n')
+        first_boot = tmp_path / "etc/spinifex-eks/first-boot.env"
+        first_boot.parent.mkdir(parents=True)
+        first_boot.write_text("EKS_KONNECTIVITY_SANS=10.0.0.7\n")  # so that the wait is built
+        app = App(root=NodeRoot(tmp_path), autoload=True)
+        result = CliRunner().invoke(cli, ["config", "check"], obj=app)
+        assert result.exit_code == ExitCode.CONFIG, result.output
+        assert (
+            f"{CONFIG}:konnectivity.{key}: {value!r} is refused by the plugin that uses it: "
+            f"{refused}"
+        ) in result.stderr
+
 
 def _typo_plugin() -> types.ModuleType:
     module = types.ModuleType("typoplugin")
