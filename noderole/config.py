@@ -91,13 +91,20 @@ class Config(RecordBase):
             for entry in from_file
             if type(entry.value) is type(error.value) and entry.value == error.value
         ]
-        if not culprits and isinstance(error.value, str) and error.value:
-            # A path the plugin derived from a value: the directory of a file's path
-            # (uds_name = "run/k.sock" gives the directory "run" to create).
+        refused = error.value
+        if not culprits and isinstance(refused, str) and refused:
+            # A path the plugin derived from a value: the directory of a file's path (uds_name =
+            # "run/k.sock" gives the directory "run" to create), or a file in a directory's
+            # (manifests_dir = "m" gives "m/agent.yaml" to write).
             culprits = [
                 entry
                 for entry in from_file
-                if isinstance(entry.value, str) and entry.value.startswith(f"{error.value}/")
+                if isinstance(entry.value, str)
+                and entry.value
+                and (
+                    entry.value.startswith(f"{refused}/")
+                    or refused.startswith(f"{entry.value.rstrip('/')}/")
+                )
             ]
         if not culprits:
             return None

@@ -98,14 +98,27 @@ class NodeContext:
         """Effective values of one settings table (defaults overridden by config.toml)."""
         return self.config.table(table)
 
+    def _local(self, node_path: str) -> str:
+        """``root.local(node_path)``; a path that is not absolute, or climbs above ``/``, is a
+        :class:`~noderole.errors.DefinitionError` naming it, so that one from config.toml (a
+        plugin's ``config = "rel/config.yaml"``) is reported as the file's, with its key."""
+        try:
+            return self.root.local(node_path)
+        except ValueError as error:
+            from noderole.errors import DefinitionError
+
+            raise DefinitionError(str(error), field="path", value=node_path) from None
+
     def resolve(self, node_path: str) -> Path:
         """Where a node path lives on this machine (under ``--root`` when one is given)."""
-        return self.root.resolve(node_path)
+        from pathlib import Path
+
+        return Path(self._local(node_path))
 
     def exists(self, node_path: str) -> bool:
         """Whether the node path exists (``resolve(node_path).exists()``, without pathlib: hooks
         run on every ``plan`` and ``apply``, which otherwise import none)."""
-        return os.path.exists(self.root.local(node_path))
+        return os.path.exists(self._local(node_path))
 
     def read_text(self, node_path: str) -> str:
         """The node file's text, read as UTF-8 (``resolve(node_path).read_text("utf-8")``,
@@ -114,7 +127,7 @@ class NodeContext:
         device is an ``OSError`` at once, naming what it is."""
         from noderole.reading import read_regular
 
-        text = str(read_regular(self.root.local(node_path)), "utf-8")
+        text = str(read_regular(self._local(node_path)), "utf-8")
         return text.replace("\r\n", "\n").replace("\r", "\n")  # universal newlines, as open()
 
     def read_env(self, node_path: str) -> EnvFile:
@@ -127,6 +140,6 @@ class NodeContext:
         if cached is None:
             from noderole.envfile import read_env_file
 
-            cached = read_env_file(self.root.local(node_path), display_path=node_path)
+            cached = read_env_file(self._local(node_path), display_path=node_path)
             self._env_cache[node_path] = cached
         return cached

@@ -973,8 +973,13 @@ class Service(RecordBase):
                     f"has {arg!r}, which cannot be passed to a program (NUL or not UTF-8 text)",
                 )
         if not value[0].startswith("/"):
-            raise _fail(
-                _label(self), "command", f"must start with an absolute path, got {value[0]!r}"
+            # The program refused, not the whole command: a program path from config.toml (a
+            # plugin's ``binary``) is traced to its key.
+            raise _fail_with(
+                value[0],
+                _label(self),
+                "command",
+                f"must start with an absolute path, got {value[0]!r}",
             )
 
     @property

@@ -158,6 +158,10 @@ class TestShippedSettings:
             ("kubeconfig", "k3s.yaml", "WaitForPaths: field 'paths' must be an absolute path"),
             # a path the plugin derives from the value (the socket's directory)
             ("uds_name", "run/k.sock", "MakeDirectories: field 'paths' must be an absolute path"),
+            # a file the plugin reads through its node context
+            ("first_boot_env", "first-boot.env", "node paths are absolute, got 'first-boot.env'"),
+            # the program of the service's command
+            ("binary", "bin/konnectivity-server", "Service 'konnectivity-server': field 'command'"),
         ],
     )
     def test_a_relative_path_a_record_refuses_names_its_key(
@@ -176,6 +180,29 @@ class TestShippedSettings:
         assert (
             f"{CONFIG}:konnectivity.{key}: {value!r} is refused by the plugin that uses it: "
             f"{refused}"
+        ) in result.stderr
+
+    @pytest.mark.parametrize(
+        ("key", "value", "refused"),
+        [
+            ("config", "config.yaml", "node paths are absolute, got 'config.yaml'"),
+            ("agent_env", "agent.env", "node paths are absolute, got 'agent.env'"),
+            ("binary", "k3s", "Service 'k3s': field 'command' must start with an absolute path"),
+            # a file written in the directory the value names
+            ("config_dropin_dir", "k3s.d", "WriteFile: field 'path' must be an absolute path"),
+        ],
+    )
+    def test_a_relative_k3s_path_names_its_key(
+        self, tmp_path: Path, key: str, value: str, refused: str
+    ) -> None:
+        """The same for [k3s]: before, a file the plugin reads (config, agent_env) was its
+        hook raising ValueError (exit 3, "fix the plugin"), and the rest its definition error."""
+        write_config(tmp_path, f'[k3s]\n{key} = "{value}"\n')
+        app = App(root=NodeRoot(tmp_path), autoload=True)
+        result = CliRunner().invoke(cli, ["config", "check"], obj=app)
+        assert result.exit_code == ExitCode.CONFIG, result.output
+        assert (
+            f"{CONFIG}:k3s.{key}: {value!r} is refused by the plugin that uses it: {refused}"
         ) in result.stderr
 
 

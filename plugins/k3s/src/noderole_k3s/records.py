@@ -144,7 +144,9 @@ class Manifest(RecordBase):
         if not isinstance(value, str) or not _is_manifest_name(value):
             raise DefinitionError(
                 f"Manifest: field 'name' must be a file name such as 'konnectivity-agent.yaml' "
-                f"(lower case letters, digits, '.' and '-', ending in .yaml), got {value!r}"
+                f"(lower case letters, digits, '.' and '-', ending in .yaml), got {value!r}",
+                field="name",
+                value=value,
             )
 
 
@@ -173,5 +175,7 @@ class ConfigFile(RecordBase):
     def _check_path(self, attribute: recordclass.Attribute[Any], value: str) -> None:
         if not isinstance(value, str) or not value.startswith("/"):
             raise DefinitionError(
-                f"ConfigFile: field 'path' must be an absolute path, got {value!r}"
+                f"ConfigFile: field 'path' must be an absolute path, got {value!r}",
+                field="path",
+                value=value,
             )
