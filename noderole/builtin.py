@@ -93,7 +93,10 @@ def noderole_settings() -> SettingsTable:
                 name="noderole_path",
                 type=str,
                 default="/usr/local/bin/noderole",
-                description="Path of the noderole command that rendered OpenRC/systemd files call.",
+                description=(
+                    "Path of the noderole command that rendered OpenRC/systemd files call: "
+                    "absolute, without spaces or quotes."
+                ),
             ),
             Setting(
                 name="textfile_dir",

@@ -199,6 +199,23 @@ class Operations:
         """One value of noderole's own ``[noderole]`` settings table."""
         return self.config.table("noderole")[key]
 
+    def noderole_path(self) -> str:
+        """The ``noderole_path`` setting, which init files run at boot: a ConfigError naming it
+        unless it is a plain absolute path (run from no particular directory; systemd's Exec
+        lines take no quotes or spaces in their program)."""
+        from noderole.render._quote import is_plain_word
+        from noderole.root import climbs_out
+
+        value = str(self.setting("noderole_path"))
+        if not (value.startswith("/") and is_plain_word(value)) or climbs_out(value):
+            raise ConfigError(
+                f"{CONFIG_PATH}:noderole.noderole_path: {value!r} is not a plain absolute path: "
+                "init files run it at boot from no particular directory, and systemd takes no "
+                "quotes or spaces in it; set the path of the installed noderole command, e.g. "
+                "/usr/local/bin/noderole"
+            )
+        return value
+
     # ---------------------------------------------------------------- definitions
 
     def services(self, role: str | None = None) -> list[Service]:
@@ -450,13 +467,14 @@ class Operations:
         """The backend for ``requested`` (``auto``: the configured one, then the init system)."""
         from noderole.backends.detect import backend_named, chosen_name
 
-        choice = self._backend_choice(requested)
-        if self._prepared is not None and chosen_name(choice, self.root) == "native":
+        name = chosen_name(self._backend_choice(requested), self.root)
+        if self._prepared is not None and name == "native":
             return self._prepared  # the standby daemon started ahead of planning
         return backend_named(
-            choice,
+            name,
             self.root,
-            noderole_path=str(self.setting("noderole_path")),
+            # The native backend runs no init file: its noderole_path is never read.
+            noderole_path=self.noderole_path() if name != "native" else "noderole",
             clock=self.clock,
             readiness=self._readiness_of,
         )
@@ -957,7 +975,7 @@ class Operations:
         plan = self.plan(role)
         # The init system renews through its own periodic job, never the native loop service.
         services = [entry.service for entry in plan.services if entry.name != RENEW_SERVICE]
-        noderole_path = str(self.setting("noderole_path"))
+        noderole_path = self.noderole_path()
         if backend == "openrc":
             items = render_openrc(services, noderole_path=noderole_path, exec_mode=not static)
         elif backend == "systemd":

@@ -206,6 +206,38 @@ class TestShippedSettings:
         ) in result.stderr
 
 
+class TestNoderolePath:
+    """[noderole] noderole_path is the command init files run at boot, from no particular
+    directory: relative, it ran nothing (OpenRC) or crashed `render` with a traceback (systemd,
+    whose Exec lines take a plain absolute path)."""
+
+    @pytest.mark.parametrize("value", ["noderole", "bin/noderole", "/opt/my tools/noderole"])
+    @pytest.mark.parametrize(
+        "args",
+        [
+            ("render", "--backend", "systemd", "server"),
+            ("render", "--backend", "openrc", "server"),
+            ("enable", "--backend", "systemd", "server"),
+            ("enable", "--backend", "openrc", "server"),
+        ],
+    )
+    def test_a_path_init_files_cannot_run_is_refused_naming_the_key(
+        self, tmp_path: Path, value: str, args: tuple[str, ...]
+    ) -> None:
+        write_config(tmp_path, f'[noderole]\nnoderole_path = "{value}"\n')
+        app = App(root=NodeRoot(tmp_path), autoload=True)
+        result = CliRunner().invoke(cli, list(args), obj=app)
+        assert result.exit_code == ExitCode.CONFIG, result.output
+        assert (
+            f"{CONFIG}:noderole.noderole_path: {value!r} is not a plain absolute path: "
+            "init files run it at boot from no particular directory, and systemd takes no "
+            "quotes or spaces in it; set the path of the installed noderole command, e.g. "
+            "/usr/local/bin/noderole"
+        ) in result.stderr
+        assert not (tmp_path / "etc/systemd").exists()
+        assert not (tmp_path / "etc/init.d").exists()
+
+
 def _typo_plugin() -> types.ModuleType:
     module = types.ModuleType("typoplugin")
 

@@ -61,7 +61,7 @@ def enable_command(app: App, role: str | None, backend: str) -> None:
     if role is not None:
         app.plan(role)  # an unknown role fails here, naming the known ones
     kind = _kind(app, backend)
-    noderole_path = str(app.setting("noderole_path"))
+    noderole_path = app.noderole_path()
     written = enable(
         app.root,
         role,
