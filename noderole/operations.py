@@ -199,6 +199,16 @@ class Operations:
         """One value of noderole's own ``[noderole]`` settings table."""
         return self.config.table("noderole")[key]
 
+    def own_settings_problems(self) -> list[str]:
+        """What is wrong with the ``[noderole]`` settings only noderole's own commands read
+        (``noderole_path``, ``textfile_dir``), each naming its key, for ``config check``."""
+        problems = [textfile_dir_problem(str(self.setting("textfile_dir")))]
+        try:
+            self.noderole_path()
+        except ConfigError as error:
+            problems.append(str(error))
+        return [problem for problem in problems if problem]
+
     def noderole_path(self) -> str:
         """The ``noderole_path`` setting, which init files run at boot: a ConfigError naming it
         unless it is a plain absolute path (run from no particular directory; systemd's Exec
@@ -641,6 +651,11 @@ class Operations:
         written = []
         try:
             directory = self._textfile_dir()
+            problem = textfile_dir_problem(directory)
+            if problem:
+                # As a directory that cannot be written: the services are up, say it and go on.
+                print(f"noderole: warning: fleet metrics not written: {problem}", file=sys.stderr)
+                directory = ""
             if directory:
                 from noderole import metrics  # only when metrics are written
 
@@ -1025,6 +1040,19 @@ def _log_tail(path: str, lines: int, secrets: Sequence[str] | None) -> list[str]
     for secret in (s for s in secrets if s):
         tail = [line.replace(secret, "***") for line in tail]
     return tail
+
+
+def textfile_dir_problem(directory: str) -> str:
+    """Why ``[noderole] textfile_dir`` cannot be used ("" when it can, or is empty: off)."""
+    from noderole.root import climbs_out
+
+    if not directory or (directory.startswith("/") and not climbs_out(directory)):
+        return ""
+    return (
+        f"{CONFIG_PATH}:noderole.textfile_dir: {directory!r} is not an absolute path within the "
+        "node: set node_exporter's textfile collector directory, e.g. "
+        '/var/lib/node-exporter/textfile, or "" for no fleet metrics'
+    )
 
 
 def status_verdict(rows: Sequence[Mapping[str, Any]]) -> ExitCode:

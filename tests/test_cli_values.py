@@ -219,6 +219,7 @@ class TestNoderolePath:
             ("render", "--backend", "openrc", "server"),
             ("enable", "--backend", "systemd", "server"),
             ("enable", "--backend", "openrc", "server"),
+            ("config", "check"),
         ],
     )
     def test_a_path_init_files_cannot_run_is_refused_naming_the_key(
@@ -236,6 +237,23 @@ class TestNoderolePath:
         ) in result.stderr
         assert not (tmp_path / "etc/systemd").exists()
         assert not (tmp_path / "etc/init.d").exists()
+
+
+class TestTextfileDir:
+    @pytest.mark.parametrize("value", ["textfile", "var/lib/node-exporter", "/../../tmp/metrics"])
+    def test_config_check_names_a_directory_that_is_not_absolute(
+        self, tmp_path: Path, value: str
+    ) -> None:
+        """Only apply, stop, restart and renew read it: config check said ok, and each of them
+        ended in a Python traceback, after the services were started or stopped."""
+        write_config(tmp_path, f'[noderole]\ntextfile_dir = "{value}"\n')
+        app = App(root=NodeRoot(tmp_path), autoload=True)
+        result = CliRunner().invoke(cli, ["config", "check"], obj=app)
+        assert result.exit_code == ExitCode.CONFIG, result.output
+        assert (
+            f"{CONFIG}:noderole.textfile_dir: {value!r} is not an absolute path within the node: "
+            "set node_exporter's textfile collector directory"
+        ) in result.stderr
 
 
 def _typo_plugin() -> types.ModuleType:

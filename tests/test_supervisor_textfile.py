@@ -350,3 +350,31 @@ class TestThroughTheCli:
         assert 'noderole_service_restarts_total{service="worker"} 1' in served
         assert 'noderole_service_state{service="worker",state="running"} 1' in served
         assert "node_textfile_scrape_error 0" in served
+
+    def test_a_relative_textfile_dir_warns_and_the_apply_stands(self, harness: Harness) -> None:
+        """A relative textfile_dir made apply and stop end in a traceback (exit 1) once the
+        services had started or stopped: a metrics file noderole cannot write must not fail
+        them, as for a directory that cannot be written."""
+        root = harness.root
+        worker = root / "usr/local/bin/worker"
+        worker.parent.mkdir(parents=True)
+        worker.write_text("#!/bin/sh\nexec sleep 1000\n")
+        worker.chmod(0o755)
+        (root / "etc/noderole").mkdir(parents=True)
+        (root / "etc/noderole/config.toml").write_text(
+            '[noderole]\nnet_check = false\ntextfile_dir = "textfile"\n'
+        )
+        app = App(
+            root=NodeRoot(root),
+            plugin_objects=(("textfile", _plugin(harness.mark)),),
+            autoload=False,
+        )
+        warning = (
+            "noderole: warning: fleet metrics not written: /etc/noderole/config.toml:"
+            "noderole.textfile_dir: 'textfile' is not an absolute path within the node"
+        )
+        for args in (["apply", "fleet", "--backend", "native"], ["stop"]):
+            result = CliRunner().invoke(cli, args, obj=app)
+            assert result.exit_code == 0, result.output
+            assert warning in result.output
+        assert not (root / "textfile").exists()

@@ -81,6 +81,7 @@ def check_command(app: App) -> None:
             app.plugins.services(node)
         except ConfigError as error:
             problems.append(str(error))
+        problems += app.own_settings_problems()
     if problems or config is None:
         count = f"{len(problems)} problem{'s' if len(problems) != 1 else ''}"
         raise ConfigError("\n".join([*problems, f"config check: {count} found"]))
