@@ -150,27 +150,68 @@ class TestShippedSettings:
         assert f"{CONFIG}:konnectivity.wait_timeout: nan is not a finite number" in result.stderr
 
     @pytest.mark.parametrize(
-        ("key", "value", "refused"),
+        ("table", "key", "value", "refused"),
         [
             # one path of a record's list of paths (the certificate and the socket directories)
-            ("cert_dir", "certs", "MakeDirectories: field 'paths' must be an absolute path"),
+            (
+                "konnectivity",
+                "cert_dir",
+                "certs",
+                "MakeDirectories: field 'paths' must be an absolute path",
+            ),
             # one of the paths a wait waits for
-            ("kubeconfig", "k3s.yaml", "WaitForPaths: field 'paths' must be an absolute path"),
+            (
+                "konnectivity",
+                "kubeconfig",
+                "k3s.yaml",
+                "WaitForPaths: field 'paths' must be an absolute path",
+            ),
             # a path the plugin derives from the value (the socket's directory)
-            ("uds_name", "run/k.sock", "MakeDirectories: field 'paths' must be an absolute path"),
+            (
+                "konnectivity",
+                "uds_name",
+                "run/k.sock",
+                "MakeDirectories: field 'paths' must be an absolute path",
+            ),
             # a file the plugin reads through its node context
-            ("first_boot_env", "first-boot.env", "node paths are absolute, got 'first-boot.env'"),
+            (
+                "konnectivity",
+                "first_boot_env",
+                "first-boot.env",
+                "node paths are absolute, got 'first-boot.env'",
+            ),
+            ("k3s", "config", "config.yaml", "node paths are absolute, got 'config.yaml'"),
+            ("k3s", "agent_env", "agent.env", "node paths are absolute, got 'agent.env'"),
             # the program of the service's command
-            ("binary", "bin/konnectivity-server", "Service 'konnectivity-server': field 'command'"),
+            (
+                "konnectivity",
+                "binary",
+                "bin/konnectivity-server",
+                "Service 'konnectivity-server': field 'command'",
+            ),
+            (
+                "k3s",
+                "binary",
+                "k3s",
+                "Service 'k3s': field 'command' must start with an absolute path",
+            ),
+            # a file written in the directory the value names
+            (
+                "k3s",
+                "config_dropin_dir",
+                "k3s.d",
+                "WriteFile: field 'path' must be an absolute path",
+            ),
         ],
     )
-    def test_a_relative_path_a_record_refuses_names_its_key(
-        self, tmp_path: Path, key: str, value: str, refused: str
+    def test_a_relative_path_a_plugin_refuses_names_its_key(
+        self, tmp_path: Path, table: str, key: str, value: str, refused: str
     ) -> None:
-        """A relative path in [konnectivity] was reported as the plugin's definition error (exit
-        5, "plugin 'konnectivity' ... hook noderole_services: ..."), the key never named: only a
-        record field holding the file's value itself was traced back to config.toml."""
-        write_config(tmp_path, f'[konnectivity]\n{key} = "{value}"\n')
+        """Relative paths in the shipped plugins' tables were reported as the plugin's own
+        definition error (exit 5) or, for a file a hook reads, as its hook raising ValueError
+        (exit 3, "fix the plugin"), the key never named: only a record field holding the file's
+        value itself was traced back to config.toml."""
+        write_config(tmp_path, f'[{table}]\n{key} = "{value}"\n')
         first_boot = tmp_path / "etc/spinifex-eks/first-boot.env"
         first_boot.parent.mkdir(parents=True)
         first_boot.write_text("EKS_KONNECTIVITY_SANS=10.0.0.7\n")  # so that the wait is built
@@ -178,31 +219,7 @@ class TestShippedSettings:
         result = CliRunner().invoke(cli, ["config", "check"], obj=app)
         assert result.exit_code == ExitCode.CONFIG, result.output
         assert (
-            f"{CONFIG}:konnectivity.{key}: {value!r} is refused by the plugin that uses it: "
-            f"{refused}"
-        ) in result.stderr
-
-    @pytest.mark.parametrize(
-        ("key", "value", "refused"),
-        [
-            ("config", "config.yaml", "node paths are absolute, got 'config.yaml'"),
-            ("agent_env", "agent.env", "node paths are absolute, got 'agent.env'"),
-            ("binary", "k3s", "Service 'k3s': field 'command' must start with an absolute path"),
-            # a file written in the directory the value names
-            ("config_dropin_dir", "k3s.d", "WriteFile: field 'path' must be an absolute path"),
-        ],
-    )
-    def test_a_relative_k3s_path_names_its_key(
-        self, tmp_path: Path, key: str, value: str, refused: str
-    ) -> None:
-        """The same for [k3s]: before, a file the plugin reads (config, agent_env) was its
-        hook raising ValueError (exit 3, "fix the plugin"), and the rest its definition error."""
-        write_config(tmp_path, f'[k3s]\n{key} = "{value}"\n')
-        app = App(root=NodeRoot(tmp_path), autoload=True)
-        result = CliRunner().invoke(cli, ["config", "check"], obj=app)
-        assert result.exit_code == ExitCode.CONFIG, result.output
-        assert (
-            f"{CONFIG}:k3s.{key}: {value!r} is refused by the plugin that uses it: {refused}"
+            f"{CONFIG}:{table}.{key}: {value!r} is refused by the plugin that uses it: {refused}"
         ) in result.stderr
 
 

@@ -314,6 +314,23 @@ def _plugin(mark: str) -> types.ModuleType:
     return module
 
 
+def _fleet(harness: Harness, textfile_dir: str) -> App:
+    """An App over the harness's root with role ``fleet`` (one worker that sleeps) and
+    ``textfile_dir`` set."""
+    root = harness.root
+    worker = root / "usr/local/bin/worker"
+    worker.parent.mkdir(parents=True)
+    worker.write_text("#!/bin/sh\nexec sleep 1000\n")
+    worker.chmod(0o755)
+    (root / "etc/noderole").mkdir(parents=True)
+    (root / "etc/noderole/config.toml").write_text(
+        f'[noderole]\nnet_check = false\ntextfile_dir = "{textfile_dir}"\n'
+    )
+    return App(
+        root=NodeRoot(root), plugin_objects=(("textfile", _plugin(harness.mark)),), autoload=False
+    )
+
+
 class TestThroughTheCli:
     def test_node_exporter_serves_what_the_daemon_wrote(
         self, harness: Harness, exporter: tuple[str, Path]
@@ -322,19 +339,7 @@ class TestThroughTheCli:
         kill -9 of the service a real node_exporter serves the restart, no CLI call between."""
         url, directory = exporter
         root = harness.root
-        worker = root / "usr/local/bin/worker"
-        worker.parent.mkdir(parents=True)
-        worker.write_text("#!/bin/sh\nexec sleep 1000\n")
-        worker.chmod(0o755)
-        (root / "etc/noderole").mkdir(parents=True)
-        (root / "etc/noderole/config.toml").write_text(
-            f'[noderole]\nnet_check = false\ntextfile_dir = "/{directory.relative_to(root)}"\n'
-        )
-        app = App(
-            root=NodeRoot(root),
-            plugin_objects=(("textfile", _plugin(harness.mark)),),
-            autoload=False,
-        )
+        app = _fleet(harness, f"/{directory.relative_to(root)}")
         result = CliRunner().invoke(cli, ["apply", "fleet", "--backend", "native"], obj=app)
         assert result.exit_code == 0, result.output
         path = directory / TEXTFILE
@@ -356,19 +361,7 @@ class TestThroughTheCli:
         services had started or stopped: a metrics file noderole cannot write must not fail
         them, as for a directory that cannot be written."""
         root = harness.root
-        worker = root / "usr/local/bin/worker"
-        worker.parent.mkdir(parents=True)
-        worker.write_text("#!/bin/sh\nexec sleep 1000\n")
-        worker.chmod(0o755)
-        (root / "etc/noderole").mkdir(parents=True)
-        (root / "etc/noderole/config.toml").write_text(
-            '[noderole]\nnet_check = false\ntextfile_dir = "textfile"\n'
-        )
-        app = App(
-            root=NodeRoot(root),
-            plugin_objects=(("textfile", _plugin(harness.mark)),),
-            autoload=False,
-        )
+        app = _fleet(harness, "textfile")
         warning = (
             "noderole: warning: fleet metrics not written: /etc/noderole/config.toml:"
             "noderole.textfile_dir: 'textfile' is not an absolute path within the node"
