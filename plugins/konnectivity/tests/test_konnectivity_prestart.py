@@ -422,6 +422,37 @@ class TestDefinition:
             "MintCertificate",
         ]
 
+    @pytest.mark.parametrize(
+        ("config", "first", "second", "port"),
+        [
+            ("agent_port = 8093\n", "agent_port", "admin_port", 8093),
+            ("health_port = 8132\n", "agent_port", "health_port", 8132),
+            # the agents run on the host network of every node, servers included
+            ("agent_health_port = 8092\n", "health_port", "agent_health_port", 8092),
+            (
+                "agent_admin_port = 9000\nagent_health_port = 9000\n",
+                "agent_admin_port",
+                "agent_health_port",
+                9000,
+            ),
+        ],
+    )
+    def test_two_settings_of_one_port_are_a_config_error(
+        self, node_root: ScratchRoot, config: str, first: str, second: str, port: int
+    ) -> None:
+        """konnectivity-server binds its agent, admin and health ports apart, and each agent
+        its admin and health ports on the node's network: one port set twice made the second
+        bind fail at every start (address already in use), a crash loop that config check and
+        plan called fine."""
+        node_root.write_config(f"[konnectivity]\n{config}")
+        with pytest.raises(noderole.ConfigError) as raised:
+            konnectivity(node_root)
+        assert (
+            f"/etc/noderole/config.toml:konnectivity.{second}: {port} is also [konnectivity] "
+            f"{first}: konnectivity-server and its agents (on the host network of every node) "
+            "bind each of these ports apart; give each its own"
+        ) in str(raised.value)
+
     def test_settings_change_paths_and_ports(self, node_root: ScratchRoot) -> None:
         """Paths, ports and respawn settings come from [konnectivity]."""
         node_root.write_config(

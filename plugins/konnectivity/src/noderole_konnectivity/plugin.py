@@ -413,8 +413,28 @@ def service(
 @noderole.hookimpl
 def noderole_services(node: NodeContext) -> noderole.Service:
     cfg = node.settings(TABLE)
+    check_ports(cfg)
     env, unreadable = _first_boot(node, cfg)
     return service(cfg, env, unreadable)
+
+
+PORTS = ("agent_port", "admin_port", "health_port", "agent_admin_port", "agent_health_port")
+"""The ports konnectivity-server binds, then those each agent binds on its node's network."""
+
+
+def check_ports(cfg: Mapping[str, Any]) -> None:
+    """A ConfigError naming both keys when two of :data:`PORTS` are one port: the server binds
+    each apart, and the agents (host network, on servers too) bind theirs beside it, so the
+    second bind would fail at every start."""
+    seen: dict[int, str] = {}
+    for key in PORTS:
+        first = seen.setdefault(cfg[key], key)
+        if first != key:
+            raise noderole.ConfigError(
+                f"{noderole.CONFIG_PATH}:{TABLE}.{key}: {cfg[key]} is also [{TABLE}] {first}: "
+                "konnectivity-server and its agents (on the host network of every node) bind "
+                "each of these ports apart; give each its own"
+            )
 
 
 @noderole.hookimpl
