@@ -823,6 +823,26 @@ class TestReadme:
         assert done.returncode == 0, done.stdout + done.stderr
         assert "rehearsing role server" in done.stdout
         assert "stopped every service of the rehearsal" in done.stdout
+        # The venv runs the checkout itself, as `sh scripts/test` installs it: the two commands
+        # share .venv, and the rehearsal's copies in site-packages hid every later edit from
+        # .venv/bin/noderole until the tests ran again.
+        imported = subprocess.run(
+            [
+                str(copy / ".venv/bin/python"),
+                "-c",
+                "import noderole, noderole_k3s, noderole_konnectivity as k; "
+                "print(noderole.__file__, noderole_k3s.__file__, k.__file__)",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=tmp_path,
+        ).stdout.split()
+        assert imported == [
+            str(copy / "noderole/__init__.py"),
+            str(copy / "plugins/k3s/src/noderole_k3s/__init__.py"),
+            str(copy / "plugins/konnectivity/src/noderole_konnectivity/__init__.py"),
+        ]
 
 
 class TestTranscripts:
