@@ -182,6 +182,8 @@ class TestShippedSettings:
             ),
             ("k3s", "config", "config.yaml", "node paths are absolute, got 'config.yaml'"),
             ("k3s", "agent_env", "agent.env", "node paths are absolute, got 'agent.env'"),
+            # a file looked for only when the service starts (the restore marker)
+            ("k3s", "restore_block", "restore", "node paths are absolute, got 'restore'"),
             # the program of the service's command
             (
                 "konnectivity",

@@ -450,6 +450,10 @@ def _restore_guard(marker: str) -> noderole.Call:
 
 
 def _server(node: NodeContext, cfg: Mapping[str, Any], gathered: Gathered) -> noderole.Service:
+    # The restore marker is looked for when k3s starts; read through the node context now, so
+    # that a path it cannot use (a relative one) is config.toml's error at plan time, not the
+    # guard's at every start.
+    node.exists(cfg["restore_block"])
     base, steps, problems = _base_config(node, cfg)
     contributed, found = _contributed(gathered, cfg, "server", base)
     problems += found
