@@ -133,7 +133,7 @@ class _Refused(Exception):
 
 
 def _parse_entry(entry: str) -> SubjectAltName:
-    """One trimmed, non-empty entry as a SAN, or a CertificateError naming it."""
+    """One trimmed, non-empty entry as a SAN; :class:`_Refused` saying why not."""
     if "://" in entry:
         raise _Refused("a URL is not a name; give only the host part")
     if "/" in entry:
@@ -193,14 +193,14 @@ def _is_ipv4(text: str) -> bool:
 
 
 def _dns_name(entry: str) -> str:
-    """The normalised ASCII form of a DNS name entry, or a CertificateError naming it."""
+    """The normalised ASCII form of a DNS name entry; :class:`_Refused` saying why not."""
     name = entry.translate(_UNICODE_DOTS)
     # One trailing dot marks a fully qualified name; certificates hold names without it.
     name = name.removesuffix(".")
     if not name:
         raise _Refused("empty name")
     labels = name.split(".")
-    converted = [_label(entry, label) for label in labels]
+    converted = [_label(label) for label in labels]
     if "*" in converted[1:]:
         raise _Refused("a wildcard may only be the whole left-most label ('*.example.com')")
     if converted[0] == "*" and len(converted) < 3:
@@ -213,8 +213,8 @@ def _dns_name(entry: str) -> str:
     return result
 
 
-def _label(entry: str, label: str) -> str:
-    """One label, IDNA-converted and lower-cased, or a CertificateError naming the entry."""
+def _label(label: str) -> str:
+    """One label, IDNA-converted and lower-cased; :class:`_Refused` saying why not."""
     if not label:
         raise _Refused("empty label (two dots in a row, or a leading dot)")
     if label == "*":
