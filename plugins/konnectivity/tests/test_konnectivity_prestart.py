@@ -10,6 +10,7 @@ comes from the plugin object alone, its steps run against a scratch root on a fa
 from __future__ import annotations
 
 import ipaddress
+import re
 import subprocess
 
 import pytest
@@ -17,6 +18,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
+from hypothesis import given
+from hypothesis import strategies as st
 
 import noderole
 from noderole.clock import FakeClock
@@ -33,6 +36,7 @@ from noderole.testing import (
 )
 from noderole_k3s.testing import K3S_CA_CERT, K3S_CA_KEY
 from noderole_konnectivity import plugin as konnectivity_plugin
+from noderole_konnectivity import wiring
 
 FIRST_BOOT = "/etc/spinifex-eks/first-boot.env"
 KUBECONFIG = "/etc/rancher/k3s/k3s.yaml"
@@ -452,6 +456,64 @@ class TestDefinition:
             f"{first}: konnectivity-server and its agents (on the host network of every node) "
             "bind each of these ports apart; give each its own"
         ) in str(raised.value)
+
+    @pytest.mark.parametrize(
+        ("config", "key", "image"),
+        [
+            (
+                "server_version = 'v0.30.3 beta'\n",
+                "server_version",
+                "registry.k8s.io/kas-network-proxy/proxy-agent:v0.30.3 beta",
+            ),
+            (
+                "agent_image = 'Registry.io/Proxy-Agent:v1'\n",
+                "agent_image",
+                "Registry.io/Proxy-Agent:v1",
+            ),
+            ("agent_image = 'proxy-agent:'\n", "agent_image", "proxy-agent:"),
+            (
+                "agent_image = 'https://registry.k8s.io/a:v1'\n",
+                "agent_image",
+                "https://registry.k8s.io/a:v1",
+            ),
+            ("agent_image = 'a@sha256:12ab'\n", "agent_image", "a@sha256:12ab"),
+        ],
+    )
+    def test_an_agent_image_no_node_could_pull_is_a_config_error(
+        self, node_root: ScratchRoot, config: str, key: str, image: str
+    ) -> None:
+        """The agent DaemonSet was staged with it, and every agent pod in the cluster failed
+        (InvalidImageName) while every apply said ok."""
+        node_root.write_config(f"[konnectivity]\n{config}")
+        with pytest.raises(noderole.ConfigError) as raised:
+            konnectivity(node_root)
+        assert (
+            f"/etc/noderole/config.toml:konnectivity.{key}: the konnectivity-agent image "
+            f"{image!r} is not an image reference (REGISTRY/PATH:TAG or @DIGEST, the path in "
+            "lower case)"
+        ) in str(raised.value)
+
+    @pytest.mark.parametrize(
+        "image",
+        [
+            "registry.k8s.io/kas-network-proxy/proxy-agent:v0.30.3",
+            "proxy-agent",
+            "my.Registry.example:5000/team/proxy_agent--x/a.b:v1.0-rc_1",
+            "localhost/a/b@sha256:" + "ab" * 32,
+            "[fd00::1]:5000/proxy-agent:v1",
+        ],
+    )
+    def test_an_image_reference_passes(self, node_root: ScratchRoot, image: str) -> None:
+        node_root.write_config(f"[konnectivity]\nagent_image = '{image}'\n")
+        assert konnectivity(node_root).name == "konnectivity-server"
+
+    @given(st.text(max_size=140))
+    def test_the_default_image_tag_is_read_as_the_grammar_reads_it(self, tag: str) -> None:
+        """The default image's tag is checked with str methods (no pattern compiled on every
+        apply); both ways agree."""
+        image = f"{wiring.AGENT_IMAGE_REPOSITORY}:{tag}"
+        grammar = re.fullmatch(wiring._REFERENCE, image, re.ASCII) is not None
+        assert wiring.is_image_reference(image) is grammar
 
     def test_settings_change_paths_and_ports(self, node_root: ScratchRoot) -> None:
         """Paths, ports and respawn settings come from [konnectivity]."""

@@ -20,8 +20,10 @@ from noderole_konnectivity.wiring import (
     AGENT_NAMESPACE,
     AGENT_SERVICE_ACCOUNT,
     AUDIENCE,
+    agent_image,
     agent_manifest,
     egress_selector_configuration,
+    is_image_reference,
     k3s_config,
     version_mismatch,
 )
@@ -414,8 +416,23 @@ def service(
 def noderole_services(node: NodeContext) -> noderole.Service:
     cfg = node.settings(TABLE)
     check_ports(cfg)
+    check_agent_image(cfg)
     env, unreadable = _first_boot(node, cfg)
     return service(cfg, env, unreadable)
+
+
+def check_agent_image(cfg: Mapping[str, Any]) -> None:
+    """A ConfigError naming the key behind it when the agent image is no image reference: the
+    DaemonSet would be staged with it, and every agent pod fail to pull (InvalidImageName)."""
+    image = agent_image(cfg)
+    if not is_image_reference(image):
+        key = "agent_image" if cfg["agent_image"].strip() else "server_version"
+        raise noderole.ConfigError(
+            f"{noderole.CONFIG_PATH}:{TABLE}.{key}: the konnectivity-agent image {image!r} is not "
+            "an image reference (REGISTRY/PATH:TAG or @DIGEST, the path in lower case): every "
+            "agent pod would fail to pull it; set a release tag such as v0.30.3 as "
+            "server_version, or a full reference as agent_image"
+        )
 
 
 PORTS = ("agent_port", "admin_port", "health_port", "agent_admin_port", "agent_health_port")

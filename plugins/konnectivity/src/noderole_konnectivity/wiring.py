@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 __all__ = [
+    "is_image_reference",
     "AGENT_IMAGE_REPOSITORY",
     "AUDIENCE",
     "agent_image",
@@ -63,6 +64,42 @@ def agent_image(cfg: Mapping[str, Any]) -> str:
     """``agent_image`` when set, else proxy-agent at the server's release (``server_version``)."""
     image: str = cfg["agent_image"].strip()
     return image or f"{AGENT_IMAGE_REPOSITORY}:{cfg['server_version']}"
+
+
+# The grammar of an image reference (the distribution project's, which the container runtimes
+# parse): [DOMAIN[:PORT]/]PATH[:TAG][@DIGEST], the path in lower case. Compiled when first used.
+_DOMAIN_PART = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
+_DOMAIN = rf"(?:{_DOMAIN_PART}(?:\.{_DOMAIN_PART})*|\[[0-9a-fA-F:.]+\])(?::[0-9]+)?"
+_PATH_PART = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_REFERENCE = (
+    rf"(?:{_DOMAIN}/)?{_PATH_PART}(?:/{_PATH_PART})*"
+    r"(?::[\w][\w.-]{0,127})?"
+    r"(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?"
+)
+
+
+_TAG_CHARACTERS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
+
+
+def is_image_reference(image: str) -> bool:
+    """Whether ``image`` is a reference a container runtime can pull (by its grammar)."""
+    repository, colon, tag = image.rpartition(":")
+    if colon and repository == AGENT_IMAGE_REPOSITORY:
+        # The default image at a release (every apply of a server asks): the tag alone, without
+        # compiling the grammar (4M instructions, 2% of `import click`).
+        return _is_tag(tag)
+    import re
+
+    return re.fullmatch(_REFERENCE, image, re.ASCII) is not None
+
+
+def _is_tag(text: str) -> bool:
+    """``[\\w][\\w.-]{0,127}``, ASCII: an image tag."""
+    return (
+        0 < len(text) <= 128
+        and text[0] not in ".-"
+        and all(character in _TAG_CHARACTERS for character in text)
+    )
 
 
 def version_mismatch(cfg: Mapping[str, Any]) -> str | None:
