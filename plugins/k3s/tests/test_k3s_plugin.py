@@ -473,6 +473,22 @@ class TestRoles:
         )
         assert not node_root.exists(ROLE_DROPIN)
 
+    @pytest.mark.parametrize("setting", ["join_url_key", "join_token_key", "role_key"])
+    @pytest.mark.parametrize("value", ["", "K3S URL", "K3S_URL=", "3URL", "K3S-URL"])
+    def test_a_key_no_environment_file_can_hold_is_a_config_error(
+        self, node_root: ScratchRoot, setting: str, value: str
+    ) -> None:
+        """Such a key is never found: the join failed with " missing from first-boot.env"
+        (an empty name), the role was never read, and config check said ok."""
+        node_root.write_config(f'[k3s]\n{setting} = "{value}"\n')
+        with pytest.raises(noderole.ConfigError) as raised:
+            services(node_root)
+        assert (
+            f"/etc/noderole/config.toml:k3s.{setting}: {value!r} is not a name an environment "
+            "file's KEY=VALUE line can hold (letters, digits and '_', not starting with a "
+            "digit): set the key the first-boot file uses"
+        ) in str(raised.value)
+
     def test_join_keys_are_settings(self, node_root: ScratchRoot) -> None:
         """The first-boot keys for URL and token come from settings."""
         node_root.write_config('[k3s]\njoin_url_key = "EKS_URL"\njoin_token_key = "EKS_TOKEN"\n')

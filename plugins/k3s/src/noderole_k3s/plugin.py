@@ -188,6 +188,7 @@ def noderole_settings() -> noderole.SettingsTable:
 @noderole.hookimpl
 def noderole_services(node: NodeContext) -> list[noderole.Service]:
     cfg = node.settings(TABLE)
+    _check_env_keys(cfg)
     # The server's and the agent's k3s both take what other plugins contribute: their hooks are
     # called once, here, and merged for each side.
     gathered = gather_contributions(node)
@@ -199,10 +200,28 @@ def noderole_services(node: NodeContext) -> list[noderole.Service]:
     ]
 
 
+ENV_KEYS = ("join_url_key", "join_token_key", "role_key")
+"""Settings that name a key of the first-boot environment file."""
+
+
+def _check_env_keys(cfg: Mapping[str, Any]) -> None:
+    """A ConfigError for a setting of :data:`ENV_KEYS` no ``KEY=VALUE`` line can hold (such a
+    key is never found, and each use of it says the value is missing)."""
+    for name in ENV_KEYS:
+        key = cfg[name]
+        if not (key.isascii() and key.isidentifier()):  # [A-Za-z_][A-Za-z0-9_]*
+            raise noderole.ConfigError(
+                f"{noderole.CONFIG_PATH}:{TABLE}.{name}: {key!r} is not a name an environment "
+                "file's KEY=VALUE line can hold (letters, digits and '_', not starting with a "
+                "digit): set the key the first-boot file uses"
+            )
+
+
 @noderole.hookimpl
 def noderole_resolve_role(node: NodeContext) -> str | None:
     """The role from first-boot.env's role key; ``agent`` when only agent.env exists."""
     cfg = node.settings(TABLE)
+    _check_env_keys(cfg)
     env_path, key = cfg["first_boot_env"], cfg["role_key"]
     if node.exists(env_path):
         role = node.read_env(env_path).values.get(key, "").strip()
