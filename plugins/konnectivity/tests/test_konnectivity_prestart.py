@@ -88,6 +88,14 @@ def cert_dir_entries(node_root: ScratchRoot) -> list[str]:
     return sorted(p.name for p in node_root.resolve(CERT_DIR).iterdir())
 
 
+def config_error(node_root: ScratchRoot, table_text: str) -> str:
+    """The ConfigError the plugin raises for ``[konnectivity]`` set to ``table_text``."""
+    node_root.write_config(f"[konnectivity]\n{table_text}")
+    with pytest.raises(noderole.ConfigError) as raised:
+        konnectivity(node_root)
+    return str(raised.value)
+
+
 def count_flag(service: Service) -> str:
     assert service.command is not None
     (flag,) = [arg for arg in service.command if arg.startswith("--server-count=")]
@@ -448,14 +456,11 @@ class TestDefinition:
         its admin and health ports on the node's network: one port set twice made the second
         bind fail at every start (address already in use), a crash loop that config check and
         plan called fine."""
-        node_root.write_config(f"[konnectivity]\n{config}")
-        with pytest.raises(noderole.ConfigError) as raised:
-            konnectivity(node_root)
         assert (
             f"/etc/noderole/config.toml:konnectivity.{second}: {port} is also [konnectivity] "
             f"{first}: konnectivity-server and its agents (on the host network of every node) "
             "bind each of these ports apart; give each its own"
-        ) in str(raised.value)
+        ) in config_error(node_root, config)
 
     @pytest.mark.parametrize(
         ("config", "key", "image"),
@@ -484,14 +489,11 @@ class TestDefinition:
     ) -> None:
         """The agent DaemonSet was staged with it, and every agent pod in the cluster failed
         (InvalidImageName) while every apply said ok."""
-        node_root.write_config(f"[konnectivity]\n{config}")
-        with pytest.raises(noderole.ConfigError) as raised:
-            konnectivity(node_root)
         assert (
             f"/etc/noderole/config.toml:konnectivity.{key}: the konnectivity-agent image "
             f"{image!r} is not an image reference (REGISTRY/PATH:TAG or @DIGEST, the path in "
             "lower case)"
-        ) in str(raised.value)
+        ) in config_error(node_root, config)
 
     @pytest.mark.parametrize(
         "image",
