@@ -232,7 +232,7 @@ def run_rehearsal(
     echo(f"rehearsing role {role} in {scratch}")
     ok = False
     backend = None
-    with _terminations_interrupt():
+    with _one_interruption() as hold:
         try:
             staging = ops.at_root(NodeRoot(scratch))
             stage_rehearsal(staging.root, staging.plugins, staging.node_for(role))
@@ -245,21 +245,23 @@ def run_rehearsal(
             echo("")
             rows, verdict = rehearsal.status(plan, backend, wait=True, timeout=30.0)
             show_status(plan.role, rows, verdict)
+            hold()  # done: from here a signal waits for the clean-up, which nothing cuts short
         finally:
             # Cut short, it would leave a supervisor or the scratch root; and the terminal may be
-            # gone (a SIGHUP), so what it says comes last and may be lost.
-            with _interrupts_deferred():
-                try:
-                    if backend is not None:
-                        backend.supervisor.close()  # and no thread of the apply starts another
-                finally:  # even if the daemon would not stop: its root gone, it stops itself
-                    if not keep:
-                        shutil.rmtree(scratch, ignore_errors=True)
-                with contextlib.suppress(OSError):
-                    if backend is not None:
-                        echo("\nstopped every service of the rehearsal")
-                    if keep:
-                        echo(f"kept {scratch}")
+            # gone (a SIGHUP), so what it says comes last and may be lost. Every signal now
+            # waits for it: the first one held the rest when it interrupted the rehearsal, and
+            # the rehearsal's end held them before leaving its block.
+            try:
+                if backend is not None:
+                    backend.supervisor.close()  # and no thread of the apply starts another
+            finally:  # even if the daemon would not stop: its root gone, it stops itself
+                if not keep:
+                    shutil.rmtree(scratch, ignore_errors=True)
+            with contextlib.suppress(OSError):
+                if backend is not None:
+                    echo("\nstopped every service of the rehearsal")
+                if keep:
+                    echo(f"kept {scratch}")
     return ok
 
 
@@ -269,57 +271,73 @@ session."""
 
 
 @contextlib.contextmanager
-def _terminations_interrupt() -> Iterator[None]:
-    """Within: a SIGTERM or SIGHUP interrupts the rehearsal as a Ctrl-C does (its clean-up runs:
-    the scratch supervisor stopped, the scratch root removed); then the process dies of it, as
-    any other command does at once. Before, the rehearsal died at once too, and left its
-    supervisor, its services and its scratch root behind. A signal the caller ignores stays
-    ignored; only the main thread receives signals, and elsewhere the block runs as it is.
+def _one_interruption() -> Iterator[Callable[[], None]]:
+    """Within: the first Ctrl-C (SIGINT), SIGTERM or SIGHUP interrupts the block as a Ctrl-C
+    does (a ``KeyboardInterrupt``, so its clean-up runs: the scratch supervisor stopped, the
+    scratch root removed), and every signal after it waits until the block is done, as does
+    every signal once the block calls the ``hold()`` it is given. Then the process ends as the
+    first signal would have it: 130 for Ctrl-C, death by SIGTERM or SIGHUP. Before, a signal
+    that landed as the clean-up began (between the end of the work and the clean-up's own
+    deferral) cut it short, leaving the scratch root; and before that, a SIGTERM or SIGHUP left
+    the supervisor, its services and the scratch root for good.
 
-    The command tries of this process's waits are ended first, as
-    :func:`noderole._start.end_wait_attempts` ends them (looked up, never imported: a handler
-    must not import); one this thread is starting when the signal lands is ended by the start,
-    which then sends the signal again."""
+    A signal the caller ignores stays ignored; only the main thread receives signals, and
+    elsewhere the block runs as it is. On SIGTERM or SIGHUP the command tries of this
+    process's waits are ended first, as :func:`noderole._start.end_wait_attempts` ends them
+    (looked up, never imported: a handler must not import); one this thread is starting when
+    the signal lands is ended by the start, which then sends the signal again."""
     import signal
     import sys
     import threading
     import types
 
     if threading.current_thread() is not threading.main_thread():
-        yield
+        yield lambda: None
         return
-    received: list[int] = []
+    first: list[int] = []  # the signal that decides how the command ends
+    holding = [False]
 
-    def interrupt(number: int, frame: types.FrameType | None) -> None:
+    def on_signal(number: int, frame: types.FrameType | None) -> None:
+        if holding[0]:
+            if not first:
+                first.append(number)
+            return
         code = frame.f_code if frame is not None else None
         if code is not None and code.co_name == "cb" and "importlib" in code.co_filename:
             # A module lock's weakref callback: an exception raised here is printed ("Exception
             # ignored in ...") and dropped. The signal again, from the frame after it.
             signal.raise_signal(number)
             return
-        if not received:
-            received.append(number)
-        end = getattr(sys.modules.get("noderole.supervisor.probes"), "end_attempts", None)
-        if end is None or end(dying_of=number):
-            raise KeyboardInterrupt
+        if number != signal.SIGINT:
+            end = getattr(sys.modules.get("noderole.supervisor.probes"), "end_attempts", None)
+            if end is not None and not end(dying_of=number):
+                return  # the try being started ends itself, and sends the signal again
+        holding[0] = True  # before raising: a second signal must not cut the clean-up short
+        first.append(number)
+        raise KeyboardInterrupt
 
     previous: dict[int, Any] = {}
-    for name in _TERMINATIONS:
-        number = getattr(signal, name)
+    for number in (signal.SIGINT, *(getattr(signal, name) for name in _TERMINATIONS)):
         handler = signal.getsignal(number)
         if handler not in (signal.SIG_IGN, None):
             previous[number] = handler
-            signal.signal(number, interrupt)
+            signal.signal(number, on_signal)
     try:
-        yield
+        yield lambda: holding.__setitem__(0, True)
     except KeyboardInterrupt:
-        if not received:
+        if not first:
             raise
     finally:
         for number, handler in previous.items():
             signal.signal(number, handler)
-    if received:
-        _die_of(received[0], previous[received[0]])
+    if first:
+        number = first[0]
+        if number == signal.SIGINT:
+            handler = previous[number]
+            if callable(handler):
+                handler(number, None)  # Python's own raises KeyboardInterrupt: exit 130
+            raise KeyboardInterrupt
+        _die_of(number, previous[number])
 
 
 def _die_of(number: int, handler: Any) -> None:
@@ -339,34 +357,3 @@ def _die_of(number: int, handler: Any) -> None:
         signal.signal(number, signal.SIG_DFL)
         signal.raise_signal(number)
     raise SystemExit(128 + number)
-
-
-@contextlib.contextmanager
-def _interrupts_deferred() -> Iterator[None]:
-    """Hold a Ctrl-C (SIGINT), SIGTERM or SIGHUP that arrives inside the block until the block
-    is done, then deliver it as it would have been. Only the main thread receives signals;
-    elsewhere, and where a signal is not Python's to handle, the block runs as it is."""
-    import signal
-    import threading
-
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    held: list[int] = []
-    previous: dict[int, Any] = {}
-    for number in (signal.SIGINT, *(getattr(signal, name) for name in _TERMINATIONS)):
-        handler = signal.getsignal(number)
-        if handler not in (signal.SIG_IGN, None):
-            previous[number] = handler
-            signal.signal(number, lambda number, frame: held.append(number))
-    try:
-        yield
-    finally:
-        for number, handler in previous.items():
-            signal.signal(number, handler)
-    for number in dict.fromkeys(held):  # each once, in the order they came
-        handler = previous[number]
-        if callable(handler):
-            handler(number, None)  # Python's own SIGINT handler raises KeyboardInterrupt
-        else:
-            signal.raise_signal(number)
