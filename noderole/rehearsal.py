@@ -250,7 +250,9 @@ def run_rehearsal(
             # Cut short, it would leave a supervisor or the scratch root; and the terminal may be
             # gone (a SIGHUP), so what it says comes last and may be lost. Every signal now
             # waits for it: the first one held the rest when it interrupted the rehearsal, and
-            # the rehearsal's end held them before leaving its block.
+            # the rehearsal's end held them before leaving its block (and, should the work have
+            # raised, this first statement does).
+            hold()
             try:
                 if backend is not None:
                     backend.supervisor.close()  # and no thread of the apply starts another
