@@ -48,70 +48,85 @@ class TestRehearseShippedRoles:
         assert node_processes(scratch) == []
 
 
+# Run in a process of its own: a signal ends the command attempts of the process for good (it
+# is leaving), which would cancel every later test's command wait in pytest's own.
+_SIGNAL_AT_CLEAN_UP = """
+import json, signal, sys
+from noderole.cli._app import App
+from noderole.plugins import load_plugins
+from noderole.rehearsal import run_rehearsal
+from noderole.root import NodeRoot
+
+number = getattr(signal, sys.argv[1])
+others = [n for n in load_plugins().names() if n not in ("builtin", "k3s", "konnectivity")]
+app = App(root=NodeRoot("/"), disabled_plugins=tuple(others))
+said, delivered = [], []
+
+def raise_at_next_line(frame, event, arg):  # the rehearsal's own frame
+    if event == "line":
+        frame.f_trace = None
+        sys.settrace(None)
+        signal.raise_signal(number)
+    return raise_at_next_line
+
+def show_status(role, rows, verdict):
+    said.append("SERVICE")
+    sys.settrace(lambda *args: None)  # f_trace works only while a global trace is set
+    sys._getframe(1).f_trace = raise_at_next_line
+
+# Stands in for the handler noderole installs (death by the signal): recorded here.
+signal.signal(number, lambda signum, frame: delivered.append(signum))
+ended = "returned"
+try:
+    run_rehearsal(app, "server", keep=False, echo=said.append, show_status=show_status)
+except SystemExit as exc:
+    ended = f"SystemExit {exc.code}"
+except KeyboardInterrupt:
+    ended = "KeyboardInterrupt"
+print(json.dumps({"said": said, "delivered": delivered, "ended": ended}))
+"""
+
+
 class TestSignalAsTheCleanUpBegins:
     @pytest.mark.parametrize("name", ["SIGHUP", "SIGTERM", "SIGINT"])
-    def test_a_signal_between_the_work_and_the_clean_up_still_cleans_up(
-        self, tmp_path: Path, name: str
-    ) -> None:
+    def test_a_signal_between_the_work_and_the_clean_up_still_cleans_up(self, name: str) -> None:
         """The signal is raised at the first line the rehearsal runs after the status is shown,
         where the old clean-up had not yet put off signals: it cut the clean-up short (found in
         CI: the SIGHUP test once ended without "stopped every service of the rehearsal"), and
         the scratch root and its supervisor were left. The command still ends as the signal
         would have it."""
+        import json
         import shutil
         import signal
+        import subprocess
         import sys
-        import types
-
-        from noderole.plugins import load_plugins
-        from noderole.rehearsal import run_rehearsal
 
         number = getattr(signal, name)
-        others = [n for n in load_plugins().names() if n not in ("builtin", "k3s", "konnectivity")]
-        app = App(root=NodeRoot("/"), disabled_plugins=tuple(others))
-        said: list[str] = []
-        delivered: list[int] = []
-
-        def raise_at_next_line(
-            frame: types.FrameType, event: str, arg: object
-        ) -> object:  # the rehearsal's own frame: its next line raises the signal
-            if event == "line":
-                frame.f_trace = None
-                sys.settrace(None)
-                signal.raise_signal(number)
-            return raise_at_next_line
-
-        def show_status(role: str, rows: object, verdict: object) -> None:
-            said.append("SERVICE")
-            sys.settrace(lambda *args: None)  # f_trace works only while a global trace is set
-            sys._getframe(1).f_trace = raise_at_next_line
-
-        previous = signal.getsignal(number)
-        # Stands in for the handler noderole installs (death by the signal): recorded here.
-        signal.signal(number, lambda signum, frame: delivered.append(signum))
-        scratch: Path | None = None
-        try:
-            with pytest.raises((SystemExit, KeyboardInterrupt)) as ended:
-                run_rehearsal(app, "server", keep=False, echo=said.append, show_status=show_status)
-            scratch = Path(said[0].split(" in ", 1)[1])
-            if name == "SIGINT":
-                assert ended.type is KeyboardInterrupt
-            else:
-                assert ended.value.args == (128 + number,)
-                assert delivered == [number]
-            assert "\nstopped every service of the rehearsal" in said
-            assert not scratch.exists()
-            assert node_processes(scratch) == []
-        finally:
-            sys.settrace(None)
-            signal.signal(number, previous)
-            if scratch is None and said:
-                scratch = Path(said[0].split(" in ", 1)[1])
-            if scratch is not None:
-                for pid in node_processes(scratch):
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(pid, signal.SIGKILL)
-                shutil.rmtree(scratch, ignore_errors=True)
+        done = subprocess.run(
+            [sys.executable, "-c", _SIGNAL_AT_CLEAN_UP, name],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={k: v for k, v in os.environ.items() if k != "NODEROLE_ROOT"},
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        result = json.loads(done.stdout.splitlines()[-1])
+        said = result["said"]
+        scratch = Path(said[0].split(" in ", 1)[1])
+        left = node_processes(scratch)
+        for pid in left:  # a supervisor the clean-up did not stop (its owner has ended)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        kept = scratch.exists()
+        shutil.rmtree(scratch, ignore_errors=True)
+        if name == "SIGINT":
+            assert result["ended"] == "KeyboardInterrupt"
+        else:
+            assert result["ended"] == f"SystemExit {128 + number}"
+            assert result["delivered"] == [number]
+        assert "\nstopped every service of the rehearsal" in said
+        assert not kept
+        assert left == []
 
 
 class TestInterruptedRehearsal:
