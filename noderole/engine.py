@@ -151,6 +151,20 @@ class ApplyReport:
         }
 
 
+_LATER_SUPERVISION = {"stop_scope": "group", "delegate": False}
+"""Supervision fields added after the first release, with their defaults. A definition holds one
+only when it differs from its default, so that an upgrade of noderole does not change the
+fingerprint of every service, and a re-apply then restart them all."""
+
+
+def _supervision(service: Service) -> dict[str, Any]:
+    settings = recordclass.asdict(service.supervision)
+    for key, default in _LATER_SUPERVISION.items():
+        if settings[key] == default:
+            del settings[key]
+    return settings
+
+
 def definition_digests(service: Service) -> dict[str, str]:
     """A digest per part of a definition, so a restart can say what changed (no secret stored)."""
     parts: dict[str, Any] = {
@@ -158,7 +172,7 @@ def definition_digests(service: Service) -> dict[str, str]:
         "environment": service.revealed_environment(),
         "user": [service.user, service.group, service.working_directory],
         "logs": [service.pidfile, service.output_log, service.error_log],
-        "supervision": recordclass.asdict(service.supervision),
+        "supervision": _supervision(service),
     }
     return {
         key: sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:16]
@@ -186,7 +200,7 @@ def definition_shown(service: Service) -> str:
         "environment": environment,
         "user": [service.user, service.group, service.working_directory],
         "logs": [service.pidfile, service.output_log, service.error_log],
-        "supervision": recordclass.asdict(service.supervision),
+        "supervision": _supervision(service),
     }
     return json.dumps(shown, sort_keys=True)
 
@@ -221,7 +235,8 @@ def definition_diff(before: str, after: str) -> list[str]:
     for part in ("user", "logs"):
         if old.get(part) != new[part]:
             changes.append(f"{DEFINITION_PARTS[part]}: {old.get(part)} -> {new[part]}")
-    old_sup, new_sup = old.get("supervision", {}), new["supervision"]
+    old_sup = {**_LATER_SUPERVISION, **old.get("supervision", {})}
+    new_sup = {**_LATER_SUPERVISION, **new["supervision"]}
     for key in sorted(new_sup):
         if old_sup.get(key) != new_sup[key]:
             changes.append(f"{key}: {old_sup.get(key)} -> {new_sup[key]}")

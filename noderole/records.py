@@ -835,6 +835,15 @@ def _signal_names() -> frozenset[str]:
     return frozenset(s.name for s in signal.Signals)
 
 
+_STOP_SCOPES = ("group", "process")
+"""The values of :attr:`Supervision.stop_scope`."""
+
+
+def _check_flag(inst: Any, attribute: recordclass.Attribute[Any], value: Any) -> None:
+    if not isinstance(value, bool):
+        raise _fail(_label(inst), attribute.name, f"must be True or False, got {value!r}")
+
+
 def _check_signal(inst: Any, attribute: recordclass.Attribute[Any], value: str) -> None:
     if value not in _COMMON_SIGNALS and value not in _signal_names():
         raise _fail(
@@ -858,7 +867,25 @@ class Supervision(RecordBase):
     stop_signal: str = recordclass.field(default="SIGTERM", validator=_check_signal)
     """Signal sent first on stop."""
     stop_timeout: float = recordclass.field(default=5, validator=_check_non_negative)
-    """Seconds to wait after ``stop_signal`` before SIGKILL to the whole process group."""
+    """Seconds to wait after ``stop_signal`` before SIGKILL."""
+    stop_scope: Literal["group", "process"] = recordclass.field(
+        default="group", validator=_one_of(*_STOP_SCOPES)
+    )
+    """What a stop, and the exit of the service's process, ends.
+
+    ``"group"``: what the service started too. The native supervisor signals its process group
+    (a process that left it with ``setsid`` runs on), systemd its control group
+    (``KillMode=control-group``, everything). ``"process"``: the service's process alone; what
+    it started runs on (systemd ``KillMode=process``). For a service whose children must outlive
+    its restart: k3s, whose containers would die with it. OpenRC's supervise-daemon signals the
+    process alone whatever this says. Should the native supervisor itself be killed, its
+    watchdog ends the process groups of the services that ran, whatever their scope."""
+    delegate: bool = recordclass.field(default=False, validator=_check_flag)
+    """The service manages control groups below its own, as a container runtime does (k3s).
+
+    systemd hands it its control group's subtree (``Delegate=yes``), without which it may not
+    enable the cgroup controllers its containers are limited by. The native supervisor and OpenRC
+    make no control group of the service's to hand over: nothing to do there."""
 
 
 # --------------------------------------------------------------------------- the service

@@ -19,8 +19,9 @@ from typing import Any
 import attrs
 import pytest
 
+from noderole.backends.native import supervision_spec
 from noderole.records import Supervision
-from noderole.supervisor import ProcessSpec, SupervisionSpec, Supervisor
+from noderole.supervisor import ProcessSpec, Supervisor
 from noderole.supervisor._proc import is_alive
 from noderole.supervisor._status import ServiceStatus
 from noderole.testing import eventually, process_cmdline, process_environ
@@ -74,7 +75,7 @@ class Harness:
             name=name,
             argv=("/bin/sh", "-c", script),
             environment=env,
-            supervision=SupervisionSpec(**attrs.asdict(supervision)),
+            supervision=supervision_spec(supervision),
             fingerprint=fingerprint,
             **kwargs,
         )

@@ -7,6 +7,7 @@ Every test goes through the ``noderole`` command against real processes under a 
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import os
 import stat
@@ -15,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 from click.testing import CliRunner
 
@@ -295,6 +297,41 @@ class TestCliSlips:
         assert "respawn_delay: 0.05 -> 0.07" in reason
         state = (node.root / "var/lib/noderole/applied.json").read_text()
         assert "token" not in state
+
+    def test_a_changed_stop_scope_is_named_as_the_restart_reason(self, node: Node) -> None:
+        """stop_scope and delegate, absent from what an earlier apply recorded when at their
+        defaults, are named with their values when they change."""
+        node.services.append(sleeper("a"))
+        node.run("apply", "demo")
+        node.services[0] = sleeper(
+            "a",
+            supervision=noderole.Supervision(
+                respawn_delay=0.05, stop_timeout=2, stop_scope="process", delegate=True
+            ),
+        )
+        reason = report(node.run("apply", "demo", "--json"))["a"]["reason"]
+        assert "delegate: False -> True" in reason
+        assert "stop_scope: group -> process" in reason
+
+    def test_supervision_fields_added_since_keep_the_fingerprint(self) -> None:
+        """A definition at the defaults of the fields added after the first release digests as
+        it did before them: an upgrade of noderole restarts no service of a re-apply."""
+        from noderole.engine import definition_digests
+
+        service = sleeper("a")
+        sup = service.supervision
+        before = {  # the supervision settings an earlier release digested, every one of them
+            "respawn_delay": sup.respawn_delay,
+            "respawn_max": sup.respawn_max,
+            "respawn_period": sup.respawn_period,
+            "backoff_max": sup.backoff_max,
+            "stop_signal": sup.stop_signal,
+            "stop_timeout": sup.stop_timeout,
+        }
+        digest = hashlib.sha256(json.dumps(before, sort_keys=True).encode()).hexdigest()[:16]
+        assert definition_digests(service)["supervision"] == digest
+        process = sleeper("a", supervision=attrs.evolve(sup, stop_scope="process"))
+        assert definition_digests(process)["supervision"] != digest
 
 
 class TestVerdict:

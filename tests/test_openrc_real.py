@@ -227,3 +227,47 @@ class TestRealOpenRC:
         assert ns.sh("ls /run/openrc/started").stdout == ""
         assert ns.sh("[ -e /run/nr-dep.pid ]").rc != 0
         assert shlex.split(scenario.calls.read_text()) == ["hook", "nr-dep", "start-pre"]
+
+
+class TestStopScope:
+    def test_a_process_scope_stop_leaves_what_the_service_started(self, tmp_path: Path) -> None:
+        """stop_scope="process" (k3s's) holds under OpenRC: supervise-daemon signals the
+        service's process alone, and what it started runs on after a stop, as k3s's containers
+        must."""
+        problem = unshare_problem()
+        if problem:
+            pytest.skip(f"needs a private mount namespace: {problem}")
+        try:
+            orc = openrc()
+        except RuntimeError as error:
+            pytest.skip(str(error))
+        child = _script(
+            tmp_path / "child",
+            f"""
+            #!/bin/sh
+            sleep 1000 &
+            echo $! > {tmp_path}/started
+            exec sleep 999
+            """,
+        )
+        service = Service(
+            name="nr-scope",
+            command=[str(child)],
+            pidfile="/run/nr-scope.pid",
+            supervision=Supervision(respawn_delay=1, stop_timeout=1, stop_scope="process"),
+        )
+        root = NodeRoot(tmp_path / "node")
+        rendered = render_openrc([service], noderole_path="/bin/true", exec_mode=False)
+        write_rendered(rendered, root=root)
+        ns = OpenRCNamespace(orc.root, root.path)
+        ns.start()
+        try:
+            assert ns.sh("openrc-run /etc/init.d/nr-scope start").rc == 0
+            wait_in(ns, f"[ -s {tmp_path}/started ]")
+            main = child_pid(ns, "nr-scope")
+            started = int((tmp_path / "started").read_text())
+            assert ns.sh("openrc-run /etc/init.d/nr-scope stop").rc == 0
+            assert not alive(ns, main)
+            assert alive(ns, started)
+        finally:
+            ns.close()

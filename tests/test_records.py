@@ -184,10 +184,15 @@ class TestSupervision:
             ({"respawn_period": 0}, "respawn_period"),
             ({"stop_signal": "SIGNOPE"}, "stop_signal"),
             ({"stop_timeout": -0.5}, "stop_timeout"),
+            ({"stop_scope": "cgroup"}, "stop_scope"),
+            ({"stop_scope": None}, "stop_scope"),
+            ({"delegate": "yes"}, "delegate"),
+            ({"delegate": 1}, "delegate"),
         ],
     )
     def test_invalid_values_are_refused(self, kwargs: dict[str, object], field: str) -> None:
-        """Negative delays, zero periods and unknown signals are refused, naming the field."""
+        """Negative delays, zero periods, unknown signals and scopes, and a delegate that is not
+        a bool are refused, naming the field."""
         with pytest.raises(DefinitionError, match=f"field {field!r}"):
             Supervision(**kwargs)  # type: ignore[arg-type]
 

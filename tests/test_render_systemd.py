@@ -69,7 +69,7 @@ def tricky_services() -> list[Service]:
             need=["net", "cgroups"],
             provide=["kube-api"],
             pre_start=[WaitForPaths(paths=["/etc/rancher/k3s/config.yaml"], timeout=120)],
-            supervision=Supervision(respawn_max=3),
+            supervision=Supervision(respawn_max=3, stop_scope="process", delegate=True),
         ),
         Service(
             name="tricky",
@@ -319,6 +319,15 @@ class TestSystemdReadsWhatWeMeant:
         ):
             assert line in tricky
         assert "TimeoutStartSec: 3min 30s" in unit_section(dump, "k3s.service")
+        assert "Delegate: no" in tricky
+
+    def test_a_process_scope_is_killmode_process_and_delegate_yes(self, dump: str) -> None:
+        """stop_scope="process" and delegate, as k3s's install script renders k3s: systemd
+        signals the main process alone (its containers outlive a restart) and hands the
+        service its control group's subtree."""
+        k3s = unit_section(dump, "k3s.service")
+        assert "KillMode: process" in k3s
+        assert "Delegate: yes" in k3s
 
 
 class TestMapping:

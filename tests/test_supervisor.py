@@ -162,6 +162,20 @@ class TestRespawn:
         wait_for(lambda: len(_read_pids(kids)) == 2, "the respawned grandchild")
         wait_for(lambda: not is_alive(old_kid), "the old grandchild to die")
 
+    def test_a_process_scope_exit_leaves_its_group_running(self, harness: Harness) -> None:
+        """stop_scope="process": the process's exit ends nothing else; it is respawned."""
+        kids = harness.root / "kids"
+        script = f"sleep 1000 & echo $! >> {kids}; {SLEEP}"
+        sup = Supervision(respawn_delay=0.05, stop_scope="process")
+        first = harness.supervisor.start(harness.spec("a", script, supervision=sup))
+        [old_kid] = wait_for(lambda: _read_pids(kids), "the grandchild")
+        harness.extra_pids.append(old_kid)
+        assert first.pid is not None
+        os.kill(first.pid, signal.SIGKILL)
+        new_kid = wait_for(lambda: _read_pids(kids)[1:], "the respawned grandchild")[0]
+        harness.extra_pids.append(new_kid)
+        assert is_alive(old_kid)
+
     def test_stop_during_respawn_delay_starts_nothing(self, harness: Harness) -> None:
         """A stop that arrives while a respawn is pending never starts a new child (openrc#375)."""
         runs = harness.root / "runs"
@@ -216,6 +230,44 @@ class TestStop:
         assert started.pid is not None
         assert [p for p in [started.pid, *pids] if is_alive(p)] == []
         assert group_members(started.pid) == []
+
+    def test_a_process_scope_stop_ends_the_process_alone(self, harness: Harness) -> None:
+        """stop_scope="process" (k3s): the stop signals the service's process, and what it
+        started in its group runs on (as containers run on through a restart of k3s); a
+        process that ignores the signal is still SIGKILLed, alone."""
+        kids = harness.root / "kids"
+        ready = harness.root / "ready"
+        script = f"trap '' TERM; sleep 1000 & echo $! >> {kids}; touch {ready}; wait"
+        sup = Supervision(stop_timeout=0.2, stop_scope="process")
+        started = harness.supervisor.start(harness.spec("a", script, supervision=sup))
+        [kid] = wait_for(lambda: ready.exists() and _read_pids(kids), "the grandchild")
+        harness.extra_pids.append(kid)
+        [status] = harness.supervisor.stop(["a"])
+        assert (status.state, status.last_exit, status.reason) == (
+            "stopped",
+            "signal SIGKILL",
+            "stopped",
+        )
+        assert started.pid is not None
+        assert not is_alive(started.pid)
+        assert is_alive(kid)
+        assert group_members(started.pid) == [kid]
+
+    def test_a_process_scope_stop_during_backoff_signals_nothing(self, harness: Harness) -> None:
+        """Between an exit and its respawn, a process-scope stop has no process to signal:
+        what the last one left runs on."""
+        kids = harness.root / "kids"
+        script = f"sleep 1000 & echo $! >> {kids}; exit 1"
+        sup = Supervision(respawn_delay=30, stop_scope="process")
+        harness.supervisor.start(harness.spec("a", script, supervision=sup))
+        [kid] = wait_for(lambda: _read_pids(kids), "the grandchild")
+        harness.extra_pids.append(kid)
+        wait_for(
+            lambda: harness.supervisor.status(["a"])[0].state == "backoff", "the respawn delay"
+        )
+        [status] = harness.supervisor.stop(["a"])
+        assert (status.state, status.reason) == ("stopped", "stopped")
+        assert is_alive(kid)
 
     def test_stop_in_the_given_order(self, harness: Harness) -> None:
         """stop() handles names in order and reports unknown names as not supervised."""
@@ -629,6 +681,8 @@ class TestSpec:
             ({"supervision": {"respawn_delay": float("nan")}}, "respawn_delay"),
             ({"supervision": {"respawn_max": -1}}, "respawn_max"),
             ({"supervision": {"stop_signal": "SIGNOPE"}}, "stop_signal"),
+            ({"supervision": {"stop_scope": "cgroup"}}, "stop_scope"),
+            ({"supervision": {"delegate": True}}, "delegate"),
             ({"supervision": {"bogus": 1}}, "bogus"),
             ({"log_max_bytes": 0}, "log_max_bytes"),
             ({"pidfile": 3}, "pidfile"),

@@ -371,6 +371,108 @@ class TestAfterGivingUp:
         assert node.active("flaky.service") == "inactive"
 
 
+SCOPES_PLUGIN = """\
+import noderole
+
+
+def service(name, scope):
+    script = f"sleep 1000 & echo $! > /run/{name}.child; exec sleep 999"
+    return noderole.Service(
+        name=name,
+        roles=["many"],
+        command=["/bin/sh", "-c", script],
+        supervision=noderole.Supervision(stop_scope=scope, delegate=scope == "process"),
+    )
+
+
+@noderole.hookimpl
+def noderole_services(node):
+    return [service("keeps", "process"), service("ends", "group")]
+"""
+
+
+SCOPE_FROM_FILE_PLUGIN = """\
+import noderole
+
+
+@noderole.hookimpl
+def noderole_services(node):
+    scope = open("/etc/keeps-scope").read().strip()
+    return [
+        noderole.Service(
+            name="keeps",
+            roles=["many"],
+            command=["/bin/sh", "-c", "sleep 1000 & echo $! > /run/keeps.child; exec sleep 999"],
+            supervision=noderole.Supervision(stop_scope=scope),
+        )
+    ]
+"""
+
+
+class TestStopScope:
+    def test_a_process_scope_stop_leaves_what_the_service_started(self, node: Node) -> None:
+        """stop_scope="process" (k3s's, as its install script renders it): `noderole stop` and
+        a restart end the service's process alone, and what it started runs on in its control
+        group (a node's containers through a restart of k3s); the default scope ends the whole
+        control group. Before, noderole rendered every unit KillMode=control-group: a stop or
+        restart of k3s killed every container of the node."""
+        command = stage_many(node.ns.root, SCOPES_PLUGIN)
+        first = node.ns.run(command, "apply", "many", "--backend", "systemd", check=False)
+        assert first.returncode == 0, first.stdout + first.stderr
+        assert node.ns.show("keeps.service", "KillMode", "Delegate") == {
+            "KillMode": "process",
+            "Delegate": "yes",
+        }
+        assert node.ns.show("ends.service", "KillMode", "Delegate") == {
+            "KillMode": "control-group",
+            "Delegate": "no",
+        }
+
+        def child(name: str) -> str:
+            path = node.ns.root / f"run/{name}.child"
+            eventually(path.exists, f"{name}'s child")
+            return path.read_text().strip()
+
+        def alive(pid: str) -> bool:
+            return node.ns.run("kill", "-0", pid, check=False).returncode == 0
+
+        kept, ended = child("keeps"), child("ends")
+        main = node.main_pid("keeps.service")
+        stop = node.ns.run(command, "stop", "many", "--backend", "systemd", check=False)
+        assert stop.returncode == 0, stop.stdout + stop.stderr
+        assert node.active("keeps.service") == node.active("ends.service") == "inactive"
+        assert not alive(str(main))
+        assert alive(kept)
+        assert not alive(ended)
+        again = node.ns.run(command, "apply", "many", "--backend", "systemd", check=False)
+        assert again.returncode == 0, again.stdout + again.stderr
+        assert node.active("keeps.service") == "active"
+        assert alive(kept)
+
+    def test_the_restart_that_brings_the_process_scope_already_has_it(self, node: Node) -> None:
+        """The first apply of a noderole that renders k3s KillMode=process restarts k3s (its
+        definition changed): systemd reads the new unit before that restart's stop, so the
+        containers already outlive it."""
+        command = stage_many(node.ns.root, SCOPE_FROM_FILE_PLUGIN)
+        scope = node.ns.root / "etc/keeps-scope"
+        scope.write_text("group\n")
+        apply = (command, "apply", "many", "--backend", "systemd", "--json")
+        first = node.ns.run(*apply, check=False)
+        assert first.returncode == 0, first.stdout + first.stderr
+        path = node.ns.root / "run/keeps.child"
+        eventually(path.exists, "keeps's child")
+        kept = path.read_text().strip()
+        scope.write_text("process\n")
+        again = node.ns.run(*apply, check=False)
+        assert again.returncode == 0, again.stdout + again.stderr
+        (keeps,) = json.loads(again.stdout)["services"]
+        assert (keeps["status"], keeps["reason"]) == (
+            "restarted",
+            "restarted: stop_scope: group -> process",
+        )
+        assert node.ns.run("kill", "-0", kept, check=False).returncode == 0
+
+
 BEHIND_PLUGIN = """\
 import noderole
 

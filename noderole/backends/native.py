@@ -21,8 +21,8 @@ from noderole.root import NodeRoot
 from noderole.supervisor import NotAnswering, ServiceStatus, Supervisor, SupervisorError
 
 if TYPE_CHECKING:
-    from noderole.records import Service
-    from noderole.supervisor import ProcessSpec
+    from noderole.records import Service, Supervision
+    from noderole.supervisor import ProcessSpec, SupervisionSpec
 
 __all__ = ["BASE_ENVIRONMENT", "IN_FLIGHT", "LOG_PATH", "NativeBackend", "process_spec"]
 
@@ -46,11 +46,21 @@ LOG_PATH = "/var/log/noderole/supervisor.log"
 """The supervisor's own log (a node path): on disk, so it survives a reboot."""
 
 
+def supervision_spec(supervision: Supervision) -> SupervisionSpec:
+    """The supervisor's form of ``supervision``."""
+    from noderole import recordclass
+    from noderole.supervisor import SupervisionSpec
+
+    settings = recordclass.asdict(supervision)
+    # systemd's alone: this supervisor makes no control group of the service's to hand over.
+    del settings["delegate"]
+    return SupervisionSpec(**settings)
+
+
 def process_spec(service: Service, *, root: NodeRoot, fingerprint: str) -> ProcessSpec:
     """The supervisor's view of ``service`` under ``root``."""
     # Imported here: `status` and `stop` use this backend without records, attrs or probes.
-    from noderole import recordclass
-    from noderole.supervisor import ProcessSpec, ReadinessSpec, SupervisionSpec
+    from noderole.supervisor import ProcessSpec, ReadinessSpec
     from noderole.waits import probe_for
 
     if service.command is None:
@@ -75,7 +85,7 @@ def process_spec(service: Service, *, root: NodeRoot, fingerprint: str) -> Proce
         pidfile=local(service.pidfile),
         stdout_log=local(service.output_log),
         stderr_log=local(service.error_log),
-        supervision=SupervisionSpec(**recordclass.asdict(service.supervision)),
+        supervision=supervision_spec(service.supervision),
         readiness=readiness,
         fingerprint=fingerprint,
     )

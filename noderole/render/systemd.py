@@ -147,11 +147,14 @@ def render_unit(
                 "# backoff_max: systemd 252 has no restart backoff; the delay is constant."
             )
         lines += [
-            "KillMode=control-group",
+            # "process": what the service started outlives its stop and restart (k3s's pods).
+            "KillMode=process" if sup.stop_scope == "process" else "KillMode=control-group",
             f"KillSignal={sup.stop_signal}",
             # 0 would disable the timeout; noderole's 0 means "SIGKILL at once".
             f"TimeoutStopSec={_seconds(sup.stop_timeout) if sup.stop_timeout > 0 else '1ms'}",
         ]
+        if sup.delegate:
+            lines.append("Delegate=yes")
     timeout = _start_timeout(service)
     if timeout is not None:
         lines.append(f"TimeoutStartSec={timeout}")

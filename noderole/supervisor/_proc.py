@@ -22,6 +22,7 @@ __all__ = [
     "group_members",
     "is_alive",
     "kill_group",
+    "kill_process",
     "proc_stat",
     "signal_number",
     "wait_exit",
@@ -129,6 +130,12 @@ def kill_group(pgid: int, sig: int) -> None:
     """Send ``sig`` to the process group; a group that is already gone is not an error."""
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pgid, sig)
+
+
+def kill_process(pid: int, sig: int) -> None:
+    """Send ``sig`` to the process ``pid`` alone; one that is already gone is not an error."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, sig)
 
 
 def wait_exit(pid: int, timeout: float | None) -> int | None:

@@ -72,7 +72,7 @@ def launch_source(module: str) -> str:
     )
 
 
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3
 """Bumped on any incompatible change; a daemon refuses requests of another version."""
 
 SOCKET_NAME = "supervisor.sock"

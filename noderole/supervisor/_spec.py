@@ -48,6 +48,9 @@ class SupervisionSpec:
     backoff_max: float | None = None
     stop_signal: str = "SIGTERM"
     stop_timeout: float = 5.0
+    stop_scope: str = "group"
+    """``"group"``: a stop, and the process's exit, end its process group; ``"process"``: the
+    process alone (what it started runs on)."""
 
     def __post_init__(self) -> None:
         _number("supervision.respawn_delay", self.respawn_delay)
@@ -59,6 +62,15 @@ class SupervisionSpec:
         name = self.stop_signal
         if not isinstance(name, str) or not _is_signal(_full_name(name)):
             raise ValueError(f"supervision.stop_signal must name a signal, got {name!r}")
+        if self.stop_scope not in ("group", "process"):
+            raise ValueError(
+                f"supervision.stop_scope must be 'group' or 'process', got {self.stop_scope!r}"
+            )
+
+    @property
+    def whole_group(self) -> bool:
+        """True when a stop and an exit end the process group, not the process alone."""
+        return self.stop_scope == "group"
 
     @property
     def stop_signum(self) -> int:

@@ -8,7 +8,9 @@ States (:data:`noderole.supervisor._status.STATES`)::
     any --(stop)--> stopping... -> stopped
 
 A process that exits takes its process group with it (SIGKILL to the group): a leftover
-grandchild would hold the port the respawned process needs. Standard library only.
+grandchild would hold the port the respawned process needs. A service whose stop scope is
+``"process"`` (k3s, whose containers must outlive it) has its process alone signalled, on stop
+and on exit; what it started runs on. Standard library only.
 """
 
 from __future__ import annotations
@@ -311,7 +313,7 @@ class Unit:
             self.timer.cancel()
         pgid = self.pid
         ran_for = time.monotonic() - self.started_mono
-        if pgid is not None:
+        if pgid is not None and self.spec.supervision.whole_group:
             # Processes meant to outlive it (containerd shims) leave the group with setsid.
             _proc.kill_group(pgid, signal.SIGKILL)
         self.host.record_group(self.name, None, None)
@@ -357,7 +359,8 @@ class Unit:
     # ---- stopping
 
     def stop(self, then: Callable[[], None]) -> None:
-        """stop_signal to the group, SIGKILL after stop_timeout, until no member is left."""
+        """stop_signal to the group, SIGKILL after stop_timeout, until no member is left (the
+        process alone, and until it has exited, when the stop scope is ``"process"``)."""
         self.stop_waiters.append(then)
         if self.stopping:
             return
@@ -373,8 +376,13 @@ class Unit:
         self.reason = "stopping"
         ticks = self.start_ticks
         sup = self.spec.supervision
-        _proc.kill_group(pgid, sup.stop_signum)
-        _proc.kill_group(pgid, signal.SIGCONT)  # a stopped (T) process cannot act on SIGTERM
+        whole = sup.whole_group
+        # A process already gone (backoff) leaves nothing to signal; its group may hold some.
+        leader = self.popen is not None
+        kill = _proc.kill_group if whole else _proc.kill_process
+        if whole or leader:
+            kill(pgid, sup.stop_signum)
+            kill(pgid, signal.SIGCONT)  # a stopped (T) process cannot act on SIGTERM
         kill_at = time.monotonic() + sup.stop_timeout
         give_up_at = kill_at + KILL_GRACE
         killed = [False]
@@ -387,7 +395,10 @@ class Unit:
             leader_alive = self.popen is not None and _proc.is_alive(pgid)
             # While the leader lives there is no need to list the group (a scan of /proc, tens
             # of ms with a thousand processes): its exit wakes this poll through on_exit.
-            left = [pgid] if leader_alive else _proc.group_members(pgid, started_since=ticks)
+            if leader_alive or not whole:
+                left = [pgid] if leader_alive else []
+            else:
+                left = _proc.group_members(pgid, started_since=ticks)
             if not left:
                 self._reap_blocking()
                 self._stopped([])
@@ -396,10 +407,14 @@ class Unit:
             if now >= kill_at and not killed[0]:
                 killed[0] = True
                 log(f"{self.name}: still running {sup.stop_timeout:g}s after stop: SIGKILL")
-                _proc.kill_group(pgid, signal.SIGKILL)
+                kill(pgid, signal.SIGKILL)
             elif now >= give_up_at:
                 self._reap_blocking()
-                self._stopped(_proc.group_members(pgid, started_since=ticks) or left)
+                if whole:
+                    left = _proc.group_members(pgid, started_since=ticks) or left
+                else:
+                    left = [pgid] if self.popen is not None else []
+                self._stopped(left)
                 return
             self.timer = self.host.loop.call_later(GROUP_POLL, poll)
 

@@ -513,6 +513,16 @@ class TestRoles:
         assert k3s.supervision.respawn_delay == 5
         assert k3s.supervision.respawn_max == 0
 
+    @pytest.mark.parametrize("name", ["k3s", "k3s-agent"])
+    def test_a_restart_of_k3s_leaves_its_containers_running(
+        self, node_root: ScratchRoot, name: str
+    ) -> None:
+        """As k3s's install script renders its unit (KillMode=process, Delegate=yes): a stop
+        ends k3s alone, and k3s manages the control groups below its own."""
+        node_root.write_env(AGENT_ENV, {"K3S_URL": "https://s:6443", "K3S_TOKEN": TOKEN})
+        supervision = services(node_root)[name].supervision
+        assert (supervision.stop_scope, supervision.delegate) == ("process", True)
+
 
 class TestPlans:
     def test_server(self) -> None:

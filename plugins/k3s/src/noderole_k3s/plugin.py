@@ -285,7 +285,15 @@ def noderole_standins(node: NodeContext) -> list[noderole.StandIn | noderole.Reh
 
 
 def _supervision(cfg: Mapping[str, Any]) -> noderole.Supervision:
-    return noderole.Supervision(respawn_delay=cfg["respawn_delay"], respawn_max=cfg["respawn_max"])
+    # As k3s's install script renders it (KillMode=process, Delegate=yes): a stop or restart of
+    # k3s ends k3s alone, so the node's containers run on through an upgrade or a config change,
+    # and k3s manages the control groups its pods are limited by.
+    return noderole.Supervision(
+        respawn_delay=cfg["respawn_delay"],
+        respawn_max=cfg["respawn_max"],
+        stop_scope="process",
+        delegate=True,
+    )
 
 
 def _dropin(cfg: Mapping[str, Any], name: str) -> str:
