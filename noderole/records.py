@@ -839,6 +839,33 @@ _STOP_SCOPES = ("group", "process")
 """The values of :attr:`Supervision.stop_scope`."""
 
 
+_MAX_OPEN_FILES = 1073741816
+"""The largest limit of open files Linux allows (``fs.nr_open`` at its ceiling)."""
+
+
+def _check_open_files(inst: Any, attribute: recordclass.Attribute[Any], value: Any) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or not 3 <= value <= _MAX_OPEN_FILES:
+        raise _fail(
+            _label(inst),
+            attribute.name,
+            f"must be a whole number of files from 3 (stdin, stdout and stderr) to "
+            f"{_MAX_OPEN_FILES}, got {value!r}",
+        )
+
+
+def _check_tasks(inst: Any, attribute: recordclass.Attribute[Any], value: Any) -> None:
+    if value is None or value == "infinity":
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise _fail(
+            _label(inst),
+            attribute.name,
+            f"must be a whole number of tasks >= 1 or 'infinity', got {value!r}",
+        )
+
+
 def _check_flag(inst: Any, attribute: recordclass.Attribute[Any], value: Any) -> None:
     if not isinstance(value, bool):
         raise _fail(_label(inst), attribute.name, f"must be True or False, got {value!r}")
@@ -886,6 +913,21 @@ class Supervision(RecordBase):
     systemd hands it its control group's subtree (``Delegate=yes``), without which it may not
     enable the cgroup controllers its containers are limited by. The native supervisor and OpenRC
     make no control group of the service's to hand over: nothing to do there."""
+    open_files: int | None = recordclass.field(default=None, validator=_check_open_files)
+    """The limit of open files (``RLIMIT_NOFILE``) the process starts with, which what it
+    starts inherits; None: the one its supervisor gives (the native supervisor: the one it was
+    started with; systemd: 1,024 soft, 524,288 hard). systemd ``LimitNOFILE=`` and OpenRC
+    ``rc_ulimit="-n N"`` set soft and hard; the native supervisor sets the soft limit, and the
+    hard one too where it is higher than its own. Raising a hard limit takes
+    ``CAP_SYS_RESOURCE``; without it (an unprivileged container) systemd and the native
+    supervisor give the closest they may, the native one saying so in its log."""
+    tasks: int | Literal["infinity"] | None = recordclass.field(
+        default=None, validator=_check_tasks
+    )
+    """The processes and threads the service's control group may hold: systemd ``TasksMax=``
+    (``"infinity"``: no limit); None: systemd's default (``DefaultTasksMax``, 15% of the node's
+    threads, a few thousand on a small node). The native supervisor and OpenRC make no control
+    group of a service's: nothing to limit there."""
 
 
 # --------------------------------------------------------------------------- the service

@@ -9,7 +9,9 @@ becomes ``sleep``.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import resource
 import shlex
 import textwrap
 from collections.abc import Iterator
@@ -21,6 +23,7 @@ import pytest
 from noderole.records import Secret, Service, Supervision
 from noderole.render import render_openrc, write_rendered
 from noderole.root import NodeRoot
+from tests.harness.capabilities import CAP_SYS_RESOURCE, capable
 from tests.harness.openrc import openrc, unshare_problem
 from tests.harness.openrc_ns import OpenRCNamespace
 
@@ -229,18 +232,32 @@ class TestRealOpenRC:
         assert shlex.split(scenario.calls.read_text()) == ["hook", "nr-dep", "start-pre"]
 
 
+@contextlib.contextmanager
+def one_service(tmp_path: Path, service: Service) -> Iterator[OpenRCNamespace]:
+    """``service`` rendered (static) into a fresh OpenRC namespace; gone afterwards."""
+    problem = unshare_problem()
+    if problem:
+        pytest.skip(f"needs a private mount namespace: {problem}")
+    try:
+        orc = openrc()
+    except RuntimeError as error:
+        pytest.skip(str(error))
+    root = NodeRoot(tmp_path / "node")
+    rendered = render_openrc([service], noderole_path="/bin/true", exec_mode=False)
+    write_rendered(rendered, root=root)
+    ns = OpenRCNamespace(orc.root, root.path)
+    ns.start()
+    try:
+        yield ns
+    finally:
+        ns.close()
+
+
 class TestStopScope:
     def test_a_process_scope_stop_leaves_what_the_service_started(self, tmp_path: Path) -> None:
         """stop_scope="process" (k3s's) holds under OpenRC: supervise-daemon signals the
         service's process alone, and what it started runs on after a stop, as k3s's containers
         must."""
-        problem = unshare_problem()
-        if problem:
-            pytest.skip(f"needs a private mount namespace: {problem}")
-        try:
-            orc = openrc()
-        except RuntimeError as error:
-            pytest.skip(str(error))
         child = _script(
             tmp_path / "child",
             f"""
@@ -256,12 +273,7 @@ class TestStopScope:
             pidfile="/run/nr-scope.pid",
             supervision=Supervision(respawn_delay=1, stop_timeout=1, stop_scope="process"),
         )
-        root = NodeRoot(tmp_path / "node")
-        rendered = render_openrc([service], noderole_path="/bin/true", exec_mode=False)
-        write_rendered(rendered, root=root)
-        ns = OpenRCNamespace(orc.root, root.path)
-        ns.start()
-        try:
+        with one_service(tmp_path, service) as ns:
             assert ns.sh("openrc-run /etc/init.d/nr-scope start").rc == 0
             wait_in(ns, f"[ -s {tmp_path}/started ]")
             main = child_pid(ns, "nr-scope")
@@ -269,5 +281,41 @@ class TestStopScope:
             assert ns.sh("openrc-run /etc/init.d/nr-scope stop").rc == 0
             assert not alive(ns, main)
             assert alive(ns, started)
-        finally:
-            ns.close()
+
+
+class TestOpenFiles:
+    @pytest.mark.parametrize("asked", [1000, 1048576])
+    def test_the_service_starts_with_its_limit_of_open_files(
+        self, tmp_path: Path, asked: int
+    ) -> None:
+        """Supervision(open_files=N) is rc_ulimit="-n N": openrc-run's shell sets it, soft and
+        hard, before supervise-daemon starts the service, which inherits it. Above the hard
+        limit, on a machine whose root may not raise it (no CAP_SYS_RESOURCE, as in an
+        unprivileged container), openrc-run says it could not and the service still starts,
+        with the limit it was given (k3s's 1,048,576 there)."""
+        out = tmp_path / "limits"
+        child = _script(
+            tmp_path / "child",
+            f"""
+            #!/bin/sh
+            echo $(ulimit -Sn) $(ulimit -Hn) > {out}.tmp; mv {out}.tmp {out}
+            exec sleep 999
+            """,
+        )
+        service = Service(
+            name="nr-files",
+            command=[str(child)],
+            pidfile="/run/nr-files.pid",
+            supervision=Supervision(respawn_delay=1, stop_timeout=1, open_files=asked),
+        )
+        given = resource.getrlimit(resource.RLIMIT_NOFILE)
+        raises = asked <= given[1] or capable(CAP_SYS_RESOURCE)
+        with one_service(tmp_path, service) as ns:
+            started = ns.sh("openrc-run /etc/init.d/nr-files start")
+            assert started.rc == 0, started.stderr
+            wait_in(ns, f"[ -s {out} ]")
+            seen = [int(word) for word in out.read_text().split()]
+            assert seen == ([asked, asked] if raises else list(given))
+            if not raises:
+                assert "nr-files: unable to apply RC_ULIMIT settings" in started.stderr
+            assert ns.sh("openrc-run /etc/init.d/nr-files stop").rc == 0

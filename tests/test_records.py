@@ -188,6 +188,13 @@ class TestSupervision:
             ({"stop_scope": None}, "stop_scope"),
             ({"delegate": "yes"}, "delegate"),
             ({"delegate": 1}, "delegate"),
+            ({"open_files": 2}, "open_files"),
+            ({"open_files": 2**30}, "open_files"),
+            ({"open_files": 1048576.0}, "open_files"),
+            ({"open_files": True}, "open_files"),
+            ({"tasks": 0}, "tasks"),
+            ({"tasks": "unlimited"}, "tasks"),
+            ({"tasks": float("inf")}, "tasks"),
         ],
     )
     def test_invalid_values_are_refused(self, kwargs: dict[str, object], field: str) -> None:

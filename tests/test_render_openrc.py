@@ -57,7 +57,7 @@ for kind in need use want after before provide; do
 done
 . "$1"
 for field in description command pidfile supervisor respawn_delay respawn_max respawn_period \
-        output_log error_log command_user directory retry; do
+        output_log error_log command_user directory retry rc_ulimit; do
     eval "printf '%s\0%s\0' $field \"\${$field-<unset>}\""
 done
 _args() { for a; do printf 'arg\0%s\0' "$a"; done; }
@@ -304,9 +304,11 @@ class TestSupervisionAndDepend:
                 respawn_period=60,
                 stop_signal="SIGINT",
                 stop_timeout=9,
+                open_files=65536,
             ),
         )
         fields = read_script(write_script(tmp_path, render_runscript(service)), cwd=tmp_path)
+        assert fields["rc_ulimit"] == ["-n 65536"]
         assert fields["respawn_delay"] == ["3"]  # whole seconds, never shorter
         assert fields["respawn_max"] == ["3"]
         assert fields["respawn_period"] == ["60"]
@@ -321,6 +323,7 @@ class TestSupervisionAndDepend:
         )
         fields = read_script(write_script(tmp_path, render_runscript(service)), cwd=tmp_path)
         assert fields["respawn_delay"] == ["<unset>"]
+        assert fields["rc_ulimit"] == ["<unset>"]  # no open_files: the limit OpenRC gives
 
     def test_milestone_has_no_process(self, tmp_path: Path) -> None:
         """A service without a command gets start() that runs the hook, and no supervisor."""

@@ -59,6 +59,9 @@ pytestmark = pytest.mark.skipif(
 )
 
 
+UINT64_MAX = 2**64 - 1
+
+
 def tricky_services() -> list[Service]:
     """A set that uses every mapping: kinds, built-ins, provide, milestone, limits, secrets."""
     return [
@@ -69,7 +72,13 @@ def tricky_services() -> list[Service]:
             need=["net", "cgroups"],
             provide=["kube-api"],
             pre_start=[WaitForPaths(paths=["/etc/rancher/k3s/config.yaml"], timeout=120)],
-            supervision=Supervision(respawn_max=3, stop_scope="process", delegate=True),
+            supervision=Supervision(
+                respawn_max=3,
+                stop_scope="process",
+                delegate=True,
+                open_files=1048576,
+                tasks="infinity",
+            ),
         ),
         Service(
             name="tricky",
@@ -328,6 +337,16 @@ class TestSystemdReadsWhatWeMeant:
         k3s = unit_section(dump, "k3s.service")
         assert "KillMode: process" in k3s
         assert "Delegate: yes" in k3s
+
+    def test_open_files_and_tasks(self, dump: str) -> None:
+        """open_files is LimitNOFILE (soft and hard), tasks TasksMax; unset, systemd's own."""
+        k3s = unit_section(dump, "k3s.service")
+        assert "LimitNOFILE: 1048576\n" in k3s
+        assert "LimitNOFILESoft: 1048576\n" in k3s
+        assert f"TasksMax: {UINT64_MAX}\n" in k3s  # how systemd dumps infinity
+        tricky = unit_section(dump, "tricky.service")
+        assert "LimitNOFILE: 1048576" not in tricky
+        assert f"TasksMax: {UINT64_MAX}" not in tricky
 
 
 class TestMapping:

@@ -19,7 +19,9 @@ from pathlib import Path
 
 import pytest
 
+from noderole.records import Supervision
 from noderole.supervisor import Supervisor, _fdlimit
+from tests.harness.capabilities import CAP_SYS_RESOURCE, capable
 from tests.supervisor_fixtures import Harness, harness, wait_for
 
 __all__ = ["harness"]  # the fixture, imported for pytest
@@ -28,14 +30,17 @@ LOGGED = 30
 """Services with a log each: 90 descriptors and more, past a soft limit of 64."""
 
 
-def _launch_daemon(run_dir: Path, limits: tuple[int, int]) -> None:
-    """Start ``run_dir``'s daemon from a process whose limit of open files is ``limits``."""
+def _launch_daemon(run_dir: Path, limits: tuple[int, int], *, unprivileged: bool = False) -> None:
+    """Start ``run_dir``'s daemon from a process whose limit of open files is ``limits``;
+    ``unprivileged``: without CAP_SYS_RESOURCE (as in an unprivileged container), which it
+    would need to raise a hard limit."""
     code = (
         "import sys; from noderole.supervisor import Supervisor; "
         "Supervisor(sys.argv[1]).ensure_running()"
     )
+    drop = ["setpriv", "--bounding-set=-sys_resource", "--inh-caps=-sys_resource"]
     subprocess.run(
-        [sys.executable, "-c", code, str(run_dir)],
+        [*(drop if unprivileged else []), sys.executable, "-c", code, str(run_dir)],
         check=True,
         timeout=60,
         preexec_fn=functools.partial(resource.setrlimit, resource.RLIMIT_NOFILE, limits),
@@ -109,6 +114,86 @@ class TestRaisedForItself:
         daemon = harness.supervisor.daemon_pid()
         assert daemon is not None
         assert _open_files_limit(daemon) == (4096, 4096)  # lowered only around the spawn
+
+
+def _start_reader(harness: Harness, out: Path, open_files: int) -> int:
+    """Start a service that asks for ``open_files`` and writes the limits it sees; its pid."""
+    script = f"echo $(ulimit -Sn) $(ulimit -Hn) > {out}.tmp; mv {out}.tmp {out}; exec sleep 1000"
+    sup = Supervision(respawn_delay=0.05, stop_timeout=2, open_files=open_files)
+    status = harness.supervisor.start(harness.spec("reader", script, supervision=sup))
+    assert status.state == "running", status
+    assert status.pid is not None
+    return status.pid
+
+
+class TestAServicesOwnLimit:
+    def test_a_service_gets_the_limit_it_asks_for(self, harness: Harness, tmp_path: Path) -> None:
+        """Supervision(open_files=N): the service starts with a soft limit of N under the
+        hard limit the daemon has (as systemd's LimitNOFILE= and OpenRC's rc_ulimit give it);
+        the daemon's own is as it was."""
+        _launch_daemon(harness.run_dir, (64, 4096))
+        out = tmp_path / "limits"
+        pid = _start_reader(harness, out, 1000)
+        assert wait_for(lambda: out.exists() and out.read_text().split(), "the limits") == [
+            "1000",
+            "4096",
+        ]
+        assert _open_files_limit(pid) == (1000, 4096)
+        daemon = harness.supervisor.daemon_pid()
+        assert daemon is not None
+        assert _open_files_limit(daemon) == (4096, 4096)
+
+    def test_a_limit_above_the_hard_one_unprivileged_is_the_highest_it_can_give(
+        self, harness: Harness, tmp_path: Path
+    ) -> None:
+        """Above the daemon's hard limit, which it may not raise without CAP_SYS_RESOURCE (k3s
+        asks for 1,048,576; an unprivileged container gives less): the service starts with the
+        hard limit, as systemd gives the closest limit it may, and the log says so. The
+        daemon's limits are as they were."""
+        _launch_daemon(harness.run_dir, (64, 4096), unprivileged=True)
+        out = tmp_path / "limits"
+        pid = _start_reader(harness, out, 8192)
+        assert _open_files_limit(pid) == (4096, 4096)
+        log = harness.supervisor.log_path.read_text()
+        assert (
+            "reader: started with a limit of 4096 open files, not the 8192 it asks for: that "
+            "is above the supervisor's hard limit (4096), which only a supervisor with "
+            "CAP_SYS_RESOURCE may raise"
+        ) in log
+        daemon = harness.supervisor.daemon_pid()
+        assert daemon is not None
+        assert _open_files_limit(daemon) == (4096, 4096)
+
+    def test_a_limit_past_the_kernels_ceiling_names_it(
+        self, harness: Harness, tmp_path: Path
+    ) -> None:
+        """No process may have more than fs.nr_open files, privileged or not: the service
+        starts with the daemon's hard limit, and the log names the kernel's ceiling rather
+        than a capability the daemon may well have."""
+        ceiling = int(Path("/proc/sys/fs/nr_open").read_text())
+        _launch_daemon(harness.run_dir, (64, 4096))
+        pid = _start_reader(harness, tmp_path / "limits", ceiling + 1)
+        assert _open_files_limit(pid) == (4096, 4096)
+        log = harness.supervisor.log_path.read_text()
+        assert (
+            f"reader: started with a limit of 4096 open files, not the {ceiling + 1} it asks "
+            f"for: the kernel allows no process more than fs.nr_open ({ceiling})"
+        ) in log
+
+    def test_a_privileged_supervisor_raises_the_hard_limit_for_it(
+        self, harness: Harness, tmp_path: Path
+    ) -> None:
+        """With CAP_SYS_RESOURCE (a node's root), a limit above the daemon's hard one is given
+        whole, soft and hard, and the daemon's own hard limit is back where it was after the
+        start. (A machine whose root lacks it, as a sandboxed CI runner's may, gives the hard
+        limit, as above.)"""
+        _launch_daemon(harness.run_dir, (64, 4096))
+        pid = _start_reader(harness, tmp_path / "limits", 8192)
+        given = 8192 if capable(CAP_SYS_RESOURCE) else 4096
+        assert _open_files_limit(pid) == (given, given)
+        daemon = harness.supervisor.daemon_pid()
+        assert daemon is not None
+        assert _open_files_limit(daemon) == (4096, 4096)
 
 
 class TestAtTheHardLimit:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -24,6 +25,7 @@ from noderole.errors import ExitCode
 from noderole.operations import Operations
 from noderole.rehearsal import stage_rehearsal
 from noderole.root import NodeRoot
+from tests.harness.capabilities import CAP_SYS_RESOURCE, capable
 from tests.harness.systemd_ns import SystemdNamespace, _remove_cgroup, systemd_problem
 
 VENV = Path(sys.prefix)
@@ -115,6 +117,27 @@ class TestApplyThroughSystemd:
         assert code == 0, status
         assert node.active("k3s.service") == "active"
         assert node.active("konnectivity-server.service") == "active"
+
+    def test_k3s_runs_as_its_install_script_runs_it(self, node: Node) -> None:
+        """k3s's unit is stopped, delegated and limited as k3s's install script has it: the
+        process alone, its control group's subtree handed over, no task limit, and 1,048,576
+        open files, or the closest systemd may give (it lowers a limit it may not raise, as
+        here, where the machine's hard limit is lower and noderole lacks CAP_SYS_RESOURCE)."""
+        node.apply()
+        shown = node.ns.show("k3s.service", "KillMode", "Delegate", "TasksMax", "LimitNOFILE")
+        assert shown == {
+            "KillMode": "process",
+            "Delegate": "yes",
+            "TasksMax": "infinity",
+            "LimitNOFILE": "1048576",
+        }
+        pid = node.main_pid("k3s.service")
+        limits = node.ns.run("cat", f"/proc/{pid}/limits").stdout
+        line = next(line for line in limits.splitlines() if line.startswith("Max open files"))
+        soft, hard = (int(word) for word in line.split()[3:5])
+        may_raise = capable(CAP_SYS_RESOURCE)
+        ceiling = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+        assert soft == hard == (1048576 if may_raise else min(1048576, ceiling))
 
     def test_a_program_that_cannot_run_fails_its_start(self, node: Node) -> None:
         """The unit runs `noderole exec`, which cannot exec a script whose #! interpreter is

@@ -52,8 +52,9 @@ def supervision_spec(supervision: Supervision) -> SupervisionSpec:
     from noderole.supervisor import SupervisionSpec
 
     settings = recordclass.asdict(supervision)
-    # systemd's alone: this supervisor makes no control group of the service's to hand over.
-    del settings["delegate"]
+    # systemd's alone: this supervisor makes no control group of a service's, to hand over or
+    # to limit.
+    del settings["delegate"], settings["tasks"]
     return SupervisionSpec(**settings)
 
 

@@ -184,6 +184,9 @@ def _supervision_lines(service: Service) -> list[str]:
     stop = _whole_seconds(sup.stop_timeout)
     retry = f"{sup.stop_signal}/{stop}/SIGKILL/5" if stop > 0 else "SIGKILL/5"
     lines.append(f'retry="{retry}"')
+    if sup.open_files is not None:
+        # openrc-run applies it before start_pre; its shell's ulimit sets soft and hard.
+        lines.append(f'rc_ulimit="-n {sup.open_files}"')
     if service.output_log:
         lines.append(f'output_log="{_plain(service, "output_log", service.output_log)}"')
     if service.error_log:

@@ -155,6 +155,10 @@ def render_unit(
         ]
         if sup.delegate:
             lines.append("Delegate=yes")
+        if sup.open_files is not None:
+            lines.append(f"LimitNOFILE={sup.open_files}")
+        if sup.tasks is not None:
+            lines.append(f"TasksMax={sup.tasks}")
     timeout = _start_timeout(service)
     if timeout is not None:
         lines.append(f"TimeoutStartSec={timeout}")

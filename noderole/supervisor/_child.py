@@ -29,6 +29,7 @@ import subprocess
 from collections.abc import Callable, Mapping, Sequence
 
 from noderole.supervisor import _fdlimit, _proc
+from noderole.supervisor._log import log_limited
 
 __all__ = ["Child", "SpawnError", "become", "ids", "spawn"]
 
@@ -183,12 +184,18 @@ def spawn(
     group: str | None,
     stdout: int,
     stderr: int,
+    open_files: int | None = None,
+    name: str = "",
 ) -> Child | subprocess.Popen[bytes]:
-    """Fork and exec the process; raise SpawnError naming what could not be used."""
+    """Fork and exec the process; raise SpawnError naming what could not be used.
+
+    ``open_files``: its limit of open files (None: the one the daemon was given); one the daemon
+    may not give is lowered to the highest it can, and the log says so, naming ``name``.
+    """
     identity = _identity(user, group)
     try:
-        with _fdlimit.for_child():
-            return _spawn(argv, environment, cwd, identity, stdout, stderr)
+        with _fdlimit.for_child(open_files) as limit:
+            child = _spawn(argv, environment, cwd, identity, stdout, stderr)
     except FileNotFoundError as e:
         if e.filename == cwd:
             raise SpawnError(f"working directory {cwd} does not exist") from None
@@ -201,6 +208,13 @@ def spawn(
         raise SpawnError(f"cannot execute {argv[0]}: {_why_not(argv[0], e)}") from None
     except subprocess.SubprocessError as e:
         raise SpawnError(f"cannot start {argv[0]}: {e}") from None
+    if open_files is not None and limit is not None and limit[0] < open_files:
+        log_limited(
+            f"{name} open files",
+            f"{name}: started with a limit of {limit[0]} open files, not the {open_files} it "
+            f"asks for: {_fdlimit.why_not_raised(open_files, limit[1])}",
+        )
+    return child
 
 
 def _why_not(program: str, error: OSError) -> str:

@@ -35,7 +35,7 @@ import os
 import resource
 from collections.abc import Iterator
 
-__all__ = ["LOW", "Exhausted", "for_child", "keep", "raise_limit"]
+__all__ = ["LOW", "Exhausted", "for_child", "keep", "raise_limit", "why_not_raised"]
 
 LOW = 256
 """Descriptors the daemon keeps get this number or a higher one (less when the limit is low)."""
@@ -97,15 +97,42 @@ def keep(fd: int) -> int:
 
 
 @contextlib.contextmanager
-def for_child() -> Iterator[None]:
-    """Within: the daemon's soft limit is the one it was given, for a child forked meanwhile."""
-    given = _given
-    if given is None:
-        yield
+def for_child(wanted: int | None = None) -> Iterator[tuple[int, int] | None]:
+    """Within: the daemon's limit is the one for a child forked meanwhile: the one it was given,
+    or ``wanted`` (a service's ``open_files``). Yields the limit set (None: the daemon's own).
+
+    ``wanted`` is the soft limit; the hard one is raised to it when it is higher, which takes
+    ``CAP_SYS_RESOURCE``. Without it, the soft limit is the daemon's hard limit, the highest it
+    can give. The hard limit is never lowered: a daemon without that capability could not raise
+    it back.
+    """
+    current = resource.getrlimit(resource.RLIMIT_NOFILE)
+    hard = current[1]
+    target = _given if wanted is None else (wanted, max(wanted, hard))
+    if target is None or target == current:
+        yield None if wanted is None else current
         return
-    raised = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, given)
     try:
-        yield
+        resource.setrlimit(resource.RLIMIT_NOFILE, target)
+    except (OSError, ValueError):  # past the hard limit, unprivileged (or past fs.nr_open)
+        target = (hard, hard)
+        resource.setrlimit(resource.RLIMIT_NOFILE, target)
+    try:
+        yield target
     finally:
-        resource.setrlimit(resource.RLIMIT_NOFILE, raised)
+        resource.setrlimit(resource.RLIMIT_NOFILE, current)
+
+
+def why_not_raised(wanted: int, hard: int) -> str:
+    """Why a limit of ``wanted`` open files could not be given above the hard limit ``hard``."""
+    try:
+        with open("/proc/sys/fs/nr_open") as f:
+            ceiling = int(f.read())
+    except (OSError, ValueError):
+        ceiling = None
+    if ceiling is not None and wanted > ceiling:
+        return f"the kernel allows no process more than fs.nr_open ({ceiling})"
+    return (
+        f"that is above the supervisor's hard limit ({hard}), which only a supervisor with "
+        "CAP_SYS_RESOURCE may raise (an unprivileged container has not)"
+    )

@@ -51,6 +51,8 @@ class SupervisionSpec:
     stop_scope: str = "group"
     """``"group"``: a stop, and the process's exit, end its process group; ``"process"``: the
     process alone (what it started runs on)."""
+    open_files: int | None = None
+    """The limit of open files the process starts with; None: the one the daemon was given."""
 
     def __post_init__(self) -> None:
         _number("supervision.respawn_delay", self.respawn_delay)
@@ -62,6 +64,9 @@ class SupervisionSpec:
         name = self.stop_signal
         if not isinstance(name, str) or not _is_signal(_full_name(name)):
             raise ValueError(f"supervision.stop_signal must name a signal, got {name!r}")
+        files = self.open_files
+        if files is not None and (type(files) is not int or not 3 <= files < 2**31):
+            raise ValueError(f"supervision.open_files must be a count of files, got {files!r}")
         if self.stop_scope not in ("group", "process"):
             raise ValueError(
                 f"supervision.stop_scope must be 'group' or 'process', got {self.stop_scope!r}"

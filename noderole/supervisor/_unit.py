@@ -173,6 +173,8 @@ class Unit:
                 group=spec.group,
                 stdout=out_fd,
                 stderr=err_fd,
+                open_files=spec.supervision.open_files,
+                name=self.name,
             )
         except (_child.SpawnError, OSError) as e:
             reason = str(e) if isinstance(e, _child.SpawnError) else f"cannot start: {e}"

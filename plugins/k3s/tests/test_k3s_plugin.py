@@ -517,11 +517,15 @@ class TestRoles:
     def test_a_restart_of_k3s_leaves_its_containers_running(
         self, node_root: ScratchRoot, name: str
     ) -> None:
-        """As k3s's install script renders its unit (KillMode=process, Delegate=yes): a stop
-        ends k3s alone, and k3s manages the control groups below its own."""
+        """As k3s's install script renders its unit (KillMode=process, Delegate=yes,
+        LimitNOFILE=1048576, TasksMax=infinity): a stop ends k3s alone, k3s manages the
+        control groups below its own, and its containers inherit its limit of open files."""
         node_root.write_env(AGENT_ENV, {"K3S_URL": "https://s:6443", "K3S_TOKEN": TOKEN})
         supervision = services(node_root)[name].supervision
-        assert (supervision.stop_scope, supervision.delegate) == ("process", True)
+        assert supervision.stop_scope == "process"
+        assert supervision.delegate is True
+        assert supervision.open_files == 1048576
+        assert supervision.tasks == "infinity"
 
 
 class TestPlans:

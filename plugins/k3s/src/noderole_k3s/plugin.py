@@ -284,15 +284,23 @@ def noderole_standins(node: NodeContext) -> list[noderole.StandIn | noderole.Reh
 # --------------------------------------------------------------------------- helpers
 
 
+OPEN_FILES = 1048576
+"""k3s's limit of open files, which its containers inherit (k3s's install script's figure)."""
+
+
 def _supervision(cfg: Mapping[str, Any]) -> noderole.Supervision:
-    # As k3s's install script renders it (KillMode=process, Delegate=yes): a stop or restart of
-    # k3s ends k3s alone, so the node's containers run on through an upgrade or a config change,
-    # and k3s manages the control groups its pods are limited by.
+    # As k3s's install script renders its systemd unit (KillMode=process, Delegate=yes,
+    # LimitNOFILE=1048576, TasksMax=infinity): a stop or restart of k3s ends k3s alone, so the
+    # node's containers run on through an upgrade or a config change; k3s manages the control
+    # groups its pods are limited by; its containers inherit its limit of open files, and its
+    # shims' threads are not capped by systemd's default task limit.
     return noderole.Supervision(
         respawn_delay=cfg["respawn_delay"],
         respawn_max=cfg["respawn_max"],
         stop_scope="process",
         delegate=True,
+        open_files=OPEN_FILES,
+        tasks="infinity",
     )
 
 
