@@ -588,6 +588,48 @@ class TestAgent:
         assert environment["K3S_URL"] == "https://s:6443"
         assert not any(TOKEN in arg for arg in backend.argv("k3s-agent"))
 
+    @pytest.mark.parametrize(
+        ("name", "hint"),
+        [
+            ("worker_1", ", as in K3S_NODE_NAME=worker-1"),
+            ("node 7", ", as in K3S_NODE_NAME=node-7"),
+            ("-edge", ", as in K3S_NODE_NAME=edge"),
+            ("rack..3", ", as in K3S_NODE_NAME=rack.3"),
+            ("nœud", ", as in K3S_NODE_NAME=n-ud"),
+            ("x" * 254, ""),
+        ],
+    )
+    def test_a_node_name_kubernetes_refuses_fails_the_start(
+        self, node_root: ScratchRoot, name: str, hint: str
+    ) -> None:
+        """A K3S_NODE_NAME that is no DNS-1123 subdomain once lowered: the kubelet cannot
+        register the node, and k3s-agent ran and respawned with the reason only in its log.
+        The pre-start fails naming the key, the file and the fix; the token is not shown."""
+        node_root.write_env(
+            AGENT_ENV, {"K3S_URL": "https://s:6443", "K3S_TOKEN": TOKEN, "K3S_NODE_NAME": name}
+        )
+        message = failed(prestart(node_root, "k3s-agent"))
+        shown = name if len(name) <= 80 else f"{name[:40]}...{name[-20:]} (254 characters)"
+        assert message == (
+            f"K3S_NODE_NAME={shown} in {AGENT_ENV} cannot name a Kubernetes node, and k3s would "
+            "fail to register it: a node name is letters, digits, '-' and '.', each "
+            "dot-separated part starting and ending with a letter or digit, at most 253 "
+            f"characters (k3s lowers the case itself); set it to such a name{hint}, or remove "
+            "it to use the host name"
+        )
+        assert TOKEN not in message
+
+    @pytest.mark.parametrize("name", ["Worker-1", "w1.rack-2.example", "x" * 253])
+    def test_a_node_name_k3s_lowers_is_kept_as_written(
+        self, node_root: ScratchRoot, name: str
+    ) -> None:
+        """Upper case is fine: k3s lowers the name itself, as it does the host name."""
+        node_root.write_env(
+            AGENT_ENV, {"K3S_URL": "https://s:6443", "K3S_TOKEN": TOKEN, "K3S_NODE_NAME": name}
+        )
+        succeeded(prestart(node_root, "k3s-agent"))
+        assert services(node_root)["k3s-agent"].environment["K3S_NODE_NAME"] == name
+
     def test_node_name_optional(self, node_root: ScratchRoot) -> None:
         """Without K3S_NODE_NAME the environment holds only URL and token."""
         node_root.write_env(AGENT_ENV, {"K3S_URL": "https://s:6443", "K3S_TOKEN": "t"})

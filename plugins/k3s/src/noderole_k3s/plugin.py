@@ -387,6 +387,40 @@ def _url_problem(key: str, url: str, env_path: str) -> str:
     )
 
 
+_LABEL_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-")
+
+
+def _is_node_name(name: str) -> bool:
+    """True when ``name`` is a Kubernetes node name (a DNS-1123 subdomain) once lowered, as
+    k3s lowers it: dot-separated labels of letters, digits and '-', each starting and ending
+    with a letter or digit, at most 253 characters in all."""
+    name = name.lower()
+    if not 0 < len(name) <= 253:
+        return False
+    return all(
+        label and set(label) <= _LABEL_CHARS and label[0] != "-" and label[-1] != "-"
+        for label in name.split(".")
+    )
+
+
+def _node_name_problem(name: str, env_path: str) -> str:
+    """Why K3S_NODE_NAME cannot name a node, with the file and the fix."""
+    shown = name if len(name) <= 80 else f"{name[:40]}...{name[-20:]} ({len(name)} characters)"
+    suggestion = "".join(c if c in _LABEL_CHARS or c == "." else "-" for c in name.lower())
+    suggestion = ".".join(label.strip("-") for label in suggestion.split(".") if label.strip("-"))
+    hint = (
+        f", as in K3S_NODE_NAME={suggestion}"
+        if suggestion and _is_node_name(suggestion) and len(name) <= 80
+        else ""
+    )
+    return (
+        f"K3S_NODE_NAME={shown} in {env_path} cannot name a Kubernetes node, and k3s would "
+        "fail to register it: a node name is letters, digits, '-' and '.', each dot-separated "
+        "part starting and ending with a letter or digit, at most 253 characters (k3s lowers "
+        f"the case itself); set it to such a name{hint}, or remove it to use the host name"
+    )
+
+
 # --------------------------------------------------------------------------- server
 
 
@@ -559,6 +593,8 @@ def _agent(node: NodeContext, cfg: Mapping[str, Any], gathered: Gathered) -> nod
         )
     elif _not_https(url):
         steps.append(noderole.Fail(message=_url_problem("K3S_URL", url, env_path)))
+    elif name and not _is_node_name(name):
+        steps.append(noderole.Fail(message=_node_name_problem(name, env_path)))
     elif problems:
         steps.append(noderole.Fail(message="; ".join(problems)))
     else:
