@@ -18,7 +18,7 @@ from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 
 from noderole.engine import ServiceReport
-from noderole.errors import NoderoleError
+from noderole.errors import ConfigError, NoderoleError
 from noderole.records import Service
 
 __all__ = ["PLUGIN_PREFIX", "broken_summary", "without_broken"]
@@ -28,7 +28,10 @@ PLUGIN_PREFIX = "plugin:"
 
 
 def broken_summary(plugin: str, error: NoderoleError) -> str:
-    """``plugin 'x' failed to define its services (RuntimeError: disk on fire)``."""
+    """``plugin 'x' failed to define its services (RuntimeError: disk on fire)``; for a value of
+    ``config.toml`` that cannot be used, the configuration error itself, which names the key."""
+    if isinstance(error, ConfigError):
+        return f"plugin {plugin!r} could not define its services: {error}"
     cause = error.__cause__
     if cause is not None:
         text = str(cause)
@@ -36,6 +39,12 @@ def broken_summary(plugin: str, error: NoderoleError) -> str:
     else:
         last = str(error)
     return f"plugin {plugin!r} failed to define its services ({last})"
+
+
+def _fix(plugin: str, error: NoderoleError) -> str:
+    if isinstance(error, ConfigError):  # its message says what to fix
+        return "`noderole config check` lists every problem of the file"
+    return f"Fix the plugin, or disable it with --disable-plugin {plugin}"
 
 
 def without_broken(
@@ -53,12 +62,9 @@ def without_broken(
         ServiceReport(
             name=f"{PLUGIN_PREFIX}{plugin}",
             status="failed",
-            reason=(
-                f"{summary}; its services are not started. Fix the plugin, or disable it with "
-                f"--disable-plugin {plugin}"
-            ),
+            reason=f"{summary}; its services are not started. {_fix(plugin, error)}",
         )
-        for (plugin, _), summary in zip(broken.items(), summaries, strict=True)
+        for (plugin, error), summary in zip(broken.items(), summaries, strict=True)
     ]
     left_out: dict[str, str] = {}
     while True:

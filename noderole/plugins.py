@@ -26,7 +26,7 @@ import pluggy
 from noderole import hookspecs, recordclass
 from noderole.bounded import Entry, Late, run_bounded, run_bounded_each
 from noderole.entrypoints import FoundEntryPoint, discover
-from noderole.errors import DefinitionError, NoderoleError, PluginError, UsageError
+from noderole.errors import ConfigError, DefinitionError, NoderoleError, PluginError, UsageError
 from noderole.records import RecordBase, Service, SettingsTable
 
 __all__ = [
@@ -301,6 +301,11 @@ class PluginSet:
             if blamed is not None:
                 raise blamed from error
             raise DefinitionError(f"{self._describe(plugin)} hook {hook_name}: {error}") from error
+        if isinstance(error, ConfigError):
+            # It names the file, table and key to fix (its contract): the plugin whose hook was
+            # running is no part of the fix, and not always the one whose setting it is (the k3s
+            # plugin's hook gathers what other plugins contribute to k3s).
+            raise error
         if isinstance(error, NoderoleError):
             # Keep the class (and so the exit code) but say where it came from.
             raise type(error)(f"{self._describe(plugin)} hook {hook_name}: {error}") from error

@@ -185,6 +185,33 @@ class TestServicesHookAtApply:
         wait_until(lambda: running(scene.node, "a") and running(scene.node, "d"), "a and d")
         assert not running(scene.node, "b")
 
+    def test_a_value_of_config_toml_it_cannot_use_names_the_key_to_fix(self, scene: Scene) -> None:
+        """A configuration error raised in the hook (a value of config.toml the plugin's
+        records refuse) is the operator's to fix, not the plugin's: the report is the error,
+        which names the key and says what to fix. Before: "failed to define its services
+        (DefinitionError: ...)" without the key, or the plugin's name prefixed to it, and
+        "Fix the plugin, or disable it"."""
+        scene.good()
+        message = "/etc/noderole/config.toml:fm.port: 0 is below the minimum 1"
+        source = (
+            "import noderole\n\n@noderole.hookimpl\ndef noderole_services(node):\n"
+            f"    raise noderole.ConfigError({message!r})\n"
+        )
+        scene.install("fm-bad", "1.0", {"fmbad": "fm_bad"}, {"fm_bad": source})
+        code, out, err = scene.cli("apply", "demo", "--json")
+        assert code == ExitCode.FAILED, (out, err)
+        report: dict[str, Any] = {s["name"]: s for s in json.loads(out)["services"]}
+        assert report["plugin:fmbad"]["reason"] == (
+            f"plugin 'fmbad' could not define its services: {message}; its services are not "
+            "started. `noderole config check` lists every problem of the file"
+        )
+        assert (report["a"]["status"], report["d"]["status"]) == ("started", "started")
+        code, out, err = scene.cli("config", "check")
+        assert (code, err) == (
+            ExitCode.CONFIG,
+            f"noderole: error: {message} config check: 1 problem found",
+        )
+
     def test_what_an_earlier_apply_started_runs_on_and_stop_stops_it(self, scene: Scene) -> None:
         """The plugin worked at the last apply and breaks now: its service c and b (which needs
         it) are left running as they were, and `stop` (from the record) still stops them."""

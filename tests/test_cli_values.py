@@ -204,6 +204,14 @@ class TestShippedSettings:
                 "k3s.d",
                 "WriteFile: field 'path' must be an absolute path",
             ),
+            # a file one plugin contributes to another's service (konnectivity's to k3s): the
+            # k3s plugin turned it into a failing step of k3s, and config check said ok
+            (
+                "konnectivity",
+                "egress_config",
+                "egress.yaml",
+                "ConfigFile: field 'path' must be an absolute path",
+            ),
         ],
     )
     def test_a_relative_path_a_plugin_refuses_names_its_key(
@@ -223,6 +231,8 @@ class TestShippedSettings:
         assert (
             f"{CONFIG}:{table}.{key}: {value!r} is refused by the plugin that uses it: {refused}"
         ) in result.stderr
+        # The key locates it, not the plugin whose hook happened to be running.
+        assert "hook noderole_services" not in result.stderr
 
 
 class TestNoderolePath:

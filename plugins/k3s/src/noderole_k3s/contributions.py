@@ -4,7 +4,10 @@ The k3s hooks are called with :meth:`noderole.context.NodeContext.collect`, as n
 own hooks: one plugin at a time, bounded by the hook timeout, every item type-checked and stamped
 with its plugin. Problems are returned, not raised: the k3s plugin turns them into a
 ``noderole.Fail`` step, so only the k3s service concerned fails (and ``plan`` shows why), never
-the whole definition of the node. A conflicting key names both plugins.
+the whole definition of the node. A conflicting key names both plugins. The exception is a
+value of ``config.toml`` a contributing plugin's record refuses (a relative ``[konnectivity]
+egress_config``): that is the node's configuration, not a plugin's problem, and it is raised as
+every such value is, so that ``config check`` finds it and ``plan`` names the key (exit 4).
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from noderole import NoderoleError, recordclass
+from noderole import ConfigError, NoderoleError, recordclass
 from noderole_k3s import _yaml
 from noderole_k3s.records import ConfigFile, ConfigKeys, Manifest
 
@@ -52,6 +55,8 @@ def _collect(node: NodeContext, hook_name: str, kind: type[R]) -> tuple[list[R],
     """The hook's records, sorted by plugin (stable); or none and the problem."""
     try:
         records = node.collect(hook_name, kind)
+    except ConfigError:
+        raise
     except NoderoleError as exc:
         return [], [str(exc)]
     return sorted(records, key=lambda record: str(getattr(record, "origin", ""))), []
