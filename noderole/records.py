@@ -902,11 +902,13 @@ class Supervision(RecordBase):
 
     ``"group"``: what the service started too. The native supervisor signals its process group
     (a process that left it with ``setsid`` runs on), systemd its control group
-    (``KillMode=control-group``, everything). ``"process"``: the service's process alone; what
-    it started runs on (systemd ``KillMode=process``). For a service whose children must outlive
-    its restart: k3s, whose containers would die with it. OpenRC's supervise-daemon signals the
-    process alone whatever this says. Should the native supervisor itself be killed, its
-    watchdog ends the process groups of the services that ran, whatever their scope."""
+    (``KillMode=control-group``, everything), OpenRC the process and then, from the runscript's
+    ``stop_post``, its process group (on a stop; supervise-daemon's respawn leaves the group as
+    it is). ``"process"``: the service's process alone; what it started runs on (systemd
+    ``KillMode=process``; OpenRC's supervise-daemon alone). For a service whose children must
+    outlive its restart: k3s, whose containers would die with it. Should the native supervisor
+    itself be killed, its watchdog ends the process groups of the services that ran, whatever
+    their scope."""
     delegate: bool = recordclass.field(default=False, validator=_check_flag)
     """The service manages control groups below its own, as a container runtime does (k3s).
 

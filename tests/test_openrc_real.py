@@ -282,6 +282,39 @@ class TestStopScope:
             assert not alive(ns, main)
             assert alive(ns, started)
 
+    def test_a_group_scope_stop_ends_what_the_service_started(self, tmp_path: Path) -> None:
+        """stop_scope="group" (the default) under OpenRC: supervise-daemon signals the process
+        alone, and the runscript's stop_post ends what it left in its process group, SIGKILL
+        after stop_timeout for what ignores the stop signal, as the native supervisor does.
+        Before, both grandchildren ran on after the stop, orphans of init."""
+        child = _script(
+            tmp_path / "child",
+            f"""
+            #!/bin/sh
+            sleep 1000 &
+            echo $! >> {tmp_path}/started
+            sh -c "trap '' TERM; exec sleep 1001" &
+            echo $! >> {tmp_path}/started
+            exec sleep 999
+            """,
+        )
+        service = Service(
+            name="nr-group",
+            command=[str(child)],
+            pidfile="/run/nr-group.pid",
+            supervision=Supervision(respawn_delay=1, stop_timeout=1),
+        )
+        with one_service(tmp_path, service) as ns:
+            assert ns.sh("openrc-run /etc/init.d/nr-group start").rc == 0
+            wait_in(ns, f"[ $(wc -l < {tmp_path}/started) -eq 2 ]")
+            main = child_pid(ns, "nr-group")
+            started = [int(line) for line in (tmp_path / "started").read_text().split()]
+            assert all(alive(ns, pid) for pid in started)
+            stopped = ns.sh("openrc-run /etc/init.d/nr-group stop")
+            assert stopped.rc == 0, stopped.stderr
+            assert not alive(ns, main)
+            assert [pid for pid in started if alive(ns, pid)] == []
+
 
 class TestOpenFiles:
     @pytest.mark.parametrize("asked", [1000, 1048576])

@@ -128,7 +128,42 @@ def render_runscript(
     else:
         lines += ["", "start_pre() {", *_secret_loading(service, exec_mode=exec_mode), f"\t{hook}"]
         lines.append("}")
+        if service.supervision.stop_scope == "group":
+            lines += _group_stop_lines(service)
     return "\n".join(lines) + "\n"
+
+
+def _group_stop_lines(service: Service) -> list[str]:
+    """stop_pre/stop_post for ``stop_scope="group"``: supervise-daemon signals the service's
+    process alone, so what it started in its process group is ended after it, as the native
+    supervisor ends it (stop_signal, SIGKILL after stop_timeout). supervise-daemon's child leads
+    a session of its own: the group has its pid, which stop_pre reads before the stop."""
+    sup = service.supervision
+    signal = sup.stop_signal.removeprefix("SIG")
+    tenths = math.ceil(sup.stop_timeout * 10)
+    return [
+        "",
+        "# stop_scope group: supervise-daemon stops the process alone; what it started in its",
+        "# process group (numbered as the process, which leads a session) is stopped after it.",
+        "stop_pre() {",
+        '\t_noderole_group="$(service_get_value child_pid)"',
+        "}",
+        "",
+        "stop_post() {",
+        '\tcase "${_noderole_group}" in ""|*[!0-9]*) return 0 ;; esac',
+        f'\tkill -s {signal} -- "-${{_noderole_group}}" 2>/dev/null || return 0',
+        "\t_noderole_waited=0",
+        '\twhile kill -s 0 -- "-${_noderole_group}" 2>/dev/null; do',
+        f'\t\tif [ "${{_noderole_waited}}" -ge {tenths} ]; then',
+        '\t\t\tkill -s KILL -- "-${_noderole_group}" 2>/dev/null',
+        "\t\t\tbreak",
+        "\t\tfi",
+        "\t\tsleep 0.1",
+        "\t\t_noderole_waited=$((_noderole_waited + 1))",
+        "\tdone",
+        "\treturn 0",
+        "}",
+    ]
 
 
 def _command_lines(service: Service, *, noderole_path: str, exec_mode: bool) -> list[str]:
