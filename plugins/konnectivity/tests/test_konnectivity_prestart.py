@@ -435,6 +435,40 @@ class TestDefinition:
         ]
 
     @pytest.mark.parametrize(
+        ("key", "port", "what"),
+        [
+            ("agent_port", 6443, "the Kubernetes API (k3s's supervisor)"),
+            ("admin_port", 10250, "the kubelet's API"),
+            ("health_port", 2379, "etcd's client port (a server with embedded etcd)"),
+            # on agents too: k3s agent's load balancer to the API server
+            (
+                "agent_health_port",
+                6444,
+                "the API server behind k3s's supervisor, and every agent's load balancer to it",
+            ),
+            ("agent_admin_port", 10010, "containerd's streaming server"),
+        ],
+    )
+    def test_a_port_k3s_binds_is_a_config_error(
+        self, node_root: ScratchRoot, key: str, port: int, what: str
+    ) -> None:
+        """konnectivity-server and its agents run beside k3s on the node's network: a port k3s
+        binds by default (the API's 6443, the kubelet's 10250, etcd's 2379...) failed to bind
+        at every start, or took the port from k3s, a crash loop that config check and plan
+        called fine."""
+        assert config_error(node_root, f"{key} = {port}\n") == (
+            f"/etc/noderole/config.toml:konnectivity.{key}: {port} is {what}, which k3s binds "
+            "on every node it runs: konnectivity would fail to bind it at every start (or take "
+            "it from k3s); choose a port k3s does not use"
+        )
+
+    def test_the_default_ports_are_none_of_k3s(self) -> None:
+        """The shipped defaults stay clear of k3s's ports."""
+        plugin = konnectivity_plugin
+        defaults = {setting.name: setting.default for setting in plugin.SETTINGS.settings}
+        assert {defaults[key] for key in plugin.PORTS}.isdisjoint(plugin.K3S_PORTS)
+
+    @pytest.mark.parametrize(
         ("config", "first", "second", "port"),
         [
             ("agent_port = 8093\n", "agent_port", "admin_port", 8093),

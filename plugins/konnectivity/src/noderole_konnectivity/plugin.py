@@ -439,10 +439,38 @@ PORTS = ("agent_port", "admin_port", "health_port", "agent_admin_port", "agent_h
 """The ports konnectivity-server binds, then those each agent binds on its node's network."""
 
 
+K3S_PORTS = {
+    2379: "etcd's client port (a server with embedded etcd)",
+    2380: "etcd's peer port",
+    2381: "etcd's metrics port",
+    6443: "the Kubernetes API (k3s's supervisor)",
+    6444: "the API server behind k3s's supervisor, and every agent's load balancer to it",
+    10010: "containerd's streaming server",
+    10248: "the kubelet's health port",
+    10249: "kube-proxy's metrics port",
+    10250: "the kubelet's API",
+    10256: "kube-proxy's health port",
+    10257: "kube-controller-manager's port",
+    10258: "the cloud controller manager's port",
+    10259: "kube-scheduler's port",
+}
+"""TCP ports k3s binds on a node by default, server or agent, and what binds each there. A
+konnectivity port set to one of them failed to bind at every start, or took it from k3s."""
+
+
 def check_ports(cfg: Mapping[str, Any]) -> None:
     """A ConfigError naming both keys when two of :data:`PORTS` are one port: the server binds
     each apart, and the agents (host network, on servers too) bind theirs beside it, so the
-    second bind would fail at every start."""
+    second bind would fail at every start. The same, naming what binds it, for a port k3s binds
+    by default (:data:`K3S_PORTS`)."""
+    for key in PORTS:
+        taken = K3S_PORTS.get(cfg[key])
+        if taken is not None:
+            raise noderole.ConfigError(
+                f"{noderole.CONFIG_PATH}:{TABLE}.{key}: {cfg[key]} is {taken}, which k3s binds "
+                "on every node it runs: konnectivity would fail to bind it at every start (or "
+                "take it from k3s); choose a port k3s does not use"
+            )
     seen: dict[int, str] = {}
     for key in PORTS:
         first = seen.setdefault(cfg[key], key)
