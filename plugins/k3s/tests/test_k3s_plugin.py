@@ -7,6 +7,7 @@ the agent's process is recorded, not started (``apply_recorded``).
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pytest
@@ -647,6 +648,75 @@ class TestAgent:
             node_root.write_env(AGENT_ENV, env)
         message = failed(prestart(node_root, "k3s-agent"))
         assert message.startswith(f"{missing} missing from {AGENT_ENV}")
+
+    def test_missing_token_names_the_token_file_too(self, node_root: ScratchRoot) -> None:
+        """The fix names both ways k3s's install script takes the token."""
+        node_root.write_env(AGENT_ENV, {"K3S_URL": "https://s:6443"})
+        assert failed(prestart(node_root, "k3s-agent")) == (
+            f"K3S_TOKEN missing from {AGENT_ENV}: an agent needs the server URL "
+            "(K3S_URL=https://HOST:6443) and the node token (K3S_TOKEN=..., or "
+            "K3S_TOKEN_FILE=PATH of a file holding it); add them and apply again"
+        )
+
+    def test_a_token_file_is_passed_to_k3s(self, node_root: ScratchRoot) -> None:
+        """K3S_TOKEN_FILE instead of K3S_TOKEN, as k3s's install script takes it: k3s reads
+        the file (the token never enters noderole's plan or the agent's environment). Before,
+        the agent failed with "K3S_TOKEN missing"."""
+        node_root.write("/etc/spinifex-eks/agent-token", TOKEN + "\n", mode=0o600)
+        node_root.write_env(
+            AGENT_ENV,
+            {"K3S_URL": "https://s:6443", "K3S_TOKEN_FILE": "/etc/spinifex-eks/agent-token"},
+        )
+        succeeded(prestart(node_root, "k3s-agent"))
+        agent = services(node_root)["k3s-agent"]
+        assert dict(agent.environment) == {
+            "K3S_URL": "https://s:6443",
+            "K3S_TOKEN_FILE": "/etc/spinifex-eks/agent-token",
+        }
+        assert TOKEN not in repr(agent)
+
+    @pytest.mark.parametrize(
+        ("path", "make", "problem"),
+        [
+            (
+                "agent-token",
+                None,
+                "is not an absolute path (k3s would look for it from its working directory): "
+                "write the file's path in full",
+            ),
+            (
+                "/etc/spinifex-eks/agent-token",
+                None,
+                "names no file: write the node token there (or set K3S_TOKEN instead) and apply "
+                "again",
+            ),
+            (
+                "/etc/spinifex-eks/agent-token",
+                "empty",
+                "is empty: write the node token there and apply again",
+            ),
+            (
+                "/etc/spinifex-eks/agent-token",
+                "fifo",
+                "cannot read /etc/spinifex-eks/agent-token:",
+            ),
+        ],
+    )
+    def test_a_token_file_k3s_could_not_read_fails_the_start(
+        self, node_root: ScratchRoot, path: str, make: str | None, problem: str
+    ) -> None:
+        """A token file k3s could not read its token from: k3s-agent ran and failed to join,
+        the reason in its log. The pre-start fails naming the key, the file and the fix; a
+        FIFO is refused at once, never waited on."""
+        if make == "empty":
+            node_root.write(path, "\n")
+        elif make == "fifo":
+            node_root.resolve(path).parent.mkdir(parents=True, exist_ok=True)
+            os.mkfifo(node_root.resolve(path))
+        node_root.write_env(AGENT_ENV, {"K3S_URL": "https://s:6443", "K3S_TOKEN_FILE": path})
+        message = failed(prestart(node_root, "k3s-agent"))
+        assert message.startswith(f"K3S_TOKEN_FILE={path} in {AGENT_ENV}")
+        assert problem in message
 
     @pytest.mark.parametrize("url", ["s:6443", "http://s:6443", "https://"])
     def test_url_that_is_not_https_fails(self, node_root: ScratchRoot, url: str) -> None:

@@ -14,7 +14,8 @@ Services:
   steps, and a renamed service would change every node's plan, status and rendered files
   (docs/plugins/k3s.md says more).
 - ``k3s-agent`` (role ``agent``): ``k3s agent`` with ``K3S_URL``, ``K3S_TOKEN`` (a
-  :class:`noderole.Secret`) and ``K3S_NODE_NAME`` from ``agent.env`` in its environment. Its
+  :class:`noderole.Secret`) or ``K3S_TOKEN_FILE``, and ``K3S_NODE_NAME`` from ``agent.env`` in
+  its environment. Its
   pre-start writes the agent-side files and configuration drop-in other plugins contribute.
 
 ``noderole_resolve_role`` answers the node's role from ``first-boot.env`` (``SPINIFEX_K3S_ROLE``),
@@ -140,7 +141,8 @@ SETTINGS = noderole.SettingsTable(
             "agent_env",
             str,
             "/etc/spinifex-eks/agent.env",
-            "Environment file with K3S_URL, K3S_TOKEN and optional K3S_NODE_NAME for agents.",
+            "Environment file with K3S_URL, K3S_TOKEN (or K3S_TOKEN_FILE) and optional "
+            "K3S_NODE_NAME for agents.",
         ),
         _setting("pidfile", str, "/run/k3s.pid", "Pidfile of the k3s server."),
         _setting("log", str, "/var/log/k3s.log", "stdout and stderr of the k3s server."),
@@ -387,6 +389,31 @@ def _url_problem(key: str, url: str, env_path: str) -> str:
     )
 
 
+def _token_file_problem(node: NodeContext, path: str, env_path: str) -> str | None:
+    """Why k3s could not read its token from ``path`` (K3S_TOKEN_FILE), or None.
+
+    Looked at as the agent starts (the pre-start defines the service anew): a file written at
+    first boot, before noderole runs, is there."""
+    where = f"K3S_TOKEN_FILE={path} in {env_path}"
+    if not path.startswith("/"):
+        return (
+            f"{where} is not an absolute path (k3s would look for it from its working "
+            "directory): write the file's path in full"
+        )
+    try:
+        text = node.read_text(path)
+    except FileNotFoundError:
+        return (
+            f"{where} names no file: write the node token there (or set K3S_TOKEN instead) "
+            "and apply again"
+        )
+    except (OSError, UnicodeDecodeError) as exc:
+        return f"{where}: {_unreadable(path, exc)}; k3s could not read its token from it either"
+    if not text.strip():
+        return f"{where} is empty: write the node token there and apply again"
+    return None
+
+
 _LABEL_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-")
 
 
@@ -572,6 +599,7 @@ def _agent(node: NodeContext, cfg: Mapping[str, Any], gathered: Gathered) -> nod
     env_path = cfg["agent_env"]
     values, unreadable = _read_env(node, env_path)
     url, token = values.get("K3S_URL", "").strip(), values.get("K3S_TOKEN", "").strip()
+    token_file = values.get("K3S_TOKEN_FILE", "").strip()
     name = values.get("K3S_NODE_NAME", "").strip()
     environment: dict[str, str | noderole.Secret] = {}
     steps: list[Step] = []
@@ -580,19 +608,23 @@ def _agent(node: NodeContext, cfg: Mapping[str, Any], gathered: Gathered) -> nod
     problems += found
     if unreadable:
         steps.append(noderole.Fail(message=unreadable))
-    elif not url or not token:
-        missing = " and ".join(k for k, v in (("K3S_URL", url), ("K3S_TOKEN", token)) if not v)
+    elif not url or not (token or token_file):
+        missing = " and ".join(
+            k for k, v in (("K3S_URL", url), ("K3S_TOKEN", token or token_file)) if not v
+        )
         steps.append(
             noderole.Fail(
                 message=(
                     f"{missing} missing from {env_path}: an agent needs the server URL "
-                    "(K3S_URL=https://HOST:6443) and the node token (K3S_TOKEN=...); add them "
-                    "and apply again"
+                    "(K3S_URL=https://HOST:6443) and the node token (K3S_TOKEN=..., or "
+                    "K3S_TOKEN_FILE=PATH of a file holding it); add them and apply again"
                 )
             )
         )
     elif _not_https(url):
         steps.append(noderole.Fail(message=_url_problem("K3S_URL", url, env_path)))
+    elif token_file and (problem := _token_file_problem(node, token_file, env_path)):
+        steps.append(noderole.Fail(message=problem))
     elif name and not _is_node_name(name):
         steps.append(noderole.Fail(message=_node_name_problem(name, env_path)))
     elif problems:
@@ -600,7 +632,11 @@ def _agent(node: NodeContext, cfg: Mapping[str, Any], gathered: Gathered) -> nod
     else:
         # Environment, never argv: a command line is world-readable in /proc. Secret keeps the
         # token out of plan, status and logs.
-        environment = {"K3S_URL": url, "K3S_TOKEN": noderole.Secret(token)}
+        environment = {"K3S_URL": url}
+        if token:
+            environment["K3S_TOKEN"] = noderole.Secret(token)
+        if token_file:  # k3s reads it, as k3s's install script lets it (it wins over K3S_TOKEN)
+            environment["K3S_TOKEN_FILE"] = token_file
         if name:
             environment["K3S_NODE_NAME"] = name
         steps += contributed
