@@ -182,6 +182,12 @@ class TestShippedSettings:
             ),
             ("k3s", "config", "config.yaml", "node paths are absolute, got 'config.yaml'"),
             ("k3s", "agent_env", "agent.env", "node paths are absolute, got 'agent.env'"),
+            (
+                "k3s",
+                "environment_file",
+                "default/k3s",
+                "node paths are absolute, got 'default/k3s'",
+            ),
             # a file looked for only when the service starts (the restore marker)
             ("k3s", "restore_block", "restore", "node paths are absolute, got 'restore'"),
             # the program of the service's command

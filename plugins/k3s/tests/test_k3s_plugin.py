@@ -735,6 +735,80 @@ class TestAgent:
         assert "NUL byte" in failed(prestart(node_root, "k3s-agent"))
 
 
+class TestEnvironmentFile:
+    """KEY=VALUE lines for k3s's environment, as k3s's systemd unit reads
+    EnvironmentFile=-/etc/default/k3s: how a node behind a proxy gets HTTP_PROXY to k3s and its
+    containerd. Before, nothing but K3S_URL, the token and the node name reached them, and a
+    node behind a proxy pulled no image."""
+
+    @pytest.fixture(autouse=True)
+    def _config(self, node_root: ScratchRoot) -> None:
+        node_root.write("/etc/rancher/k3s/config.yaml", "write-kubeconfig-mode: '0600'\n")
+
+    def test_the_server_gets_the_files_variables(self, node_root: ScratchRoot) -> None:
+        """Every variable, a token's and a proxy with a password as a Secret (*** in plan and
+        status); an absent file gives none."""
+        assert dict(services(node_root)["k3s"].environment) == {}
+        node_root.write(
+            "/etc/default/k3s",
+            "HTTP_PROXY=http://proxy:3128\n"
+            "NO_PROXY=127.0.0.0/8,10.0.0.0/8,.svc,.cluster.local\n"
+            "HTTPS_PROXY=http://me:hunter2@proxy:3128\n"
+            "K3S_AGENT_TOKEN=agent-secret\n"
+            "CONTAINERD_LOG_LEVEL=debug\n",
+        )
+        k3s = services(node_root)["k3s"]
+        shown = {
+            key: "***" if isinstance(value, noderole.Secret) else value
+            for key, value in k3s.environment.items()
+        }
+        assert shown == {
+            "HTTP_PROXY": "http://proxy:3128",
+            "NO_PROXY": "127.0.0.0/8,10.0.0.0/8,.svc,.cluster.local",
+            "HTTPS_PROXY": "***",
+            "K3S_AGENT_TOKEN": "***",
+            "CONTAINERD_LOG_LEVEL": "debug",
+        }
+        assert k3s.revealed_environment()["HTTPS_PROXY"] == "http://me:hunter2@proxy:3128"
+        assert "hunter2" not in repr(k3s)
+
+    def test_the_agent_gets_its_files_variables_and_agent_env_wins(
+        self, node_root: ScratchRoot
+    ) -> None:
+        node_root.write(
+            "/etc/default/k3s-agent", "HTTPS_PROXY=http://proxy:3128\nK3S_URL=https://old:6443\n"
+        )
+        node_root.write_env(AGENT_ENV, {"K3S_URL": "https://s:6443", "K3S_TOKEN": TOKEN})
+        succeeded(prestart(node_root, "k3s-agent"))
+        environment = services(node_root)["k3s-agent"].revealed_environment()
+        assert environment == {
+            "HTTPS_PROXY": "http://proxy:3128",
+            "K3S_URL": "https://s:6443",
+            "K3S_TOKEN": TOKEN,
+        }
+
+    def test_an_empty_setting_reads_no_file(self, node_root: ScratchRoot) -> None:
+        node_root.write("/etc/default/k3s", "HTTP_PROXY=http://proxy:3128\n")
+        node_root.write_config('[k3s]\nenvironment_file = ""\n')
+        assert dict(services(node_root)["k3s"].environment) == {}
+
+    def test_a_malformed_line_is_a_warning_and_left_out(self, node_root: ScratchRoot) -> None:
+        node_root.write("/etc/default/k3s", "HTTP_PROXY=http://proxy:3128\nexport = 3\n")
+        k3s = services(node_root)["k3s"]
+        assert dict(k3s.environment) == {"HTTP_PROXY": "http://proxy:3128"}
+        (warning,) = [step for step in k3s.pre_start if isinstance(step, noderole.Warn)]
+        assert warning.message.startswith("/etc/default/k3s:2: ")
+        assert warning.message.endswith(": the line is not passed to k3s")
+
+    def test_a_file_that_cannot_be_read_fails_the_start(self, node_root: ScratchRoot) -> None:
+        """Not UTF-8: k3s would start without its proxy; the pre-start fails naming it."""
+        node_root.resolve("/etc/default").mkdir(parents=True)
+        node_root.resolve("/etc/default/k3s").write_bytes(b"HTTP_PROXY=http://pr\xf6xy:3128\n")
+        message = failed(prestart(node_root))
+        assert "/etc/default/k3s" in message
+        assert "UTF-8" in message
+
+
 class TestRehearsalInputs:
     def test_inputs_make_a_startable_definition(self, node_root: ScratchRoot) -> None:
         """The rehearsal's skeleton and agent.env stand-ins give k3s and k3s-agent no Fail step."""

@@ -144,6 +144,20 @@ SETTINGS = noderole.SettingsTable(
             "Environment file with K3S_URL, K3S_TOKEN (or K3S_TOKEN_FILE) and optional "
             "K3S_NODE_NAME for agents.",
         ),
+        _setting(
+            "environment_file",
+            str,
+            "/etc/default/k3s",
+            "KEY=VALUE lines for the k3s server's environment (HTTP_PROXY...), as k3s's "
+            "systemd unit reads /etc/default/k3s; absent: none; empty: not read.",
+        ),
+        _setting(
+            "agent_environment_file",
+            str,
+            "/etc/default/k3s-agent",
+            "KEY=VALUE lines for the k3s agent's environment, as `environment_file` for the "
+            "server.",
+        ),
         _setting("pidfile", str, "/run/k3s.pid", "Pidfile of the k3s server."),
         _setting("log", str, "/var/log/k3s.log", "stdout and stderr of the k3s server."),
         _setting("agent_pidfile", str, "/run/k3s-agent.pid", "Pidfile of the k3s agent."),
@@ -545,6 +559,39 @@ def _restore_guard(marker: str) -> noderole.Call:
     )
 
 
+_SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD")
+"""A variable whose name holds one of these is a :class:`noderole.Secret` (``***`` in plan,
+status and logs): K3S_TOKEN, K3S_AGENT_TOKEN, a registry password."""
+
+
+def _environment_file(
+    node: NodeContext, path: str
+) -> tuple[dict[str, str | noderole.Secret], list[Step], str | None]:
+    """The variables of ``path`` for k3s's environment, as k3s's systemd unit passes those of
+    ``EnvironmentFile=-/etc/default/k3s``: what k3s and its containerd read from their
+    environment, chiefly HTTP_PROXY, HTTPS_PROXY and NO_PROXY, without which a node behind a
+    proxy pulls no image. An absent file gives none, an empty path is not read. Also a warning
+    step per malformed line, or why the file cannot be read (a failing step)."""
+    if not path:
+        return {}, [], None
+    try:
+        env = node.read_env(path)
+    except noderole.EnvFileError as exc:
+        return {}, [], str(exc)
+    values: dict[str, str | noderole.Secret] = {}
+    for key, value in env.values.items():
+        upper = key.upper()
+        secret = any(word in upper for word in _SECRET_WORDS) or (
+            upper.endswith("_PROXY") and "@" in value  # http://user:password@proxy:3128
+        )
+        values[key] = noderole.Secret(value) if secret else value
+    warnings: list[Step] = [
+        noderole.Warn(message=f"{warning}: the line is not passed to k3s")
+        for warning in env.warnings
+    ]
+    return values, warnings, None
+
+
 def _server(node: NodeContext, cfg: Mapping[str, Any], gathered: Gathered) -> noderole.Service:
     # The restore marker is looked for when k3s starts; read through the node context now, so
     # that a path it cannot use (a relative one) is config.toml's error at plan time, not the
@@ -553,12 +600,17 @@ def _server(node: NodeContext, cfg: Mapping[str, Any], gathered: Gathered) -> no
     base, steps, problems = _base_config(node, cfg)
     contributed, found = _contributed(gathered, cfg, "server", base)
     problems += found
+    environment, warnings, unreadable = _environment_file(node, cfg["environment_file"])
+    if unreadable:
+        problems.append(unreadable)
     if problems:
         steps = [noderole.Fail(message="; ".join(problems))]
+        environment = {}
     else:
-        steps = [_restore_guard(cfg["restore_block"]), *steps, *contributed]
+        steps = [*warnings, _restore_guard(cfg["restore_block"]), *steps, *contributed]
     return noderole.Service(
         name="k3s",
+        environment=environment,
         description="k3s server (Kubernetes control plane)",
         roles=["server", "server-join"],
         need=["net", "cgroups", "k3s-cluster"],
@@ -604,6 +656,9 @@ def _agent(node: NodeContext, cfg: Mapping[str, Any], gathered: Gathered) -> nod
     environment: dict[str, str | noderole.Secret] = {}
     steps: list[Step] = []
     base, problems = _agent_base(node, cfg)
+    extra, warnings, unreadable_extra = _environment_file(node, cfg["agent_environment_file"])
+    if unreadable_extra:
+        problems.append(unreadable_extra)
     contributed, found = _contributed(gathered, cfg, "agent", base)
     problems += found
     if unreadable:
@@ -632,14 +687,16 @@ def _agent(node: NodeContext, cfg: Mapping[str, Any], gathered: Gathered) -> nod
     else:
         # Environment, never argv: a command line is world-readable in /proc. Secret keeps the
         # token out of plan, status and logs.
-        environment = {"K3S_URL": url}
+        # The file's first, as the unit's EnvironmentFile= lines come before the keys k3s's
+        # install script writes: agent.env's win.
+        environment = {**extra, "K3S_URL": url}
         if token:
             environment["K3S_TOKEN"] = noderole.Secret(token)
         if token_file:  # k3s reads it, as k3s's install script lets it (it wins over K3S_TOKEN)
             environment["K3S_TOKEN_FILE"] = token_file
         if name:
             environment["K3S_NODE_NAME"] = name
-        steps += contributed
+        steps += [*warnings, *contributed]
     return noderole.Service(
         name="k3s-agent",
         description="k3s agent (Kubernetes worker: kubelet and container runtime)",
