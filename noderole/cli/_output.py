@@ -46,6 +46,15 @@ def format_plan(plan: Plan) -> str:
             sup = service.supervision
             respawn_max = sup.respawn_max or "unlimited"
             lines.append(f"  respawn: delay {sup.respawn_delay:g}s, max {respawn_max}")
+            if sup.stop_scope == "process":
+                lines.append("  stop: the process alone (what it started runs on)")
+            limits = [
+                *([f"{sup.open_files} open files"] if sup.open_files is not None else []),
+                *([_tasks(sup.tasks)] if sup.tasks is not None else []),
+                *(["cgroup delegated (systemd)"] if sup.delegate else []),
+            ]
+            if limits:
+                lines.append(f"  limits: {', '.join(limits)}")
             if service.pidfile:
                 lines.append(f"  pidfile: {service.pidfile}")
             logs = sorted({p for p in (service.output_log, service.error_log) if p})
@@ -59,6 +68,10 @@ def format_plan(plan: Plan) -> str:
         lines.append("")
         lines.extend(f"warning: {warning}" for warning in plan.warnings)
     return "\n".join(lines)
+
+
+def _tasks(tasks: int | str) -> str:
+    return "no task limit" if tasks == "infinity" else f"{tasks} tasks"
 
 
 # C0 controls but the tab, DEL and the C1 controls: a terminal acts on them (ESC starts a

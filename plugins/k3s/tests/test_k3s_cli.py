@@ -19,6 +19,9 @@ from noderole.testing import ScratchRoot
 TOKEN = "K10-cli-secret-token::server:0ddba11"
 
 
+LIMITS = {"stop_scope": "process", "delegate": True, "open_files": 1048576, "tasks": "infinity"}
+
+
 def invoke(root: ScratchRoot, *args: str) -> str:
     result = CliRunner().invoke(cli, ["--root", str(root.path), *args], catch_exceptions=False)
     assert result.exit_code == 0, result.output
@@ -85,6 +88,23 @@ class TestPlan:
             agent = next(s for s in json.loads(as_json)["services"] if s["name"] == "k3s-agent")
             assert agent["environment"]["K3S_TOKEN"] == "***"
             assert agent["command"] == ["/usr/local/bin/k3s", "agent"]
+
+    @pytest.mark.parametrize(("role", "name"), [("server", "k3s"), ("agent", "k3s-agent")])
+    def test_plan_says_how_k3s_is_stopped_and_limited(
+        self, root: ScratchRoot, role: str, name: str
+    ) -> None:
+        """plan shows k3s's stop scope and limits, which its install script's unit sets and
+        the plan's reader would otherwise not see: that a restart leaves its containers, and
+        its limits; the JSON plan carries them as fields."""
+        text = invoke(root, "plan", role)
+        section = text[text.index(f"\n{name}  [k3s]") :].split("\n\n")[0]
+        assert "  stop: the process alone (what it started runs on)\n" in section
+        assert (
+            "  limits: 1048576 open files, no task limit, cgroup delegated (systemd)\n" in section
+        )
+        (service,) = [s for s in plan(root, role)["services"] if s["name"] == name]
+        shown = {key: service["supervision"][key] for key in LIMITS}
+        assert shown == LIMITS
 
 
 class TestGraph:
