@@ -922,7 +922,8 @@ class Supervision(RecordBase):
     ``rc_ulimit="-n N"`` set soft and hard; the native supervisor sets the soft limit, and the
     hard one too where it is higher than its own. Raising a hard limit takes
     ``CAP_SYS_RESOURCE``; without it (an unprivileged container) systemd and the native
-    supervisor give the closest they may, the native one saying so in its log."""
+    supervisor give the closest they may, the native one saying so in its log, and OpenRC starts
+    the service with the limit it had, ``openrc-run`` saying it could not apply it."""
     tasks: int | Literal["infinity"] | None = recordclass.field(
         default=None, validator=_check_tasks
     )
