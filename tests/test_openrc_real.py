@@ -49,16 +49,36 @@ def _script(path: Path, text: str) -> Path:
     return path
 
 
-@pytest.fixture
-def scenario(tmp_path: Path) -> Iterator[Scenario]:
-    """Three rendered services in a fresh OpenRC namespace; the namespace is gone afterwards."""
+def _openrc_root() -> Path:
+    """Where Debian's OpenRC is unpacked; the test is skipped on a machine that cannot run it."""
     problem = unshare_problem()
     if problem:
         pytest.skip(f"needs a private mount namespace: {problem}")
     try:
-        orc = openrc()
+        return openrc().root
     except RuntimeError as error:
         pytest.skip(str(error))
+
+
+@contextlib.contextmanager
+def _namespace(root: NodeRoot) -> Iterator[OpenRCNamespace]:
+    """A fresh OpenRC namespace over ``root``; afterwards, every process of it is gone."""
+    ns = OpenRCNamespace(_openrc_root(), root.path)
+    ns.start()
+    pid_ns = ns.sh("readlink /proc/self/ns/pid").stdout.strip()
+    try:
+        yield ns
+    finally:
+        ns.close()
+        # The kernel ends every process of a pid namespace with its init; check, by namespace.
+        left = [p for p in _host_pids() if _pid_ns(p) == pid_ns]
+        assert not left, f"processes outlived the OpenRC namespace: {left}"
+
+
+@pytest.fixture
+def scenario(tmp_path: Path) -> Iterator[Scenario]:
+    """Three rendered services in a fresh OpenRC namespace; the namespace is gone afterwards."""
+    _openrc_root()
     out = tmp_path / "out"
     out.mkdir()
     calls = tmp_path / "calls"
@@ -107,16 +127,8 @@ def scenario(tmp_path: Path) -> Iterator[Scenario]:
     write_rendered(
         render_openrc([demo, stubborn], noderole_path=str(fake), exec_mode=False), root=root
     )
-    ns = OpenRCNamespace(orc.root, root.path)
-    ns.start()
-    pid_ns = ns.sh("readlink /proc/self/ns/pid").stdout.strip()
-    try:
+    with _namespace(root) as ns:
         yield Scenario(ns=ns, calls=calls, out=out)
-    finally:
-        ns.close()
-        # The kernel ends every process of a pid namespace with its init; check, by namespace.
-        left = [p for p in _host_pids() if _pid_ns(p) == pid_ns]
-        assert not left, f"processes outlived the OpenRC namespace: {left}"
 
 
 def _host_pids() -> list[int]:
@@ -235,22 +247,12 @@ class TestRealOpenRC:
 @contextlib.contextmanager
 def one_service(tmp_path: Path, service: Service) -> Iterator[OpenRCNamespace]:
     """``service`` rendered (static) into a fresh OpenRC namespace; gone afterwards."""
-    problem = unshare_problem()
-    if problem:
-        pytest.skip(f"needs a private mount namespace: {problem}")
-    try:
-        orc = openrc()
-    except RuntimeError as error:
-        pytest.skip(str(error))
+    _openrc_root()
     root = NodeRoot(tmp_path / "node")
     rendered = render_openrc([service], noderole_path="/bin/true", exec_mode=False)
     write_rendered(rendered, root=root)
-    ns = OpenRCNamespace(orc.root, root.path)
-    ns.start()
-    try:
+    with _namespace(root) as ns:
         yield ns
-    finally:
-        ns.close()
 
 
 class TestStopScope:
