@@ -514,16 +514,26 @@ class TestRoles:
         assert k3s.supervision.respawn_delay == 5
         assert k3s.supervision.respawn_max == 0
 
+    def test_the_stop_timeout_is_a_setting(self, node_root: ScratchRoot) -> None:
+        """A node whose k3s takes longer (or should be killed sooner) says so in config.toml."""
+        node_root.write_config("[k3s]\nstop_timeout = 30\n")
+        node_root.write_env(AGENT_ENV, {"K3S_URL": "https://s:6443", "K3S_TOKEN": TOKEN})
+        found = services(node_root)
+        assert found["k3s"].supervision.stop_timeout == 30
+        assert found["k3s-agent"].supervision.stop_timeout == 30
+
     @pytest.mark.parametrize("name", ["k3s", "k3s-agent"])
     def test_a_restart_of_k3s_leaves_its_containers_running(
         self, node_root: ScratchRoot, name: str
     ) -> None:
         """As k3s's install script renders its unit (KillMode=process, Delegate=yes,
-        LimitNOFILE=1048576, TasksMax=infinity): a stop ends k3s alone, k3s manages the
-        control groups below its own, and its containers inherit its limit of open files."""
+        LimitNOFILE=1048576, TasksMax=infinity, systemd's default TimeoutStopSec of 90 s): a
+        stop ends k3s alone, after giving it time to shut down, k3s manages the control groups
+        below its own, and its containers inherit its limit of open files."""
         node_root.write_env(AGENT_ENV, {"K3S_URL": "https://s:6443", "K3S_TOKEN": TOKEN})
         supervision = services(node_root)[name].supervision
         assert supervision.stop_scope == "process"
+        assert supervision.stop_timeout == 90  # systemd's default, which k3s's unit keeps
         assert supervision.delegate is True
         assert supervision.open_files == 1048576
         assert supervision.tasks == "infinity"

@@ -169,6 +169,14 @@ SETTINGS = noderole.SettingsTable(
             "respawn_max", int, 0, "Respawns allowed before giving up; 0: unlimited.", **_COUNT
         ),
         _setting(
+            "stop_timeout",
+            float,
+            90.0,
+            "Seconds k3s has to shut down after SIGTERM before SIGKILL (systemd's default, "
+            "which k3s's own unit keeps).",
+            **_DELAY,
+        ),
+        _setting(
             "ready_timeout",
             float,
             300.0,
@@ -306,13 +314,15 @@ OPEN_FILES = 1048576
 
 def _supervision(cfg: Mapping[str, Any]) -> noderole.Supervision:
     # As k3s's install script renders its systemd unit (KillMode=process, Delegate=yes,
-    # LimitNOFILE=1048576, TasksMax=infinity): a stop or restart of k3s ends k3s alone, so the
-    # node's containers run on through an upgrade or a config change; k3s manages the control
+    # LimitNOFILE=1048576, TasksMax=infinity, systemd's 90 s to stop): a stop or restart of k3s
+    # ends k3s alone, so the node's containers run on through an upgrade or a config change,
+    # and gives it time to shut its datastore down before a SIGKILL; k3s manages the control
     # groups its pods are limited by; its containers inherit its limit of open files, and its
     # shims' threads are not capped by systemd's default task limit.
     return noderole.Supervision(
         respawn_delay=cfg["respawn_delay"],
         respawn_max=cfg["respawn_max"],
+        stop_timeout=cfg["stop_timeout"],
         stop_scope="process",
         delegate=True,
         open_files=OPEN_FILES,
