@@ -139,6 +139,21 @@ class TestApplyThroughSystemd:
         ceiling = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
         assert soft == hard == (1048576 if may_raise else min(1048576, ceiling))
 
+    def test_k3s_gets_the_proxy_of_etc_default_k3s(self, node: Node) -> None:
+        """/etc/default/k3s's lines reach k3s's process, as k3s's own unit passes them
+        (EnvironmentFile=): the unit runs `noderole exec`, which computes the environment at
+        boot; the password of a proxy is in the process's environment, not in the unit."""
+        (node.ns.root / "etc/default").mkdir(parents=True, exist_ok=True)
+        (node.ns.root / "etc/default/k3s").write_text(
+            "HTTPS_PROXY=http://me:hunter2@proxy:3128\nNO_PROXY=.svc,.cluster.local\n"
+        )
+        node.apply()
+        pid = node.main_pid("k3s.service")
+        environ = node.ns.run("cat", f"/proc/{pid}/environ").stdout.split("\0")
+        assert "HTTPS_PROXY=http://me:hunter2@proxy:3128" in environ
+        assert "NO_PROXY=.svc,.cluster.local" in environ
+        assert "hunter2" not in (node.ns.root / "etc/systemd/system/k3s.service").read_text()
+
     def test_a_program_that_cannot_run_fails_its_start(self, node: Node) -> None:
         """The unit runs `noderole exec`, which cannot exec a script whose #! interpreter is
         missing: apply waits for the exec and fails the start with the wrapper's words, as the
