@@ -460,6 +460,33 @@ class TestRoles:
         assert outcome.written == []
         assert not node_root.exists(ROLE_DROPIN)
 
+    def test_join_with_a_token_file_writes_it_for_k3s(self, node_root: ScratchRoot) -> None:
+        """K3S_TOKEN_FILE instead of K3S_TOKEN, as k3s's install script takes it: the drop-in
+        names the file (token-file), which k3s reads; the token is not copied anywhere."""
+        node_root.write("/etc/spinifex-eks/join-token", TOKEN + "\n", mode=0o600)
+        node_root.write_env(
+            FIRST_BOOT,
+            {"K3S_URL": "https://b:6443", "K3S_TOKEN_FILE": "/etc/spinifex-eks/join-token"},
+        )
+        succeeded(prestart(node_root, "k3s-cluster-join"))
+        assert read_yaml(node_root, ROLE_DROPIN) == {
+            "server": "https://b:6443",
+            "token-file": "/etc/spinifex-eks/join-token",
+        }
+
+    def test_join_with_a_token_file_k3s_could_not_read_fails(self, node_root: ScratchRoot) -> None:
+        """Named by the settings' key names, as the other join keys are; nothing written."""
+        node_root.write_config('[k3s]\njoin_token_file_key = "EKS_TOKEN_FILE"\n')
+        node_root.write_env(
+            FIRST_BOOT, {"K3S_URL": "https://b:6443", "EKS_TOKEN_FILE": "/etc/nothing"}
+        )
+        outcome = prestart(node_root, "k3s-cluster-join")
+        assert failed(outcome) == (
+            f"EKS_TOKEN_FILE=/etc/nothing in {FIRST_BOOT} names no file: write the token there "
+            "(or set K3S_TOKEN instead) and apply again"
+        )
+        assert not node_root.exists(ROLE_DROPIN)
+
     @pytest.mark.parametrize(
         "url", ["10.0.0.1:6443", "http://10.0.0.1:6443", "https://", "“https://a:6443”"]
     )
@@ -697,13 +724,12 @@ class TestAgent:
             (
                 "/etc/spinifex-eks/agent-token",
                 None,
-                "names no file: write the node token there (or set K3S_TOKEN instead) and apply "
-                "again",
+                "names no file: write the token there (or set K3S_TOKEN instead) and apply again",
             ),
             (
                 "/etc/spinifex-eks/agent-token",
                 "empty",
-                "is empty: write the node token there and apply again",
+                "is empty: write the token there and apply again",
             ),
             (
                 "/etc/spinifex-eks/agent-token",

@@ -138,6 +138,13 @@ SETTINGS = noderole.SettingsTable(
             "Key of `first_boot_env` holding the cluster token to join with.",
         ),
         _setting(
+            "join_token_file_key",
+            str,
+            "K3S_TOKEN_FILE",
+            "Key of `first_boot_env` naming a file that holds the cluster token, instead of "
+            "`join_token_key`'s value.",
+        ),
+        _setting(
             "agent_env",
             str,
             "/etc/spinifex-eks/agent.env",
@@ -224,7 +231,7 @@ def noderole_services(node: NodeContext) -> list[noderole.Service]:
     ]
 
 
-ENV_KEYS = ("join_url_key", "join_token_key", "role_key")
+ENV_KEYS = ("join_url_key", "join_token_key", "join_token_file_key", "role_key")
 """Settings that name a key of the first-boot environment file."""
 
 
@@ -366,29 +373,37 @@ def _cluster_join(node: NodeContext, cfg: Mapping[str, Any]) -> noderole.Service
     env_path = cfg["first_boot_env"]
     values, unreadable = _read_env(node, env_path)
     url_key, token_key = cfg["join_url_key"], cfg["join_token_key"]
+    file_key = cfg["join_token_file_key"]
     url, token = values.get(url_key, "").strip(), values.get(token_key, "").strip()
+    token_file = values.get(file_key, "").strip()
     steps: list[Step]
     if unreadable:
         steps = [noderole.Fail(message=unreadable)]
-    elif not url or not token:
+    elif not url or not (token or token_file):
         missing = " and ".join(
-            key for key, value in ((url_key, url), (token_key, token)) if not value
+            key for key, value in ((url_key, url), (token_key, token or token_file)) if not value
         )
         steps = [
             noderole.Fail(
                 message=(
                     f"{missing} missing from {env_path}: a server-join node needs the URL of an "
                     f"existing server ({url_key}=https://HOST:6443) and the cluster token "
-                    f"({token_key}=...); add them, or apply role server to start a new cluster"
+                    f"({token_key}=..., or {file_key}=PATH of a file holding it); add them, or "
+                    "apply role server to start a new cluster"
                 )
             )
         ]
     elif _not_https(url):
         steps = [noderole.Fail(message=_url_problem(url_key, url, env_path))]
+    elif token_file and (
+        problem := _token_file_problem(node, token_file, env_path, file_key, token_key)
+    ):
+        steps = [noderole.Fail(message=problem)]
     else:
         # The token goes to a private drop-in, never to the command line: a WriteFile step shows
-        # only its size in `plan`.
-        text = render_yaml([{"server": url, "token": token}], header=_HEADER)
+        # only its size in `plan`. k3s reads a token file itself (it wins over a token).
+        keys = {"server": url, "token": token, "token-file": token_file}
+        text = render_yaml([{key: value for key, value in keys.items() if value}], header=_HEADER)
         steps = [noderole.WriteFile(path=_dropin(cfg, ROLE_DROPIN), content=text, mode=0o600)]
     return noderole.Service(
         name="k3s-cluster-join",
@@ -413,12 +428,18 @@ def _url_problem(key: str, url: str, env_path: str) -> str:
     )
 
 
-def _token_file_problem(node: NodeContext, path: str, env_path: str) -> str | None:
-    """Why k3s could not read its token from ``path`` (K3S_TOKEN_FILE), or None.
+def _token_file_problem(
+    node: NodeContext,
+    path: str,
+    env_path: str,
+    key: str = "K3S_TOKEN_FILE",
+    token_key: str = "K3S_TOKEN",
+) -> str | None:
+    """Why k3s could not read its token from ``path`` (``key``'s value), or None.
 
-    Looked at as the agent starts (the pre-start defines the service anew): a file written at
-    first boot, before noderole runs, is there."""
-    where = f"K3S_TOKEN_FILE={path} in {env_path}"
+    Looked at as the service starts (the pre-start defines it anew): a file written at first
+    boot, before noderole runs, is there."""
+    where = f"{key}={path} in {env_path}"
     if not path.startswith("/"):
         return (
             f"{where} is not an absolute path (k3s would look for it from its working "
@@ -428,13 +449,13 @@ def _token_file_problem(node: NodeContext, path: str, env_path: str) -> str | No
         text = node.read_text(path)
     except FileNotFoundError:
         return (
-            f"{where} names no file: write the node token there (or set K3S_TOKEN instead) "
-            "and apply again"
+            f"{where} names no file: write the token there (or set {token_key} instead) and "
+            "apply again"
         )
     except (OSError, UnicodeDecodeError) as exc:
         return f"{where}: {_unreadable(path, exc)}; k3s could not read its token from it either"
     if not text.strip():
-        return f"{where} is empty: write the node token there and apply again"
+        return f"{where} is empty: write the token there and apply again"
     return None
 
 
