@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 from pathlib import Path
 
@@ -22,6 +23,9 @@ from noderole.render import (
     write_rendered,
 )
 from noderole.root import NodeRoot
+from noderole.supervisor._proc import group_members, kill_group
+from noderole.testing import eventually
+from tests.harness.openrc import busybox
 
 # The seed runscript, as the repository keeps it for the docs' migration page.
 SEED = Path(__file__).resolve().parent.parent / "docs" / "seed" / "konnectivity-server.initd"
@@ -315,6 +319,35 @@ class TestSupervisionAndDepend:
         assert fields["retry"] == ["SIGINT/9/SIGKILL/5"]
         assert fields["command_user"] == ["kube:kube"]
         assert fields["directory"] == ["/var/lib/svc"]
+
+    @pytest.mark.parametrize("shell", ["dash", "busybox"])
+    def test_stop_post_ends_the_group_in_dash_and_busybox(self, tmp_path: Path, shell: str) -> None:
+        """A group-scope runscript's stop_pre/stop_post, run by the shells that run OpenRC's
+        runscripts (Debian's dash, Alpine's busybox ash, unpacked from Debian's package): the
+        group gets the stop signal, then SIGKILL after stop_timeout for what ignores it. Before,
+        `kill -s SIG -- -PGID` was an error in busybox (the group got no SIGKILL), as `kill -0
+        -- -PGID` is in dash."""
+        sh = [str(busybox()), "sh"] if shell == "busybox" else ["dash"]
+        service = Service(
+            name="svc", command=["/bin/true"], supervision=Supervision(stop_timeout=0.3)
+        )
+        script = write_script(tmp_path, render_runscript(service))
+        # A group whose every member ignores SIGTERM (sleep inherits the ignored signal).
+        group = subprocess.Popen(
+            ["sh", "-c", "trap '' TERM; sleep 1000 & sleep 1000 & wait"], start_new_session=True
+        )
+        try:
+            eventually(lambda: len(group_members(group.pid)) == 3, "the group's three members")
+            driver = (
+                f"service_get_value() {{ echo {group.pid}; }}\n. {script}\nstop_pre\nstop_post\n"
+            )
+            done = subprocess.run([*sh, "-c", driver], capture_output=True, text=True, timeout=30)
+            assert (done.returncode, done.stderr) == (0, "")
+            assert group.wait(timeout=10) == -signal.SIGKILL
+            eventually(lambda: not group_members(group.pid), "the group to be gone")
+        finally:
+            kill_group(group.pid, signal.SIGKILL)
+            group.wait()
 
     def test_zero_delay_leaves_respawn_delay_unset(self, tmp_path: Path) -> None:
         """supervise-daemon refuses --respawn-delay 0, so a zero delay is left out."""

@@ -137,7 +137,10 @@ def _group_stop_lines(service: Service) -> list[str]:
     """stop_pre/stop_post for ``stop_scope="group"``: supervise-daemon signals the service's
     process alone, so what it started in its process group is ended after it, as the native
     supervisor ends it (stop_signal, SIGKILL after stop_timeout). supervise-daemon's child leads
-    a session of its own: the group has its pid, which stop_pre reads before the stop."""
+    a session of its own: the group has its pid, which stop_pre reads before the stop.
+
+    ``kill -SIG -PGID`` is the one spelling both Debian's dash and Alpine's busybox ash take:
+    dash reads ``kill -s SIG -PGID`` as options and busybox refuses ``kill -s SIG -- -PGID``."""
     sup = service.supervision
     signal = sup.stop_signal.removeprefix("SIG")
     tenths = math.ceil(sup.stop_timeout * 10)
@@ -151,11 +154,11 @@ def _group_stop_lines(service: Service) -> list[str]:
         "",
         "stop_post() {",
         '\tcase "${_noderole_group}" in ""|*[!0-9]*) return 0 ;; esac',
-        f'\tkill -s {signal} -- "-${{_noderole_group}}" 2>/dev/null || return 0',
+        f'\tkill -{signal} "-${{_noderole_group}}" 2>/dev/null || return 0',
         "\t_noderole_waited=0",
-        '\twhile kill -s 0 -- "-${_noderole_group}" 2>/dev/null; do',
+        '\twhile kill -0 "-${_noderole_group}" 2>/dev/null; do',
         f'\t\tif [ "${{_noderole_waited}}" -ge {tenths} ]; then',
-        '\t\t\tkill -s KILL -- "-${_noderole_group}" 2>/dev/null',
+        '\t\t\tkill -KILL "-${_noderole_group}" 2>/dev/null',
         "\t\t\tbreak",
         "\t\tfi",
         "\t\tsleep 0.1",

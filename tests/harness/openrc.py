@@ -25,7 +25,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-__all__ = ["PACKAGES", "OpenRC", "openrc", "unshare_problem"]
+__all__ = ["PACKAGES", "OpenRC", "busybox", "openrc", "unpacked", "unshare_problem"]
 
 PACKAGES = ("openrc", "librc1", "libeinfo1")
 
@@ -79,31 +79,46 @@ def openrc() -> OpenRC:
 
     Raises ``RuntimeError`` with apt's output when the packages cannot be had.
     """
+    return OpenRC(unpacked("openrc", PACKAGES, "sbin/supervise-daemon"))
+
+
+def busybox() -> Path:
+    """Debian's static busybox, unpacked once per machine: the shell (``busybox sh``, ash) that
+    runs OpenRC's runscripts on Alpine, where dash runs them on Debian."""
+    return unpacked("busybox", ("busybox-static",), "bin/busybox") / "bin" / "busybox"
+
+
+def unpacked(name: str, packages: tuple[str, ...], marker: str) -> Path:
+    """Debian ``packages`` downloaded and unpacked together (``dpkg -x``) once per machine, in
+    the test cache under ``name``; ``marker`` is a path in them that says it is done.
+
+    Raises ``RuntimeError`` with apt's output when the packages cannot be had.
+    """
     cache = _cache_dir()
     cache.mkdir(parents=True, exist_ok=True)
-    target = cache / "openrc"
-    with open(cache / ".openrc.lock", "w") as lock:
+    target = cache / name
+    with open(cache / f".{name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if (target / "sbin" / "supervise-daemon").exists():
-            return OpenRC(target)
+        if (target / marker).exists():
+            return target
         with tempfile.TemporaryDirectory(dir=cache) as tmp:
             # apt's sandbox user cannot write into root's private temp dirs: open it up.
             os.chmod(tmp, 0o777)
             done = subprocess.run(
-                ["apt-get", "download", *PACKAGES], cwd=tmp, capture_output=True, text=True
+                ["apt-get", "download", *packages], cwd=tmp, capture_output=True, text=True
             )
             debs = sorted(Path(tmp).glob("*.deb"))
-            if done.returncode != 0 or len(debs) < len(PACKAGES):
+            if done.returncode != 0 or len(debs) < len(packages):
                 raise RuntimeError(
-                    "could not download Debian's OpenRC packages "
-                    f"(apt-get download {' '.join(PACKAGES)}): {done.stderr.strip()}"
+                    f"could not download Debian's {name} packages "
+                    f"(apt-get download {' '.join(packages)}): {done.stderr.strip()}"
                 )
-            unpacked = Path(tmp) / "root"
+            root = Path(tmp) / "root"
             for deb in debs:
-                subprocess.run(["dpkg", "-x", str(deb), str(unpacked)], check=True)
+                subprocess.run(["dpkg", "-x", str(deb), str(root)], check=True)
             shutil.rmtree(target, ignore_errors=True)
-            os.replace(unpacked, target)
-        return OpenRC(target)
+            os.replace(root, target)
+        return target
 
 
 def unshare_problem() -> str | None:
