@@ -823,6 +823,30 @@ class TestEnvironmentFile:
             "K3S_TOKEN": TOKEN,
         }
 
+    @pytest.mark.parametrize(
+        ("key", "service"), [("environment_file", "k3s"), ("agent_environment_file", "k3s-agent")]
+    )
+    def test_a_file_named_in_config_toml_that_is_absent_is_a_warning(
+        self, node_root: ScratchRoot, key: str, service: str
+    ) -> None:
+        """The default file may be absent (systemd's EnvironmentFile=-); a file config.toml
+        names is meant to be there: absent, a typo would leave the node without its proxy in
+        silence. The service still starts."""
+        node_root.write_env(AGENT_ENV, {"K3S_URL": "https://s:6443", "K3S_TOKEN": TOKEN})
+        defaults = services(node_root)
+        assert not [s for s in defaults[service].pre_start if isinstance(s, noderole.Warn)]
+        node_root.write_config(f'[k3s]\n{key} = "/etc/default/k3s.env"\n')
+        (warning,) = [
+            step
+            for step in services(node_root)[service].pre_start
+            if isinstance(step, noderole.Warn)
+        ]
+        assert warning.message == (
+            f"/etc/noderole/config.toml:k3s.{key} names /etc/default/k3s.env, which does not "
+            "exist: k3s starts without the variables it would hold (a proxy, say); fix the "
+            'path, or set it to "" if there is no such file'
+        )
+
     def test_an_empty_setting_reads_no_file(self, node_root: ScratchRoot) -> None:
         node_root.write("/etc/default/k3s", "HTTP_PROXY=http://proxy:3128\n")
         node_root.write_config('[k3s]\nenvironment_file = ""\n')

@@ -590,25 +590,40 @@ def _restore_guard(marker: str) -> noderole.Call:
     )
 
 
+_DEFAULTS = {setting.name: setting.default for setting in SETTINGS.settings}
+"""Each setting's default, by name."""
+
 _SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD")
 """A variable whose name holds one of these is a :class:`noderole.Secret` (``***`` in plan,
 status and logs): K3S_TOKEN, K3S_AGENT_TOKEN, a registry password."""
 
 
 def _environment_file(
-    node: NodeContext, path: str
+    node: NodeContext, cfg: Mapping[str, Any], key: str
 ) -> tuple[dict[str, str | noderole.Secret], list[Step], str | None]:
-    """The variables of ``path`` for k3s's environment, as k3s's systemd unit passes those of
-    ``EnvironmentFile=-/etc/default/k3s``: what k3s and its containerd read from their
-    environment, chiefly HTTP_PROXY, HTTPS_PROXY and NO_PROXY, without which a node behind a
-    proxy pulls no image. An absent file gives none, an empty path is not read. Also a warning
-    step per malformed line, or why the file cannot be read (a failing step)."""
+    """The variables of the file setting ``key`` names, for k3s's environment, as k3s's systemd
+    unit passes those of ``EnvironmentFile=-/etc/default/k3s``: what k3s and its containerd read
+    from their environment, chiefly HTTP_PROXY, HTTPS_PROXY and NO_PROXY, without which a node
+    behind a proxy pulls no image. An absent file gives none (a warning when config.toml names
+    another file than the default: a typo would otherwise leave the node without its proxy in
+    silence), an empty path is not read. Also a warning step per malformed line, or why the
+    file cannot be read (a failing step)."""
+    path = cfg[key]
     if not path:
         return {}, [], None
     try:
         env = node.read_env(path)
     except noderole.EnvFileError as exc:
         return {}, [], str(exc)
+    if not env.exists:
+        if path == _DEFAULTS[key]:
+            return {}, [], None
+        absent = (
+            f"{noderole.CONFIG_PATH}:{TABLE}.{key} names {path}, which does not exist: k3s "
+            "starts without the variables it would hold (a proxy, say); fix the path, or set it "
+            'to "" if there is no such file'
+        )
+        return {}, [noderole.Warn(message=absent)], None
     values: dict[str, str | noderole.Secret] = {}
     for key, value in env.values.items():
         upper = key.upper()
@@ -631,7 +646,7 @@ def _server(node: NodeContext, cfg: Mapping[str, Any], gathered: Gathered) -> no
     base, steps, problems = _base_config(node, cfg)
     contributed, found = _contributed(gathered, cfg, "server", base)
     problems += found
-    environment, warnings, unreadable = _environment_file(node, cfg["environment_file"])
+    environment, warnings, unreadable = _environment_file(node, cfg, "environment_file")
     if unreadable:
         problems.append(unreadable)
     if problems:
@@ -687,7 +702,7 @@ def _agent(node: NodeContext, cfg: Mapping[str, Any], gathered: Gathered) -> nod
     environment: dict[str, str | noderole.Secret] = {}
     steps: list[Step] = []
     base, problems = _agent_base(node, cfg)
-    extra, warnings, unreadable_extra = _environment_file(node, cfg["agent_environment_file"])
+    extra, warnings, unreadable_extra = _environment_file(node, cfg, "agent_environment_file")
     if unreadable_extra:
         problems.append(unreadable_extra)
     contributed, found = _contributed(gathered, cfg, "agent", base)
