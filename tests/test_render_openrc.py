@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -320,34 +321,55 @@ class TestSupervisionAndDepend:
         assert fields["command_user"] == ["kube:kube"]
         assert fields["directory"] == ["/var/lib/svc"]
 
+    @pytest.mark.parametrize("supervised", [True, False], ids=["supervised", "stale"])
     @pytest.mark.parametrize("shell", ["dash", "busybox"])
-    def test_stop_post_ends_the_group_in_dash_and_busybox(self, tmp_path: Path, shell: str) -> None:
+    def test_stop_post_ends_the_group_in_dash_and_busybox(
+        self, tmp_path: Path, shell: str, supervised: bool
+    ) -> None:
         """A group-scope runscript's stop_pre/stop_post, run by the shells that run OpenRC's
         runscripts (Debian's dash, Alpine's busybox ash, unpacked from Debian's package): the
-        group gets the stop signal, then SIGKILL after stop_timeout for what ignores it. Before,
-        `kill -s SIG -- -PGID` was an error in busybox (the group got no SIGKILL), as `kill -0
-        -- -PGID` is in dash."""
+        group of supervise-daemon's child gets the stop signal, then SIGKILL after stop_timeout
+        for what ignores it. Before, `kill -s SIG -- -PGID` was an error in busybox (the group
+        got no SIGKILL), as `kill -0 -- -PGID` is in dash. A recorded pid that is no child of
+        supervise-daemon (a supervisor that gave up left it; it may be anyone's by now) is left
+        alone."""
         sh = [str(busybox()), "sh"] if shell == "busybox" else ["dash"]
         service = Service(
             name="svc", command=["/bin/true"], supervision=Supervision(stop_timeout=0.3)
         )
         script = write_script(tmp_path, render_runscript(service))
-        # A group whose every member ignores SIGTERM (sleep inherits the ignored signal).
-        group = subprocess.Popen(
-            ["sh", "-c", "trap '' TERM; sleep 1000 & sleep 1000 & wait"], start_new_session=True
+        # A group whose every member ignores SIGTERM (sleep inherits the ignored signal), led by
+        # a child of a process named as supervise-daemon is (comm, cut to 15 characters), or of
+        # this test.
+        parent = tmp_path / ("supervise-daemon" if supervised else "someone-else")
+        parent.symlink_to(shutil.which("dash") or "/bin/dash")
+        leader_file = tmp_path / "leader"
+        group = "trap '' TERM; sleep 1000 & sleep 1000 & wait"
+        holder = subprocess.Popen(
+            [str(parent), "-c", f'setsid sh -c "{group}" & echo $! > {leader_file}; wait'],
+            start_new_session=True,
         )
+        leader = 0
         try:
-            eventually(lambda: len(group_members(group.pid)) == 3, "the group's three members")
-            driver = (
-                f"service_get_value() {{ echo {group.pid}; }}\n. {script}\nstop_pre\nstop_post\n"
+            leader = int(
+                eventually(
+                    lambda: leader_file.exists() and leader_file.read_text(), "the group's leader"
+                )
             )
+            eventually(lambda: len(group_members(leader)) == 3, "the group's three members")
+            driver = f"service_get_value() {{ echo {leader}; }}\n. {script}\nstop_pre\nstop_post\n"
             done = subprocess.run([*sh, "-c", driver], capture_output=True, text=True, timeout=30)
             assert (done.returncode, done.stderr) == (0, "")
-            assert group.wait(timeout=10) == -signal.SIGKILL
-            eventually(lambda: not group_members(group.pid), "the group to be gone")
+            if supervised:
+                eventually(lambda: not group_members(leader), "the group to be gone")
+            else:
+                assert len(group_members(leader)) == 3
         finally:
-            kill_group(group.pid, signal.SIGKILL)
-            group.wait()
+            if leader:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(leader, signal.SIGKILL)
+            kill_group(holder.pid, signal.SIGKILL)
+            holder.wait()
 
     def test_zero_delay_leaves_respawn_delay_unset(self, tmp_path: Path) -> None:
         """supervise-daemon refuses --respawn-delay 0, so a zero delay is left out."""

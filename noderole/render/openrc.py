@@ -137,7 +137,9 @@ def _group_stop_lines(service: Service) -> list[str]:
     """stop_pre/stop_post for ``stop_scope="group"``: supervise-daemon signals the service's
     process alone, so what it started in its process group is ended after it, as the native
     supervisor ends it (stop_signal, SIGKILL after stop_timeout). supervise-daemon's child leads
-    a session of its own: the group has its pid, which stop_pre reads before the stop.
+    a session of its own: the group has its pid, which stop_pre reads before the stop, and
+    takes only while that pid is a child of supervise-daemon (``comm`` is ``supervise-daemo``,
+    cut to 15 characters): a stale one, left by a supervisor that gave up, may be anyone's.
 
     ``kill -SIG -PGID`` is the one spelling both Debian's dash and Alpine's busybox ash take:
     dash reads ``kill -s SIG -PGID`` as options and busybox refuses ``kill -s SIG -- -PGID``."""
@@ -150,6 +152,13 @@ def _group_stop_lines(service: Service) -> list[str]:
         "# process group (numbered as the process, which leads a session) is stopped after it.",
         "stop_pre() {",
         '\t_noderole_group="$(service_get_value child_pid)"',
+        "\t# Only a live child of supervise-daemon: the pid a supervisor that gave up left",
+        "\t# recorded may name another process by now, whose group is none of ours.",
+        '\tcase "${_noderole_group}" in ""|*[!0-9]*) _noderole_group=""; return 0 ;; esac',
+        '\t_noderole_stat="$(cat "/proc/${_noderole_group}/stat" 2>/dev/null)"',
+        "\tset -- ${_noderole_stat##*) }",
+        '\t[ "$(cat "/proc/${2:-0}/comm" 2>/dev/null)" = supervise-daemo ] || _noderole_group=""',
+        "\treturn 0",
         "}",
         "",
         "stop_post() {",
