@@ -29,7 +29,6 @@ import subprocess
 from collections.abc import Callable, Mapping, Sequence
 
 from noderole.supervisor import _fdlimit, _proc
-from noderole.supervisor._log import log_limited
 
 __all__ = ["Child", "SpawnError", "become", "ids", "spawn"]
 
@@ -209,6 +208,9 @@ def spawn(
     except subprocess.SubprocessError as e:
         raise SpawnError(f"cannot start {argv[0]}: {e}") from None
     if open_files is not None and limit is not None and limit[0] < open_files:
+        # Here: `noderole exec`, on the boot path, imports this module for become() alone.
+        from noderole.supervisor._log import log_limited
+
         log_limited(
             f"{name} open files",
             f"{name}: started with a limit of {limit[0]} open files, not the {open_files} it "
