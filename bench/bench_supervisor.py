@@ -293,6 +293,8 @@ def _supervisord(directory: Path, services: int, script: str) -> Iterator[int]:
     )
     conf.write_text(
         f"[supervisord]\nnodaemon=true\nlogfile={directory}/supervisord.log\n"
+        # Its programs' AUTO logs go here, not to /tmp, where every run left four files.
+        f"childlogdir={directory}\n"
         f"pidfile={directory}/supervisord.pid\n\n{programs}"
     )
     proc = subprocess.Popen(

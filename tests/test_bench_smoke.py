@@ -6,6 +6,7 @@ Nothing here asserts a timing: the figures belong to `python -m bench`, not to t
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -19,16 +20,22 @@ REPO = Path(__file__).resolve().parent.parent
 @pytest.mark.slow
 class TestBenchSmoke:
     def test_quick_run_prints_a_table_and_writes_json(self, tmp_path: Path) -> None:
-        """`python -m bench --quick` prints one row per figure and writes the same rows as JSON."""
+        """`python -m bench --quick` prints one row per figure and writes the same rows as JSON,
+        and leaves nothing in the temporary directory (supervisord's programs' logs were left
+        in /tmp, four files a run)."""
         out = tmp_path / "results.json"
+        scratch = tmp_path / "tmp"
+        scratch.mkdir()
         done = subprocess.run(
             [sys.executable, "-m", "bench", "--quick", "--json", str(out)],
             cwd=REPO,
             capture_output=True,
             text=True,
             timeout=600,
+            env={**os.environ, "TMPDIR": str(scratch)},
         )
         assert done.returncode == 0, done.stderr
+        assert sorted(path.name for path in scratch.iterdir()) == []
         document = json.loads(out.read_text())
         names = [row["benchmark"] for row in document["rows"]]
         assert any(name.startswith("noderole --help") for name in names)
