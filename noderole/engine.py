@@ -151,7 +151,13 @@ class ApplyReport:
         }
 
 
-_LATER_SUPERVISION = {"stop_scope": "group", "delegate": False, "open_files": None, "tasks": None}
+_LATER_SUPERVISION = {
+    "stop_scope": "group",
+    "delegate": False,
+    "open_files": None,
+    "tasks": None,
+    "notify": False,
+}
 """Supervision fields added after the first release, with their defaults. A definition holds one
 only when it differs from its default, so that an upgrade of noderole does not change the
 fingerprint of every service, and a re-apply then restart them all."""

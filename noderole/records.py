@@ -931,6 +931,16 @@ class Supervision(RecordBase):
     (``"infinity"``: no limit); None: systemd's default (``DefaultTasksMax``, 15% of the node's
     threads, a few thousand on a small node). The native supervisor and OpenRC make no control
     group of a service's: nothing to limit there."""
+    notify: bool = recordclass.field(default=False, validator=_check_flag)
+    """The program says when it is ready with systemd's notification protocol: ``READY=1`` on
+    the datagram socket ``$NOTIFY_SOCKET`` names (``sd_notify``), as k3s does once it is up.
+    systemd then counts the service started only from that word (``Type=notify``, accepted from
+    the main process: the program ``noderole exec`` became), so what is ordered after it starts
+    once it is up and ``systemctl start`` returns then; its start-up is not bounded
+    (``TimeoutStartSec=infinity``, as k3s's unit has ``TimeoutStartSec=0``: a first boot may
+    take minutes). The native supervisor and OpenRC's supervise-daemon set no
+    ``$NOTIFY_SOCKET`` (the program does not notify): there, the service's ``readiness`` check
+    says when it is ready, as it does for ``apply`` under every backend."""
 
 
 # --------------------------------------------------------------------------- the service

@@ -195,6 +195,8 @@ class TestSupervision:
             ({"tasks": 0}, "tasks"),
             ({"tasks": "unlimited"}, "tasks"),
             ({"tasks": float("inf")}, "tasks"),
+            ({"notify": "yes"}, "notify"),
+            ({"notify": 1}, "notify"),
         ],
     )
     def test_invalid_values_are_refused(self, kwargs: dict[str, object], field: str) -> None:

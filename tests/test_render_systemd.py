@@ -94,7 +94,7 @@ def tricky_services() -> list[Service]:
             output_log="/var/log/tricky.log",
             environment={"PLAIN": 'x y %h $HOME \\ "q"', "TOKEN": Secret("s3cr3t")},
             supervision=Supervision(
-                respawn_delay=0.5, respawn_max=2, respawn_period=60, stop_timeout=0
+                respawn_delay=0.5, respawn_max=2, respawn_period=60, stop_timeout=0, notify=True
             ),
         ),
         Service(name="ready", need=["tricky"]),
@@ -338,6 +338,19 @@ class TestSystemdReadsWhatWeMeant:
         assert "KillMode: process" in k3s
         assert "Delegate: yes" in k3s
 
+    def test_notify_is_type_notify_without_a_start_timeout(self, dump: str) -> None:
+        """A service that says when it is ready (sd_notify, as k3s does) is Type=notify, the
+        notification accepted from its main process (the program ``noderole exec`` became), and
+        its start is not bounded by systemd (k3s's unit: TimeoutStartSec=0): a first boot's
+        start-up may take minutes. The others stay Type=simple."""
+        tricky = unit_section(dump, "tricky.service")
+        assert "Type: notify\n" in tricky
+        assert "NotifyAccess: main\n" in tricky
+        assert "TimeoutStartSec: infinity\n" in tricky
+        k3s = unit_section(dump, "k3s.service")
+        assert "Type: simple\n" in k3s
+        assert "NotifyAccess: none\n" in k3s
+
     def test_open_files_and_tasks(self, dump: str) -> None:
         """open_files is LimitNOFILE (soft and hard), tasks TasksMax; unset, systemd's own."""
         k3s = unit_section(dump, "k3s.service")
@@ -402,6 +415,25 @@ class TestMapping:
         konnectivity = render_unit(konnectivity_service())
         assert f"ExecStart=+{NODEROLE} exec --logs-and-user konnectivity-server\n" in konnectivity
         assert "append:" not in konnectivity
+
+    def test_notify_with_pre_start_waits_has_no_start_timeout_either(self) -> None:
+        """The waits' total bounds a Type=simple start; a notified one waits for the program's
+        word, however long its start-up takes (the waits are bounded by noderole itself)."""
+        waits = [WaitForPaths(paths=["/x"], timeout=120)]
+        notified = Service(
+            name="s",
+            command=["/bin/true"],
+            pre_start=waits,
+            supervision=Supervision(notify=True),
+        )
+        text = render_unit(notified)
+        assert "Type=notify\nNotifyAccess=main\n" in text
+        assert "TimeoutStartSec=infinity\n" in text
+        assert text.count("TimeoutStartSec") == 1
+        plain = render_unit(Service(name="s", command=["/bin/true"], pre_start=waits))
+        assert "Type=simple\n" in plain
+        assert "TimeoutStartSec=210\n" in plain
+        assert "NotifyAccess" not in plain
 
     def test_milestone_is_oneshot(self) -> None:
         """A service without a command is a oneshot that stays active after its hook."""

@@ -531,6 +531,36 @@ ExecStart=/bin/sh -c 'while [ ! -e /run/go ]; do sleep 0.05; done'
 """
 
 
+PROBE_UNIT = (
+    "[Unit]\nAfter=k3s.service\n\n[Service]\nType=oneshot\nExecStart=/bin/sh -c '"
+    "if [ -e /etc/rancher/k3s/k3s.yaml ]; then echo up; else echo down; fi > /run/probe'\n"
+)
+"""A unit ordered after k3s that records whether k3s was up (its kubeconfig written) when
+systemd let it start."""
+
+
+class TestNotify:
+    def test_what_is_ordered_after_k3s_starts_once_k3s_is_up(self, node: Node) -> None:
+        """k3s's unit is Type=notify, as k3s's install script renders it: systemd counts k3s
+        started once k3s sends READY=1 (the stand-in sends it after writing its kubeconfig, as
+        k3s does once its apiserver is up), through `noderole exec`, which became k3s. A unit
+        ordered after k3s, started with it, starts then. Before: Type=simple, k3s counted
+        started at its fork, and the unit ran before k3s had written anything."""
+        node.apply()
+        eventually(lambda: node.active("k3s.service") == "active", "k3s to be active")
+        shown = node.ns.show("k3s.service", "Type", "NotifyAccess", "TimeoutStartUSec")
+        assert shown == {"Type": "notify", "NotifyAccess": "main", "TimeoutStartUSec": "infinity"}
+        node.ns.systemctl("stop", "konnectivity-server.service", "k3s.service")
+        (node.ns.root / "etc/rancher/k3s/k3s.yaml").unlink()
+        (node.ns.root / "etc/systemd/system/probe.service").write_text(PROBE_UNIT)
+        node.ns.systemctl("daemon-reload")
+        node.ns.systemctl("start", "--no-block", "k3s.service", "probe.service")
+        probe = node.ns.root / "run/probe"
+        eventually(probe.exists, "the unit ordered after k3s to run")
+        assert probe.read_text() == "up\n"
+        assert node.active("k3s.service") == "active"
+
+
 class TestQueuedStart:
     def test_status_of_a_start_queued_behind_another_job_names_it(self, node: Node) -> None:
         """A start job systemd holds in its queue (an After= unit still starting) is a start

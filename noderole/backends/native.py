@@ -53,8 +53,8 @@ def supervision_spec(supervision: Supervision) -> SupervisionSpec:
 
     settings = recordclass.asdict(supervision)
     # systemd's alone: this supervisor makes no control group of a service's, to hand over or
-    # to limit.
-    del settings["delegate"], settings["tasks"]
+    # to limit, and sets no $NOTIFY_SOCKET (the service's readiness check says when it is up).
+    del settings["delegate"], settings["tasks"], settings["notify"]
     return SupervisionSpec(**settings)
 
 

@@ -55,6 +55,8 @@ def format_plan(plan: Plan) -> str:
             ]
             if limits:
                 lines.append(f"  limits: {', '.join(limits)}")
+            if sup.notify:
+                lines.append("  says when it is ready (sd_notify; under systemd, Type=notify)")
             if service.pidfile:
                 lines.append(f"  pidfile: {service.pidfile}")
             logs = sorted({p for p in (service.output_log, service.error_log) if p})

@@ -136,7 +136,9 @@ def render_unit(
         except ValueError as error:
             raise BackendError(f"service {name!r}: command: {error}") from None
         lines += [
-            "Type=simple",
+            # notify: started once the program says READY=1 (k3s), from its main process: the
+            # program `noderole exec` became.
+            *(["Type=notify", "NotifyAccess=main"] if sup.notify else ["Type=simple"]),
             f"ExecStartPre=+{hook}",
             f"ExecStart={exec_start}",
             "Restart=always",
@@ -159,7 +161,7 @@ def render_unit(
             lines.append(f"LimitNOFILE={sup.open_files}")
         if sup.tasks is not None:
             lines.append(f"TasksMax={sup.tasks}")
-    timeout = _start_timeout(service)
+    timeout = "infinity" if sup.notify and not service.is_milestone else _start_timeout(service)
     if timeout is not None:
         lines.append(f"TimeoutStartSec={timeout}")
     if not service.is_milestone:

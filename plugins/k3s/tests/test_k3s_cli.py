@@ -19,7 +19,13 @@ from noderole.testing import ScratchRoot
 TOKEN = "K10-cli-secret-token::server:0ddba11"
 
 
-LIMITS = {"stop_scope": "process", "delegate": True, "open_files": 1048576, "tasks": "infinity"}
+LIMITS = {
+    "stop_scope": "process",
+    "delegate": True,
+    "open_files": 1048576,
+    "tasks": "infinity",
+    "notify": True,
+}
 
 
 def invoke(root: ScratchRoot, *args: str) -> str:
@@ -102,6 +108,7 @@ class TestPlan:
         assert (
             "  limits: 1048576 open files, no task limit, cgroup delegated (systemd)\n" in section
         )
+        assert "  says when it is ready (sd_notify; under systemd, Type=notify)\n" in section
         (service,) = [s for s in plan(root, role)["services"] if s["name"] == name]
         shown = {key: service["supervision"][key] for key in LIMITS}
         assert shown == LIMITS

@@ -565,6 +565,14 @@ class TestRoles:
         assert supervision.open_files == 1048576
         assert supervision.tasks == "infinity"
 
+    @pytest.mark.parametrize("name", ["k3s", "k3s-agent"])
+    def test_k3s_tells_systemd_when_it_is_up(self, node_root: ScratchRoot, name: str) -> None:
+        """k3s's install script renders both units Type=notify (TimeoutStartSec=0): k3s sends
+        READY=1 once it is up, so what is ordered after it starts then, and `systemctl start
+        k3s` returns then."""
+        node_root.write_env(AGENT_ENV, {"K3S_URL": "https://s:6443", "K3S_TOKEN": TOKEN})
+        assert services(node_root)[name].supervision.notify is True
+
 
 class TestPlans:
     def test_server(self) -> None:

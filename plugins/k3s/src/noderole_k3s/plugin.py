@@ -325,7 +325,8 @@ def _supervision(cfg: Mapping[str, Any]) -> noderole.Supervision:
     # ends k3s alone, so the node's containers run on through an upgrade or a config change,
     # and gives it time to shut its datastore down before a SIGKILL; k3s manages the control
     # groups its pods are limited by; its containers inherit its limit of open files, and its
-    # shims' threads are not capped by systemd's default task limit.
+    # shims' threads are not capped by systemd's default task limit. Type=notify, as the unit
+    # has it too: k3s sends READY=1 once it is up, so what is ordered after it starts then.
     return noderole.Supervision(
         respawn_delay=cfg["respawn_delay"],
         respawn_max=cfg["respawn_max"],
@@ -334,6 +335,7 @@ def _supervision(cfg: Mapping[str, Any]) -> noderole.Supervision:
         delegate=True,
         open_files=OPEN_FILES,
         tasks="infinity",
+        notify=True,
     )
 
 

@@ -4,6 +4,8 @@
 ``k3s-server-ca@<unix time>``, key stored as ``EC PRIVATE KEY``, made with ``openssl``) and an
 admin kubeconfig, then stays up. Like k3s it keeps an existing CA across restarts, so a restarted
 k3s does not force every certificate signed by it to be re-minted. ``k3s agent`` only stays up.
+Under a systemd unit of ``Type=notify`` both then tell systemd they are up (``READY=1`` on
+``$NOTIFY_SOCKET``), as k3s does.
 Both record their argv and the *names* of their ``K3S_*`` variables (never the values) in
 ``$NODEROLE_ROOT/run/k3s-<mode>.json``, and exit cleanly on SIGTERM. Everything is written under
 ``$NODEROLE_ROOT`` (default ``/``), atomically, so a waiter never sees half a file.
@@ -19,6 +21,7 @@ import base64
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -93,6 +96,19 @@ def make_kubeconfig():
     write(node(KUBECONFIG), text.encode(), 0o600)
 
 
+def notify_ready():
+    """Tell systemd this k3s is up, as k3s does (sd_notify READY=1), when it runs a unit of
+    Type=notify: $NOTIFY_SOCKET names the socket ('@' for an abstract one)."""
+    address = os.environ.get("NOTIFY_SOCKET")
+    if not address:
+        return
+    if address.startswith("@"):
+        address = "\0" + address[1:]
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        sock.connect(address)
+        sock.sendall(b"READY=1")
+
+
 def main():
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(0))
     mode = sys.argv[1] if len(sys.argv) > 1 else ""
@@ -107,6 +123,7 @@ def main():
         make_ca()
         make_kubeconfig()
         print("k3s stand-in: wrote the server CA and %s" % KUBECONFIG, flush=True)
+    notify_ready()
     while True:
         signal.pause()
 
