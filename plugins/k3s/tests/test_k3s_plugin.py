@@ -8,6 +8,8 @@ the agent's process is recorded, not started (``apply_recorded``).
 from __future__ import annotations
 
 import os
+import shutil
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -612,8 +614,11 @@ class TestAgent:
         assert env["K3S_TOKEN"].reveal() == TOKEN
         assert env["K3S_NODE_NAME"] == "w1"
         assert TOKEN not in repr(agent)
-        # Only the (empty) drop-in of what other plugins contribute to agents.
-        assert [step.path for step in agent.pre_start] == [DROPIN]  # type: ignore[attr-defined]
+        # The nm-cloud-setup guard, then the (empty) drop-in of what other plugins contribute
+        # to agents.
+        guard, dropin = agent.pre_start
+        assert guard.describe() == "refuse to start while nm-cloud-setup.service is enabled"
+        assert dropin.path == DROPIN  # type: ignore[union-attr]
         assert agent.pidfile == "/run/k3s-agent.pid"
         assert agent.output_log == agent.error_log == "/var/log/k3s-agent.log"
 
@@ -1033,6 +1038,67 @@ class TestRestoreGuard:
         )
         report, _ = apply_recorded(plan, node_root, clock=fake_clock)
         assert "/var/lib/restore/blocked exists" in str(report.failed)
+
+
+NM_CLOUD_SETUP_UNIT = """\
+[Unit]
+Description=Automatically configure NetworkManager in cloud
+After=NetworkManager.service
+
+[Service]
+Type=oneshot
+ExecStart=/usr/libexec/nm-cloud-setup
+
+[Install]
+WantedBy=NetworkManager.service
+"""
+"""NetworkManager's nm-cloud-setup unit, as RHEL's cloud images install it."""
+
+
+@pytest.mark.skipif(shutil.which("systemctl") is None, reason="systemctl reads the unit files")
+class TestNmCloudSetup:
+    """k3s's unit refuses to start while nm-cloud-setup.service is enabled (its ExecStartPre:
+    `! systemctl is-enabled --quiet nm-cloud-setup.service`): it rewrites the node's routing
+    rules under k3s's pod network. noderole asks the same of systemctl, on the node's root."""
+
+    def _install(self, node_root: ScratchRoot, *, enabled: bool) -> None:
+        unit = "/usr/lib/systemd/system/nm-cloud-setup.service"
+        node_root.write(unit, NM_CLOUD_SETUP_UNIT)
+        if enabled:
+            wants = node_root.path / "etc/systemd/system/NetworkManager.service.wants"
+            wants.mkdir(parents=True)
+            (wants / "nm-cloud-setup.service").symlink_to(unit)
+        node_root.write_env(AGENT_ENV, {"K3S_URL": "https://s:6443", "K3S_TOKEN": TOKEN})
+        node_root.write(CONFIG, "")
+
+    @pytest.mark.parametrize("name", ["k3s", "k3s-agent"])
+    def test_an_enabled_nm_cloud_setup_refuses_the_start(
+        self, node_root: ScratchRoot, name: str
+    ) -> None:
+        """Enabled, the pre-start fails with the reason and the fix k3s's documentation gives;
+        before, k3s started and its pods lost their network."""
+        self._install(node_root, enabled=True)
+        message = failed(prestart(node_root, name))
+        assert message.startswith(f"refusing to start {name}: nm-cloud-setup.service is enabled")
+        assert "systemctl disable nm-cloud-setup.service nm-cloud-setup.timer" in message
+        assert "reboot" in message
+
+    @pytest.mark.parametrize("name", ["k3s", "k3s-agent"])
+    def test_installed_but_disabled_it_is_no_obstacle(
+        self, node_root: ScratchRoot, name: str
+    ) -> None:
+        """Installed and disabled (what k3s's documentation asks), the start goes on."""
+        self._install(node_root, enabled=False)
+        succeeded(prestart(node_root, name))
+
+    def test_without_systemctl_nothing_runs_it(
+        self, node_root: ScratchRoot, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    ) -> None:
+        """A node without systemctl runs no systemd, so no nm-cloud-setup either: the start
+        goes on (an OpenRC node with the unit file left from a package)."""
+        self._install(node_root, enabled=True)
+        monkeypatch.setenv("PATH", str(tmp_path))
+        succeeded(prestart(node_root, "k3s"))
 
 
 class TestResolveRole:
