@@ -626,7 +626,9 @@ def _nm_cloud_setup_guard(name: str) -> noderole.Call:
         try:
             done = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
         except (OSError, subprocess.TimeoutExpired):
-            return  # no answer: k3s's own unit would start it too (its test fails closed)
+            # systemctl could not run or did not answer: start, as k3s's unit does when its
+            # `! systemctl is-enabled` cannot run systemctl (the shell's 127, negated).
+            return
         if done.returncode == 0:
             state = done.stdout.strip() or "enabled"
             raise StepError(
