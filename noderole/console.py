@@ -14,11 +14,26 @@ from __future__ import annotations
 
 import sys
 import threading
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
-from noderole.engine import ServiceReport
+if TYPE_CHECKING:
+    from noderole.engine import ServiceReport
 
-__all__ = ["ConsoleProgress", "QuietProgress"]
+__all__ = ["ConsoleProgress", "QuietProgress", "inert"]
+
+# C0 controls but the tab, DEL and the C1 controls: a terminal acts on them (ESC starts a
+# sequence that can retitle the window or clear the screen, U+009B is a one-character CSI).
+_CONTROLS: dict[int, str] = {
+    code: f"\\x{code:02x}" for code in (*range(0x09), *range(0x0A, 0x20), 0x7F, *range(0x80, 0xA0))
+}
+
+
+def inert(text: str) -> str:
+    """``text`` with its control characters written out (``\\x1b``): what a service wrote (its
+    log, its program's first line, a check's output), shown on root's terminal by ``status`` and
+    ``apply``, is read, never acted on by the terminal."""
+    return text.translate(_CONTROLS)
+
 
 _GREEN, _YELLOW, _RED, _RESET = "\033[1;32m", "\033[1;33m", "\033[1;31m", "\033[0m"
 
@@ -48,7 +63,7 @@ class ConsoleProgress:
         self._line(f" {self._paint(_GREEN, '*')} Starting {name} ...")
 
     def waiting(self, name: str, what: str) -> None:
-        self._line(f" {self._paint(_YELLOW, '*')} {name}: {what}")
+        self._line(f" {self._paint(_YELLOW, '*')} {name}: {inert(what)}")
 
     def finished(self, report: ServiceReport) -> None:
         words = {
@@ -66,7 +81,8 @@ class ConsoleProgress:
         else:
             text = f" {star} {verb} {report.name}"
             if report.reason:
-                text += f": {report.reason}"
+                # A reason may quote what a service wrote (its #! line, a check's output).
+                text += f": {inert(report.reason)}"
         bracket = f"[ {self._paint(code, mark)} ]"
         pad = max(1, self.width - len(text) - 6)
         self._line(

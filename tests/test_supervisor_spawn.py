@@ -119,9 +119,11 @@ class TestErrors:
         if os.geteuid() == 0:
             program = tmp_path / "dir-not-program"  # root may execute any mode: use a directory
             program.mkdir()
+            why = "permission denied: it is a directory, not a program file"
         else:
             program = tmp_path / "not-executable"
             program.write_text("#!/bin/sh\n")
+            why = f"permission denied: it is not executable (mode {program.stat().st_mode & 0o7777:04o})"
         monkeypatch.chdir("/")
         cwd = "/" if where == "/" else str(tmp_path)
         with pytest.raises(_child.SpawnError) as raised:
@@ -129,7 +131,7 @@ class TestErrors:
                 argv=[str(program)], environment={}, cwd=cwd, user=None, group=None,
                 stdout=1, stderr=2,
             )  # fmt: skip
-        assert str(raised.value) == f"cannot execute {program}: Permission denied"
+        assert str(raised.value) == f"cannot execute {program}: {why}"
 
 
 def _programs_that_do_not_run(directory: Path) -> dict[str, tuple[Path, str]]:

@@ -49,7 +49,7 @@ def apply_command(
     the inputs, as in the shell's node-role selector, and is written before anything starts, so
     a failed service never changes a node's role. A role that cannot be decided changes nothing.
     """
-    from noderole.console import ConsoleProgress, QuietProgress
+    from noderole.console import ConsoleProgress, QuietProgress, inert
 
     if not dry_run:
         # The supervisor daemon's start-up (an interpreter and its imports) runs meanwhile.
@@ -90,7 +90,7 @@ def apply_command(
             f"{len(report.failed)} failed ({report.seconds:.2f}s, backend {report.backend})"
         )
         for failed in report.failed:
-            _say(f"  {failed.name}: {failed.reason}", err=True)
+            _say(f"  {failed.name}: {inert(failed.reason)}", err=True)
     if not report.ok:
         raise SystemExit(int(ExitCode.FAILED))
 

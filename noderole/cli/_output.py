@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from noderole.console import inert
+
 if TYPE_CHECKING:
     from noderole.errors import ExitCode
     from noderole.plan import Plan
@@ -76,19 +78,6 @@ def _tasks(tasks: int | str) -> str:
     return "no task limit" if tasks == "infinity" else f"{tasks} tasks"
 
 
-# C0 controls but the tab, DEL and the C1 controls: a terminal acts on them (ESC starts a
-# sequence that can retitle the window or clear the screen, U+009B is a one-character CSI).
-_CONTROLS: dict[int, str] = {
-    code: f"\\x{code:02x}" for code in (*range(0x09), *range(0x0A, 0x20), 0x7F, *range(0x80, 0xA0))
-}
-
-
-def inert(text: str) -> str:
-    """``text`` with its control characters written out (``\\x1b``): what a service wrote to its
-    log, shown on root's terminal by ``status``, is read, never acted on by the terminal."""
-    return text.translate(_CONTROLS)
-
-
 def format_uptime(seconds: float | None) -> str:
     """``1h02m`` or ``3m07s``; ``-`` when not up."""
     if seconds is None:
@@ -123,9 +112,10 @@ def echo_status(
         tail = r["last_exit"] or ""
         if r["log"]:
             tail = f"{tail}  {r['log']}" if tail else r["log"]
+        # The last exit may quote the service's own files (its #! line): never raw to a terminal.
         click.echo(
             f"{r['name']:<26} {r['state']:<9} {pid:>7} {format_uptime(r['uptime']):>8} "
-            f"{r['restarts']:>8}  {tail}"
+            f"{r['restarts']:>8}  {inert(tail)}"
         )
     for r in rows:
         notes = []

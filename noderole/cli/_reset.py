@@ -12,7 +12,7 @@ import click
 from noderole.cli import Command
 from noderole.cli._app import App
 from noderole.cli._options import backend_option, lock_timeout_option
-from noderole.cli._output import inert
+from noderole.console import inert
 
 __all__ = ["reset_command"]
 

@@ -36,7 +36,13 @@ _HEAD = 4096
 
 
 def why_not(path: str, error: OSError) -> str:
-    """Why ``path`` could not be executed (``error``: what ``execve`` raised), in a few words."""
+    """Why ``path`` could not be executed (``error``: what ``execve`` raised), in a few words.
+
+    The file is only looked at, never waited on: it may sit in a directory the service's user
+    owns, who can put a FIFO there (an ``open`` would wait for a writer that never comes, and
+    the daemon with it) or a file whose first line holds escape sequences (the reason is shown
+    on root's terminal; ``status`` and ``apply`` write control characters out).
+    """
     head = _head(path)
     if error.errno == errno.ENOENT:
         if head is None:
@@ -67,15 +73,47 @@ def why_not(path: str, error: OSError) -> str:
         mode = _mode(path)
         if mode is not None and stat.S_ISREG(mode) and not mode & 0o111:
             return f"permission denied: it is not executable (mode {mode & 0o7777:04o})"
+        if mode is not None and not stat.S_ISREG(mode):
+            kind = _KINDS.get(stat.S_IFMT(mode), "special file")
+            return f"permission denied: it is a {kind}, not a program file"
     return str(error.strerror or error)
 
 
-def _head(path: str) -> bytes | None:
+_KINDS = {
+    stat.S_IFDIR: "directory",
+    stat.S_IFIFO: "FIFO",
+    stat.S_IFSOCK: "socket",
+    stat.S_IFCHR: "character device",
+    stat.S_IFBLK: "block device",
+}
+
+
+def _open(path: str) -> int | None:
+    """A descriptor reading the regular file ``path``, or None: opened without waiting (a FIFO
+    planted at the path has no writer), and refused unless it is a regular file."""
     try:
-        with open(path, "rb") as file:
-            return file.read(_HEAD)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
     except OSError:
         return None
+    try:
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            return fd
+    except OSError:
+        pass
+    os.close(fd)
+    return None
+
+
+def _head(path: str) -> bytes | None:
+    fd = _open(path)
+    if fd is None:
+        return None
+    try:
+        return os.read(fd, _HEAD)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def _mode(path: str) -> int | None:
@@ -116,22 +154,24 @@ def _elf_loader(path: str, head: bytes) -> str | None:
     word, phoff_at, phentsize_at, offset_at, size_at, smallest = _LAYOUT[wide]
     (phoff,) = struct.unpack_from(order + word, head, phoff_at)
     phentsize, phnum = struct.unpack_from(order + "HH", head, phentsize_at)
-    try:
-        with open(path, "rb") as file:
-            for index in range(min(phnum, 64)):
-                file.seek(phoff + index * phentsize)
-                entry = file.read(phentsize)
-                if len(entry) < smallest:
-                    return None
-                if struct.unpack_from(order + "I", entry, 0)[0] != _PT_INTERP:
-                    continue
-                (offset,) = struct.unpack_from(order + word, entry, offset_at)
-                (size,) = struct.unpack_from(order + word, entry, size_at)
-                file.seek(offset)
-                name = file.read(min(size, 4096)).split(b"\0", 1)[0]
-                return os.fsdecode(name) if name else None
-    except (OSError, struct.error):
+    fd = _open(path)
+    if fd is None:
         return None
+    try:
+        for index in range(min(phnum, 64)):
+            entry = os.pread(fd, phentsize, phoff + index * phentsize)
+            if len(entry) < smallest:
+                return None
+            if struct.unpack_from(order + "I", entry, 0)[0] != _PT_INTERP:
+                continue
+            (offset,) = struct.unpack_from(order + word, entry, offset_at)
+            (size,) = struct.unpack_from(order + word, entry, size_at)
+            name = os.pread(fd, min(size, 4096), offset).split(b"\0", 1)[0]
+            return os.fsdecode(name) if name else None
+    except (OSError, struct.error, OverflowError):
+        return None
+    finally:
+        os.close(fd)
     return None
 
 

@@ -1,0 +1,128 @@
+"""A service's own user against root: what he plants where root reads, writes, signs or enters.
+
+A real unprivileged user (made with ``useradd`` for the test and removed after, see
+:mod:`tests.hostile_fixtures`) owns a directory a service of his uses. Root (the supervisor,
+``apply``'s pre-start steps, ``status``) must not be turned by what he plants there: a FIFO in
+place of his program, a link in the path of a file or directory a step writes, a key of his own
+in the certificate directory, a link at his working directory, escape sequences in the text root
+prints, a directory swapped for a link while a pidfile is removed.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from click.testing import CliRunner, Result
+
+import noderole
+from noderole.cli import cli
+from noderole.cli._app import App
+from noderole.records import MakeDirectories, MintCertificate, Service, WriteFile
+from noderole.root import NodeRoot
+from noderole.supervisor._record import replace
+from noderole.testing import make_cluster_ca, run_prestart
+from tests.hostile_fixtures import Scene, scene, user
+from tests.supervisor_fixtures import MARK, wait_for
+
+__all__ = ["scene", "user"]  # the fixtures, used by name
+
+
+def _status_of(scene: Scene, name: str = "a") -> tuple[str, str]:
+    status = scene.harness.supervisor.status([name])[0]
+    return status.state, status.last_exit or status.reason
+
+
+class TestAProgramTheUserOwns:
+    """The service runs a program from the user's directory (a user-installed binary)."""
+
+    def _start(self, scene: Scene) -> tuple[Path, int]:
+        program = scene.svc / "app"
+        scene.plant(
+            "sh", "-c", f"printf '#!/bin/sh\\nexec sleep 1000\\n' > {program}; chmod 755 {program}"
+        )
+        spec = replace(scene.spec("a", ""), argv=(str(program),))
+        status = scene.harness.supervisor.start(spec)
+        assert status.state == "running" and status.pid
+        return program, status.pid
+
+    def test_a_fifo_in_place_of_the_program_does_not_hang_the_daemon(self, scene: Scene) -> None:
+        """The respawn cannot run a FIFO; finding out why must not open it and wait for a
+        writer that never comes: the daemon (every service's respawns, stop, status) would
+        hang for good."""
+        program, pid = self._start(scene)
+        scene.plant("sh", "-c", f"rm {program} && mkfifo -m 755 {program}")
+        os.kill(pid, signal.SIGKILL)
+        wait_for(lambda: "FIFO" in _status_of(scene)[1], "the respawn's failure, explained")
+        state, why = _status_of(scene)
+        assert f"cannot execute {program}" in why
+        assert "it is a FIFO, not a program file" in why
+        assert scene.daemon_alive()
+
+    def test_escape_sequences_in_its_interpreter_line_reach_no_terminal(
+        self, scene: Scene
+    ) -> None:
+        """The user's #! line is quoted in the respawn's failure, which `status` and `apply`
+        print on root's terminal: its control characters are written out (``\\x1b``), never
+        sent raw (an OSC sequence retitles the window, a CSI one clears the screen)."""
+        mine = scene.harness.root / "opt/hunt"
+        mine.mkdir(parents=True)
+        os.chown(mine, scene.user.uid, scene.user.gid)
+        program = mine / "app"
+        scene.plant(
+            "sh", "-c", f"printf '#!/bin/sh\\nexec sleep 1000\\n' > {program}; chmod 755 {program}"
+        )
+        node = _Node(scene, "/opt/hunt/app")
+        started = node.cli("apply", "demo")
+        assert started.exit_code == 0, started.output
+        pid = scene.harness.supervisor.status(["a"])[0].pid
+        assert pid
+        scene.plant(
+            "sh",
+            "-c",
+            f"printf '#!/nonexistent/\\033]0;PWNED\\007\\033[2J\\n' > {program}",
+        )
+        os.kill(pid, signal.SIGKILL)
+        wait_for(lambda: "interpreter" in _status_of(scene)[1], "the respawn's failure")
+        status = node.cli("status")
+        assert node.cli("stop").exit_code == 0
+        again = node.cli("apply", "demo")  # the first start fails, and says why
+        assert again.exit_code == 1, again.output
+        for shown in (status, again):
+            assert "PWNED" in shown.output, shown.output
+            assert "\x1b" not in shown.output and "\x07" not in shown.output, shown.output
+            assert "\\x1b]0;PWNED\\x07" in shown.output
+
+
+class _Node:
+    """The CLI on the scene's node root, with one service "a" of role "demo" that runs
+    ``program`` (a node path) as the scene's user."""
+
+    def __init__(self, scene: Scene, program: str) -> None:
+        self.scene = scene
+        self.program = program
+
+    @noderole.hookimpl
+    def noderole_services(self, node: noderole.NodeContext) -> noderole.Service:
+        return noderole.Service(
+            name="a",
+            roles=["demo"],
+            command=[self.program],
+            user=self.scene.user.name,
+            environment={MARK: self.scene.harness.mark},
+            supervision=noderole.Supervision(respawn_delay=0.05, stop_timeout=2),
+        )
+
+    def cli(self, *args: str) -> Result:
+        app = App(
+            root=NodeRoot(self.scene.harness.root),
+            plugin_objects=(("hostile", self),),
+            autoload=False,
+        )
+        return CliRunner().invoke(cli, list(args), obj=app, catch_exceptions=False)
