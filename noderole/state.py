@@ -283,6 +283,16 @@ def _open_lock(path: str) -> int:
     return fd
 
 
+def _is_at(fd: int, path: str) -> bool:
+    """True when ``fd`` is the file at ``path`` (not one removed or replaced since it opened)."""
+    try:
+        there = os.stat(path, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    mine = os.fstat(fd)
+    return (there.st_dev, there.st_ino) == (mine.st_dev, mine.st_ino)
+
+
 def _record(root: NodeRoot, node_path: str, *, any_content: bool = False) -> None:
     """Note the state file in the manifest ``noderole reset`` removes by."""
     from noderole.manifest import record
@@ -313,10 +323,19 @@ def node_lock(root: NodeRoot, *, timeout: float, clock: Clock, what: str) -> Ite
         while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
             except OSError as exc:
                 if exc.errno not in (errno.EAGAIN, errno.EACCES):
                     raise
+            else:
+                if _is_at(fd, path):
+                    break
+                # The file was removed (by `reset`, which removes the lock it holds) or replaced
+                # while this run waited on it: its lock is one nobody else can see, and the next
+                # run locks the file at the path. Take that one instead.
+                os.close(fd)
+                fd = -1
+                fd = _open_lock(path)
+                continue
             if clock.monotonic() - start >= timeout:
                 note = os.pread(fd, 200, 0).decode(errors="replace").strip()
                 holders = lock_holders(fd)
@@ -333,4 +352,5 @@ def node_lock(root: NodeRoot, *, timeout: float, clock: Clock, what: str) -> Ite
             pass  # only a courtesy for readers: the lock itself is held
         yield
     finally:
-        os.close(fd)  # closing releases the flock
+        if fd >= 0:
+            os.close(fd)  # closing releases the flock

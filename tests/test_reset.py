@@ -529,3 +529,55 @@ class TestManifest:
         lines = node_root.read(MANIFEST).splitlines()
         record_processes(app.root, plan, "native")
         assert node_root.read(MANIFEST).splitlines() == lines
+
+
+class TestTheLockFileRemoved:
+    def test_a_waiter_on_the_removed_lock_file_does_not_share_the_lock(
+        self, tmp_path: Path
+    ) -> None:
+        """reset removes the node lock it holds; an apply already waiting on that file then
+        gets a lock nobody else can see, while the next run locks the new file: both ran at
+        once. The waiter must take the lock of the file at the path, not of the one it opened."""
+        from noderole.clock import SystemClock
+        from noderole.paths import LOCK_FILE
+        from noderole.state import node_lock
+        from noderole.testing import eventually
+
+        root = NodeRoot(tmp_path)
+        lock = root.local(LOCK_FILE)
+        entered, leave = threading.Event(), threading.Event()
+
+        def waiter() -> None:
+            with node_lock(root, timeout=30, clock=SystemClock(), what="apply B"):
+                entered.set()
+                leave.wait(30)
+
+        def fds_on(suffix: str) -> list[str]:
+            found = []
+            for fd in os.listdir("/proc/self/fd"):
+                try:
+                    target = os.readlink(f"/proc/self/fd/{fd}")
+                except OSError:
+                    continue
+                if target == lock + suffix:
+                    found.append(target)
+            return found
+
+        held = node_lock(root, timeout=1, clock=SystemClock(), what="reset")
+        held.__enter__()
+        thread = threading.Thread(target=waiter, daemon=True)
+        thread.start()
+        try:
+            eventually(lambda: len(fds_on("")) == 2, "the waiter waiting on the lock file")
+            os.unlink(lock)  # what reset does with the lock it holds
+            with node_lock(root, timeout=1, clock=SystemClock(), what="apply C"):
+                held.__exit__(None, None, None)  # reset ends: its (removed) file is free
+                eventually(
+                    lambda: entered.is_set() or not fds_on(" (deleted)"),
+                    "the waiter locking the removed file, or turning to the new one",
+                )
+                assert not entered.is_set(), "two runs held the node lock at once"
+            eventually(entered.is_set, "the waiter taking the lock once C is done")
+        finally:
+            leave.set()
+            thread.join(30)
