@@ -57,6 +57,28 @@ class TestStart:
         assert first.pid is not None
         assert harness.settled_marked([first.pid]) == [first.pid]
 
+    def test_a_service_waiting_to_respawn_is_started_now(
+        self, harness: Harness, tmp_path: Path
+    ) -> None:
+        """A start of a service in backoff (its process exited, the respawn delay runs) starts
+        it now, as `systemctl start` does a unit waiting to restart: "already running" with the
+        dead process's pid let `apply` print "Started" and exit 0 for a service that was not
+        running (and that a full pids.max could not start)."""
+        marker = tmp_path / "ran-once"
+        script = f"if [ -e {marker} ]; then exec sleep 1000; fi; touch {marker}; exit 1"
+        sup = Supervision(respawn_delay=600, stop_timeout=2)
+        first = harness.supervisor.start(harness.spec("a", script, supervision=sup))
+        wait_for(
+            lambda: harness.supervisor.status(["a"])[0].state == "backoff", "the exit, in backoff"
+        )
+        again = harness.supervisor.start(harness.spec("a", script, supervision=sup))
+        assert not again.already_running
+        assert again.state == "running"
+        assert again.pid is not None
+        assert again.pid != first.pid
+        assert is_alive(again.pid)
+        assert harness.settled_marked([again.pid]) == [again.pid]
+
     def test_changed_fingerprint_replaces_the_process(self, harness: Harness) -> None:
         """A new fingerprint stops the old process (gone) and starts the new one."""
         first = harness.supervisor.start(harness.spec("a", SLEEP, fingerprint="v1"))

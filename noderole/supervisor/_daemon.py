@@ -495,10 +495,18 @@ class Daemon:
             old.stop_waiters.append(lambda: self.start(spec, wait_ready, force, done))
             return
         if old is not None and old.active:
-            if old.spec.fingerprint == spec.fingerprint and not force:
+            waiting = old.state == "backoff"  # exited, its respawn delay running: not running
+            if old.spec.fingerprint == spec.fingerprint and not force and not waiting:
                 done({"ok": True, "statuses": [old.status().but(already_running=True).to_wire()]})
                 return
-            why = "restarted" if force else "replaced: its definition changed"
+            # A unit waiting to respawn is started now, as systemctl start does one in
+            # auto-restart: its old group is ended first, as at any restart.
+            if force:
+                why = "restarted"
+            elif old.spec.fingerprint != spec.fingerprint:
+                why = "replaced: its definition changed"
+            else:
+                why = f"started at once: it was waiting to respawn ({old.last_exit or 'exited'})"
             old.stop(lambda: self.start_new(spec, wait_ready, why, done))
             return
         self.start_new(spec, wait_ready, "", done)
