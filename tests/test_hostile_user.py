@@ -12,22 +12,15 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
-
-import pytest
 
 from click.testing import CliRunner, Result
 
 import noderole
 from noderole.cli import cli
 from noderole.cli._app import App
-from noderole.records import MakeDirectories, MintCertificate, Service, WriteFile
 from noderole.root import NodeRoot
 from noderole.supervisor._record import replace
-from noderole.testing import make_cluster_ca, run_prestart
 from tests.hostile_fixtures import Scene, scene, user
 from tests.supervisor_fixtures import MARK, wait_for
 
@@ -49,7 +42,8 @@ class TestAProgramTheUserOwns:
         )
         spec = replace(scene.spec("a", ""), argv=(str(program),))
         status = scene.harness.supervisor.start(spec)
-        assert status.state == "running" and status.pid
+        assert status.state == "running"
+        assert status.pid
         return program, status.pid
 
     def test_a_fifo_in_place_of_the_program_does_not_hang_the_daemon(self, scene: Scene) -> None:
@@ -60,14 +54,12 @@ class TestAProgramTheUserOwns:
         scene.plant("sh", "-c", f"rm {program} && mkfifo -m 755 {program}")
         os.kill(pid, signal.SIGKILL)
         wait_for(lambda: "FIFO" in _status_of(scene)[1], "the respawn's failure, explained")
-        state, why = _status_of(scene)
+        _, why = _status_of(scene)
         assert f"cannot execute {program}" in why
         assert "it is a FIFO, not a program file" in why
         assert scene.daemon_alive()
 
-    def test_escape_sequences_in_its_interpreter_line_reach_no_terminal(
-        self, scene: Scene
-    ) -> None:
+    def test_escape_sequences_in_its_interpreter_line_reach_no_terminal(self, scene: Scene) -> None:
         """The user's #! line is quoted in the respawn's failure, which `status` and `apply`
         print on root's terminal: its control characters are written out (``\\x1b``), never
         sent raw (an OSC sequence retitles the window, a CSI one clears the screen)."""
@@ -96,7 +88,8 @@ class TestAProgramTheUserOwns:
         assert again.exit_code == 1, again.output
         for shown in (status, again):
             assert "PWNED" in shown.output, shown.output
-            assert "\x1b" not in shown.output and "\x07" not in shown.output, shown.output
+            assert "\x1b" not in shown.output, shown.output
+            assert "\x07" not in shown.output, shown.output
             assert "\\x1b]0;PWNED\\x07" in shown.output
 
 

@@ -123,7 +123,8 @@ class TestErrors:
         else:
             program = tmp_path / "not-executable"
             program.write_text("#!/bin/sh\n")
-            why = f"permission denied: it is not executable (mode {program.stat().st_mode & 0o7777:04o})"
+            mode = program.stat().st_mode & 0o7777
+            why = f"permission denied: it is not executable (mode {mode:04o})"
         monkeypatch.chdir("/")
         cwd = "/" if where == "/" else str(tmp_path)
         with pytest.raises(_child.SpawnError) as raised:
