@@ -198,6 +198,9 @@ class _Existing:
     cert_pem: bytes | None
     key_pem: bytes | None
     key_mode: int | None
+    key_foreign: str = ""
+    """Why the key file is not one this process wrote (another owner, a second hard link), or
+    empty: such a key is never kept, whoever may hold a copy."""
 
 
 @recordclass.frozen(kw_only=True)
@@ -280,6 +283,12 @@ def _assess(
         if loaded.public_key() != cert.public_key():
             return _Verdict(
                 reuse=False, reason="the existing key does not match the certificate", cert=cert
+            )
+        if existing.key_foreign:
+            # Someone else wrote it (a service's user who can write the directory): re-signing
+            # it would give him a serving certificate of the cluster's CA for a key he holds.
+            return _Verdict(
+                reuse=False, reason=f"the existing key {existing.key_foreign}", cert=cert
             )
         loose = existing.key_mode is not None and existing.key_mode & 0o077
         if (
@@ -476,13 +485,27 @@ def _read_existing(directory: str) -> _Existing:
     try:
         remove_stale_temps(dfd, [CERT_NAME, KEY_NAME])
         cert_pem, _ = _read_nofollow(dfd, directory, CERT_NAME)
-        key_pem, key_mode = _read_nofollow(dfd, directory, KEY_NAME)
+        key_pem, key_info = _read_nofollow(dfd, directory, KEY_NAME)
     finally:
         os.close(dfd)
-    return _Existing(cert_pem=cert_pem, key_pem=key_pem, key_mode=key_mode)
+    if key_info is None:
+        return _Existing(cert_pem=cert_pem, key_pem=key_pem, key_mode=None)
+    foreign = ""
+    if key_info.st_uid != os.geteuid():
+        foreign = f"belongs to uid {key_info.st_uid}, not to uid {os.geteuid()} that mints it"
+    elif key_info.st_nlink > 1:
+        foreign = f"has {key_info.st_nlink} hard links (another name may be read by others)"
+    return _Existing(
+        cert_pem=cert_pem,
+        key_pem=key_pem,
+        key_mode=stat.S_IMODE(key_info.st_mode),
+        key_foreign=foreign,
+    )
 
 
-def _read_nofollow(dfd: int, directory: str, name: str) -> tuple[bytes | None, int | None]:
+def _read_nofollow(
+    dfd: int, directory: str, name: str
+) -> tuple[bytes | None, os.stat_result | None]:
     path = os.path.join(directory, name)
     try:
         fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
@@ -496,8 +519,8 @@ def _read_nofollow(dfd: int, directory: str, name: str) -> tuple[bytes | None, i
             ) from None
         raise CertificateError(f"cannot read {path}: {error.strerror}") from None
     with os.fdopen(fd, "rb") as handle:
-        mode = stat.S_IMODE(os.fstat(handle.fileno()).st_mode)
-        return handle.read(), mode
+        info = os.fstat(handle.fileno())
+        return handle.read(), info
 
 
 def _now(clock: Clock) -> dt.datetime:

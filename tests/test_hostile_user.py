@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 from pathlib import Path
 
 from click.testing import CliRunner, Result
@@ -19,8 +20,10 @@ from click.testing import CliRunner, Result
 import noderole
 from noderole.cli import cli
 from noderole.cli._app import App
+from noderole.records import MintCertificate, Service
 from noderole.root import NodeRoot
 from noderole.supervisor._record import replace
+from noderole.testing import make_cluster_ca, run_prestart
 from tests.hostile_fixtures import Scene, scene, user
 from tests.supervisor_fixtures import MARK, wait_for
 
@@ -119,3 +122,56 @@ class _Node:
             autoload=False,
         )
         return CliRunner().invoke(cli, list(args), obj=app, catch_exceptions=False)
+
+
+class TestTheCertificateDirectory:
+    """A plugin mints its service's serving certificate into a directory under the service's
+    own (a layout a service user can write)."""
+
+    def test_a_key_the_user_planted_is_never_signed(self, scene: Scene) -> None:
+        """The user puts a key of his own (P-256, 0600) and a certificate for it in the
+        directory: a re-mint that kept "the existing key" would have root sign, with the
+        cluster CA, a serving certificate whose key the user holds. A key root did not write
+        is never kept: a new one is made, root's."""
+        root = scene.harness.root
+        make_cluster_ca(root, cert_path="/ca/ca.crt", key_path="/ca/ca.key")
+        mine = root / "var/lib/hunt"
+        mine.mkdir(parents=True)
+        os.chown(mine, scene.user.uid, scene.user.gid)
+        tls = mine / "tls"
+        scene.plant(
+            "sh",
+            "-c",
+            f"umask 077; mkdir {tls} && cd {tls} && "
+            "openssl ecparam -name prime256v1 -genkey -noout -out tls.key && "
+            "openssl req -x509 -new -key tls.key -subj /CN=x -days 1 -out tls.crt",
+        )
+        planted = _public_key(tls / "tls.key")
+        step = MintCertificate(
+            directory="/var/lib/hunt/tls",
+            ca_cert="/ca/ca.crt",
+            ca_key="/ca/ca.key",
+            common_name="hunt-server",
+            sans=["hunt.example"],
+        )
+        outcome = run_prestart(Service(name="hunt", roles=["r"], pre_start=[step]), root)
+        assert outcome.error is None, outcome.error
+        assert "belongs to uid" in outcome.certificates[0].reason
+        assert _public_key(tls / "tls.key") != planted
+        assert (tls / "tls.key").stat().st_uid == 0
+        signed = subprocess.run(
+            ["openssl", "x509", "-in", str(tls / "tls.crt"), "-noout", "-pubkey"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        assert signed != planted
+
+
+def _public_key(key: Path) -> str:
+    return subprocess.run(
+        ["openssl", "ec", "-in", str(key), "-pubout"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
