@@ -33,6 +33,8 @@ from collections.abc import Callable, Sequence
 from time import monotonic
 from typing import Any
 
+from noderole._start import restrict_umask
+
 __all__ = ["Entry", "Late", "Outcome", "run_bounded", "run_bounded_each"]
 
 _IDLE = "noderole worker"
@@ -86,6 +88,11 @@ def _outcome(function: Callable[[], Any]) -> Outcome:
         outcome.value = function()
     except BaseException as error:  # the plugin's: handed to the caller, never raised here
         outcome.error = error
+    finally:
+        # A plugin that set umask 000 (at import, in a hook or a step) would leave every
+        # directory made for the rest of the run world-writable: group and other write are
+        # taken away again after each call, as before the first (noderole._start).
+        restrict_umask()
     return outcome
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+import noderole
 from noderole.errors import ExitCode
 from tests.test_engine import Node, node, wait_until
 from tests.test_fault_matrix import Spawned, spawned
@@ -271,3 +272,38 @@ class TestServicesHookAtApply:
         assert "plugin 'fmbad'" in err
         assert "disk on fire" in err
         assert scene.node.processes() == []
+
+
+class TestAPluginsUmask:
+    def test_a_hook_that_clears_the_umask_makes_nothing_world_writable(
+        self, tmp_path: Path
+    ) -> None:
+        """noderole widens its caller's umask to 022 before anything loads; a plugin that sets
+        umask 000 (at import, in a hook) undid it for the rest of the run, and every directory
+        made on the way (`mkdir -p` of a step, k3s's manifests directory) was world-writable."""
+        from click.testing import CliRunner
+
+        from noderole.cli import cli
+        from noderole.cli._app import App
+        from noderole.root import NodeRoot
+
+        class Careless:
+            @noderole.hookimpl
+            def noderole_services(self, node: noderole.NodeContext) -> noderole.Service:
+                os.umask(0)
+                return noderole.Service(
+                    name="m",
+                    roles=["r"],
+                    pre_start=[noderole.MakeDirectories(paths=["/var/lib/m/a/b"])],
+                )
+
+        saved = os.umask(0o022)
+        try:
+            app = App(root=NodeRoot(tmp_path), plugin_objects=(("careless", Careless()),))
+            done = CliRunner().invoke(cli, ["apply", "r"], obj=app, catch_exceptions=False)
+            assert done.exit_code == 0, done.output
+            for made in ("var/lib/m", "var/lib/m/a", "var/lib/m/a/b"):
+                mode = (tmp_path / made).stat().st_mode & 0o777
+                assert not mode & 0o022, f"{made} is {mode:04o}"
+        finally:
+            os.umask(saved)
