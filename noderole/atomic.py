@@ -28,6 +28,7 @@ import stat
 from collections.abc import Callable, Iterator, Sequence
 
 from noderole import recordclass
+from noderole.supervisor._safeopen import open_dir
 
 __all__ = [
     "STALE_TEMP_AGE",
@@ -79,9 +80,14 @@ def _temp_of(candidate: str) -> str | None:
 
 
 @contextlib.contextmanager
-def _directory_fd(path: str, *, follow: bool) -> Iterator[int]:
-    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
-    fd = os.open(path, flags)
+def _directory_fd(path: str) -> Iterator[int]:
+    """The directory ``path``: an absolute one reached component by component, a symbolic link
+    followed only inside a directory no other user can write (root writes where a service's
+    user may own a directory on the way)."""
+    if os.path.isabs(path):
+        fd = open_dir(path)
+    else:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         yield fd
     finally:
@@ -117,7 +123,7 @@ def write_atomic(
     hook = step or _no_step
     text = os.fspath(path)
     if dir_fd is None:
-        with _directory_fd(os.path.dirname(text) or ".", follow=True) as fd:
+        with _directory_fd(os.path.dirname(text) or ".") as fd:
             _write_in(fd, text, data, mode=mode, uid=uid, gid=gid, hook=hook, durable=durable)
     else:
         _write_in(dir_fd, text, data, mode=mode, uid=uid, gid=gid, hook=hook, durable=durable)
@@ -207,43 +213,54 @@ def open_directory(
 
     With ``create``, missing parents are made with the default mode (like ``mkdir -p``) and
     ``path`` itself with ``mode`` exactly. An existing directory keeps its mode. A link at
-    ``path`` raises ``OSError(ELOOP)``; the caller closes the descriptor.
+    ``path`` raises ``OSError(ELOOP)``; the parents of an absolute ``path`` are reached
+    component by component, a link followed only inside a directory no other user can write
+    (:func:`noderole.supervisor._safeopen.open_dir`). The caller closes the descriptor.
     """
     hook = step or _no_step
     path = os.fspath(path).rstrip("/") or "/"  # a trailing slash names the directory itself
-    if create:
+    parent, name = os.path.split(path)
+    if not name:  # "/" itself
+        return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    if os.path.isabs(path):
+        parent_fd = open_dir(parent, create=create)
+    else:
+        if create and parent:
+            os.makedirs(parent, exist_ok=True)
+        parent_fd = os.open(parent or ".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
         try:
-            info = os.lstat(path)
+            info = os.lstat(name, dir_fd=parent_fd)
         except FileNotFoundError:
+            if not create:
+                raise
             hook("mkdir")
-            parent = os.path.dirname(path)
-            if parent:
-                os.makedirs(parent, exist_ok=True)
             try:
-                os.mkdir(path, mode)
+                os.mkdir(name, mode, dir_fd=parent_fd)
                 # mkdir's mode passes through the umask; say exactly what we mean.
-                os.chmod(path, mode)
+                os.chmod(name, mode, dir_fd=parent_fd)
             except FileExistsError:
                 pass
         else:
-            _check_not_link(path, info)
-    else:
-        _check_not_link(path, os.lstat(path))
-    hook("open-dir")
-    try:
-        return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError as error:
-        if error.errno in (errno.ELOOP, errno.ENOTDIR):
-            _check_not_link(path, os.lstat(path))
-        raise
+            _check_not_link(path, info, parent_fd)
+        hook("open-dir")
+        flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+        try:
+            return os.open(name, flags, dir_fd=parent_fd)
+        except OSError as error:
+            if error.errno in (errno.ELOOP, errno.ENOTDIR):
+                _check_not_link(path, os.lstat(name, dir_fd=parent_fd), parent_fd)
+            raise
+    finally:
+        os.close(parent_fd)
 
 
-def _check_not_link(path: str, info: os.stat_result) -> None:
+def _check_not_link(path: str, info: os.stat_result, parent_fd: int) -> None:
     if stat.S_ISLNK(info.st_mode):
         raise OSError(
             errno.ELOOP,
             f"refusing to use a directory that is a symbolic link (it points to "
-            f"{os.readlink(path)}); make it a real directory",
+            f"{os.readlink(os.path.basename(path), dir_fd=parent_fd)}); make it a real directory",
             path,
         )
     if not stat.S_ISDIR(info.st_mode):

@@ -467,21 +467,37 @@ def _mint(
 
 def _read_existing(directory: str) -> _Existing:
     """The pair in ``directory`` (missing files as None), refusing symbolic links anywhere."""
+    from noderole.supervisor._safeopen import open_dir
+
+    parent, name = os.path.split(directory.rstrip("/"))
     try:
-        info = os.lstat(directory)
+        # Its parents reached component by component: a link is followed only inside a
+        # directory no other user can write (a service's user may own one on the way).
+        parent_fd = open_dir(parent or "/")
     except FileNotFoundError:
         return _Existing(cert_pem=None, key_pem=None, key_mode=None)
-    if stat.S_ISLNK(info.st_mode):
-        raise CertificateError(
-            f"refusing to use {directory}: it is a symbolic link (to {os.readlink(directory)}); "
-            f"the serving key is written only into a real directory, remove the link"
-        )
-    if not stat.S_ISDIR(info.st_mode):
-        raise CertificateError(f"{directory} exists but is not a directory; remove it")
-    try:
-        dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as error:
-        raise CertificateError(f"cannot read {directory}: {error.strerror}") from None
+        raise CertificateError(f"cannot read {directory}: {error.strerror or error}") from None
+    try:
+        try:
+            info = os.lstat(name, dir_fd=parent_fd)
+        except FileNotFoundError:
+            return _Existing(cert_pem=None, key_pem=None, key_mode=None)
+        if stat.S_ISLNK(info.st_mode):
+            raise CertificateError(
+                f"refusing to use {directory}: it is a symbolic link (to "
+                f"{os.readlink(name, dir_fd=parent_fd)}); the serving key is written only into "
+                "a real directory, remove the link"
+            )
+        if not stat.S_ISDIR(info.st_mode):
+            raise CertificateError(f"{directory} exists but is not a directory; remove it")
+        try:
+            flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+            dfd = os.open(name, flags, dir_fd=parent_fd)
+        except OSError as error:
+            raise CertificateError(f"cannot read {directory}: {error.strerror}") from None
+    finally:
+        os.close(parent_fd)
     try:
         remove_stale_temps(dfd, [CERT_NAME, KEY_NAME])
         cert_pem, _ = _read_nofollow(dfd, directory, CERT_NAME)

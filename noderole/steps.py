@@ -205,12 +205,27 @@ def _call(step: Call, ctx: StepContext) -> None:
 
 
 def _make_directories(step: MakeDirectories, ctx: StepContext) -> str:
+    from noderole.supervisor._safeopen import open_dir
+
     created = []
     for node_path in step.paths:
-        local = ctx.root.local(node_path)  # strings, not ctx.resolve: an apply imports no pathlib
-        if not os.path.isdir(local):
-            os.makedirs(local, mode=step.mode, exist_ok=True)
-            created.append(node_path)
+        # Strings, not ctx.resolve: an apply imports no pathlib. Each directory is reached
+        # component by component, a link followed only inside a directory no other user can
+        # write (a service's user may own the directories on the way), as the supervisor
+        # reaches its logs; the last one is made with the step's mode, its parents as mkdir -p.
+        local = ctx.root.local(node_path).rstrip("/") or "/"
+        parent, name = os.path.split(local)
+        if not name:
+            continue
+        parent_fd = open_dir(parent or "/", create=True)
+        try:
+            try:
+                os.mkdir(name, step.mode, dir_fd=parent_fd)
+                created.append(node_path)
+            except FileExistsError:
+                os.close(open_dir(local))  # there: a directory, reached without a planted link
+        finally:
+            os.close(parent_fd)
     record(ctx.root, "directory", created)
     return f"created {', '.join(created)}" if created else "already present"
 
@@ -233,8 +248,15 @@ def _write_file(step: WriteFile, ctx: StepContext) -> str:
     except OSError as exc:
         if exc.errno != errno.EFBIG:
             raise
-    os.makedirs(os.path.dirname(local), exist_ok=True)
-    write_atomic(local, data, mode=step.mode)
+    from noderole.supervisor._safeopen import open_dir
+
+    # Its directory made and reached as _make_directories does: never through a link a
+    # service's user planted on the way.
+    directory = open_dir(os.path.dirname(local), create=True)
+    try:
+        write_atomic(local, data, mode=step.mode, dir_fd=directory)
+    finally:
+        os.close(directory)
     ctx.written.append(step.path)
     record(ctx.root, "file", [step.path])
     return "written"

@@ -15,12 +15,13 @@ import signal
 import subprocess
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner, Result
 
 import noderole
 from noderole.cli import cli
 from noderole.cli._app import App
-from noderole.records import MintCertificate, Service
+from noderole.records import MakeDirectories, MintCertificate, Service, Step, WriteFile
 from noderole.root import NodeRoot
 from noderole.supervisor._record import replace
 from noderole.testing import make_cluster_ca, run_prestart
@@ -167,6 +168,28 @@ class TestTheCertificateDirectory:
         ).stdout
         assert signed != planted
 
+    def test_no_pair_is_written_through_a_linked_directory_on_the_way(self, scene: Scene) -> None:
+        """The certificate directory's parent, in the user's directory, turned into a link to
+        a directory of root's: the key and certificate are not written there."""
+        root = scene.harness.root
+        make_cluster_ca(root, cert_path="/ca/ca.crt", key_path="/ca/ca.key")
+        mine = root / "var/lib/hunt"
+        mine.mkdir(parents=True)
+        os.chown(mine, scene.user.uid, scene.user.gid)
+        (scene.base / "rootdir").mkdir(mode=0o700)
+        scene.plant("ln", "-s", str(scene.base / "rootdir"), str(mine / "certs"))
+        step = MintCertificate(
+            directory="/var/lib/hunt/certs/tls",
+            ca_cert="/ca/ca.crt",
+            ca_key="/ca/ca.key",
+            common_name="hunt-server",
+            sans=["hunt.example"],
+        )
+        outcome = run_prestart(Service(name="hunt", roles=["r"], pre_start=[step]), root)
+        assert outcome.error is not None
+        assert "refusing to follow the symbolic link" in str(outcome.error)
+        assert list((scene.base / "rootdir").iterdir()) == []
+
 
 def _public_key(key: Path) -> str:
     return subprocess.run(
@@ -175,3 +198,55 @@ def _public_key(key: Path) -> str:
         text=True,
         check=True,
     ).stdout
+
+
+class TestStepsWriteInTheUsersDirectory:
+    """A plugin's `WriteFile` and `MakeDirectories` steps write under the service's own
+    directory; its user turns a directory on the way into a link to one of root's."""
+
+    @pytest.fixture
+    def mine(self, scene: Scene) -> Path:
+        mine = scene.harness.root / "var/lib/hunt"
+        mine.mkdir(parents=True)
+        os.chown(mine, scene.user.uid, scene.user.gid)
+        return mine
+
+    def _run(self, scene: Scene, step: Step) -> str:
+        outcome = run_prestart(
+            Service(name="hunt", roles=["r"], pre_start=[step]), scene.harness.root
+        )
+        assert outcome.error is not None, "the step wrote through the user's link"
+        return str(outcome.error)
+
+    def test_a_file_is_not_written_through_a_linked_directory(
+        self, scene: Scene, mine: Path
+    ) -> None:
+        (scene.base / "rootdir").mkdir(mode=0o700)
+        scene.victim("rootdir/app.conf", mode=0o600)
+        scene.plant("ln", "-s", str(scene.base / "rootdir"), str(mine / "conf"))
+        why = self._run(scene, WriteFile(path="/var/lib/hunt/conf/app.conf", content="x=1\n"))
+        assert "refusing to follow the symbolic link" in why
+        assert scene.intact()
+        assert (scene.base / "rootdir/app.conf").stat().st_mode & 0o777 == 0o600
+
+    def test_a_directory_is_not_made_through_a_linked_directory(
+        self, scene: Scene, mine: Path
+    ) -> None:
+        (scene.base / "rootdir").mkdir(mode=0o700)
+        scene.plant("ln", "-s", str(scene.base / "rootdir"), str(mine / "data"))
+        why = self._run(scene, MakeDirectories(paths=["/var/lib/hunt/data/cache"]))
+        assert "refusing to follow the symbolic link" in why
+        assert list((scene.base / "rootdir").iterdir()) == []
+
+    def test_the_users_real_directories_are_written(self, scene: Scene, mine: Path) -> None:
+        """The control: without a link, both steps do their work (as root, in his directory)."""
+        steps = [
+            MakeDirectories(paths=["/var/lib/hunt/data/cache"], mode=0o750),
+            WriteFile(path="/var/lib/hunt/conf/app.conf", content="x=1\n"),
+        ]
+        outcome = run_prestart(
+            Service(name="hunt", roles=["r"], pre_start=steps), scene.harness.root
+        )
+        assert outcome.error is None, outcome.error
+        assert (mine / "data/cache").stat().st_mode & 0o777 == 0o750
+        assert (mine / "conf/app.conf").read_text() == "x=1\n"
