@@ -25,7 +25,6 @@ Nodes enabled by an earlier version kept a record of their own,
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -33,6 +32,7 @@ from noderole import manifest, recordclass
 from noderole.digest import sha256
 from noderole.errors import BackendError
 from noderole.paths import ROLE_FILE
+from noderole.reading import read_json
 from noderole.root import NodeRoot
 from noderole.state import write_role
 
@@ -180,7 +180,7 @@ def _fold_legacy(root: NodeRoot) -> None:
     """
     local = root.resolve(LEGACY_RECORD)
     try:
-        data = json.loads(local.read_text())
+        data = read_json(local)
     except FileNotFoundError:
         return
     except (OSError, ValueError):

@@ -148,10 +148,11 @@ def _directory_is_real(request: MintCertificate, root: NodeRoot) -> bool:
 def stamped_outcome(request: MintCertificate, *, root: NodeRoot, now: float) -> CertOutcome | None:
     """ "reused", when the stamp of the last full check still holds at ``now`` (epoch seconds);
     None when a full check is needed."""
+    from noderole.reading import read_json
+
     try:
-        with open(_stamp_path(request, root), encoding="utf-8") as file:
-            stamp = json.loads(file.read())
-    except (OSError, ValueError):
+        stamp = read_json(_stamp_path(request, root))
+    except (OSError, ValueError):  # no stamp, or a damaged one: a full check
         return None
     if not isinstance(stamp, dict) or stamp.get("format") != _FORMAT:
         return None

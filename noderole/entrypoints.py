@@ -173,10 +173,11 @@ def _scan(group: str) -> list[FoundEntryPoint]:
 
 
 def _read(cache: str) -> list[dict[str, Any]]:
+    from noderole.reading import read_json
+
     try:
-        with open(cache, encoding="utf-8") as file:  # not through pathlib: `plan` imports none
-            document = json.loads(file.read())
-    except (OSError, ValueError):
+        document = read_json(cache)  # not through pathlib: `plan` imports none
+    except (OSError, ValueError):  # no cache, or a damaged one: discovered again
         return []
     if not isinstance(document, dict) or document.get("format") != _FORMAT:
         return []

@@ -49,6 +49,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from noderole import recordclass
 from noderole.digest import sha256
 from noderole.paths import LOCK_FILE, RUN_DIR, STATE_DIR
+from noderole.reading import RECORD_LIMIT, loads_json, read_regular
 from noderole.root import NodeRoot
 from noderole.supervisor._safeopen import UnsafePathError, open_dir
 
@@ -181,8 +182,8 @@ def _lines(data: bytes) -> dict[str, tuple[Any, Any]]:
     and plain tuples, instead of a parse and a record per line."""
     lines = [line for line in data.split(b"\n") if line.strip()]
     try:
-        items = json.loads(b"[" + b",".join(lines) + b"]")
-    except ValueError:
+        items = loads_json(b"[" + b",".join(lines) + b"]")
+    except ValueError:  # not JSON, or nested too deeply: line by line
         items = None
     if not isinstance(items, list) or len(items) != len(lines):
         items = [_item(line) for line in lines]  # a torn line (a crash), or one not an object
@@ -206,7 +207,7 @@ def _lines(data: bytes) -> dict[str, tuple[Any, Any]]:
 
 def _item(line: bytes) -> Any:
     try:
-        return json.loads(line)
+        return loads_json(line)
     except ValueError:
         return None
 
@@ -359,9 +360,17 @@ def record_processes(root: NodeRoot, plan: Plan, backend: str) -> None:
 def entries(root: NodeRoot) -> dict[str, Entry]:
     """Every recorded path and its last entry (empty when nothing was recorded)."""
     try:
-        return _parse(root.resolve(MANIFEST).read_bytes())
+        return _parse(read_regular(root.local(MANIFEST), limit=RECORD_LIMIT))
     except FileNotFoundError:
         return {}
+    except OSError as error:  # a FIFO, a device, a directory, too large: nothing to go by
+        from noderole.state import StateError
+
+        raise StateError(
+            f"cannot read the record of what noderole wrote, {MANIFEST} (at "
+            f"{root.local(MANIFEST)}): {error.strerror or error}; move it aside (noderole then "
+            "knows of nothing it wrote, and removes nothing by it) and run again"
+        ) from None
 
 
 def plan_reset(root: NodeRoot, *, purge: bool) -> list[Removal]:

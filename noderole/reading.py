@@ -13,11 +13,16 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from typing import Any
 
-__all__ = ["LIMIT", "read_regular"]
+__all__ = ["LIMIT", "RECORD_LIMIT", "loads_json", "read_json", "read_regular"]
 
 LIMIT = 1 << 20
 """The most bytes such a file may hold: an environment file or a PEM bundle is a few KiB."""
+
+RECORD_LIMIT = 64 << 20
+"""The most bytes one of noderole's own records may hold (its plan, applied fingerprints, last
+apply, manifest): about 2 KiB a service in the plan, so room for tens of thousands."""
 
 _KINDS = (
     (stat.S_ISDIR, "a directory"),
@@ -59,3 +64,25 @@ def read_regular(path: str | os.PathLike[str], *, limit: int = LIMIT) -> bytes:
 def _too_large(size: int, limit: int) -> str:
     most = f"{limit >> 20} MiB" if limit >= 1 << 20 else f"{limit} bytes"
     return f"{size} bytes, more than the {most} such a file may hold"
+
+
+def read_json(path: str | os.PathLike[str], *, limit: int = LIMIT) -> Any:
+    """The JSON document in the regular file ``path`` (at most ``limit`` bytes).
+
+    For the files noderole writes and reads back (its state, records and caches): a FIFO, a
+    device or a file too large is refused at once as by :func:`read_regular` (``OSError``), and
+    text that is not JSON, or nested deeper than the parser can go, is a ``ValueError``: every
+    caller takes either for a damaged file.
+    """
+    return loads_json(read_regular(path, limit=limit))
+
+
+def loads_json(data: str | bytes) -> Any:
+    """``json.loads(data)``, with JSON nested too deeply for the parser (which recurses) a
+    ``ValueError`` like any other text that is not JSON, not a ``RecursionError``."""
+    import json
+
+    try:
+        return json.loads(data)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None

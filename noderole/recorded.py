@@ -15,6 +15,8 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from noderole.reading import RECORD_LIMIT as PLAN_LIMIT
+from noderole.reading import read_json, read_regular
 from noderole.root import NodeRoot
 
 if TYPE_CHECKING:
@@ -180,7 +182,7 @@ def keeping(
     if not origins and not names:
         return dict(data)
     try:
-        previous = json.loads(root.resolve(PLAN_FILE).read_text())
+        previous = read_json(root.local(PLAN_FILE))
         if previous.get("version") != _VERSION or previous.get("role") != data["role"]:
             return dict(data)
         have = {item["name"] for item in data["services"]}
@@ -203,9 +205,9 @@ def write_plan(root: NodeRoot, data: Mapping[str, Any]) -> bool:
 
     text = json.dumps(data, indent=1, sort_keys=True).encode()
     try:
-        with open(root.local(PLAN_FILE), "rb") as f:  # not through pathlib: an apply imports none
-            if f.read() == text:
-                return False
+        # Not through pathlib: an apply imports none. A FIFO or a device there is replaced.
+        if read_regular(root.local(PLAN_FILE), limit=PLAN_LIMIT) == text:
+            return False
     except OSError:
         pass
     write_state_file(root, PLAN_FILE, text)
@@ -238,8 +240,8 @@ _LAST_READ: list[tuple[str, str | None, RecordedPlan | None]] = []
 def read_plan(root: NodeRoot, role: str | None = None) -> RecordedPlan | None:
     """The recorded plan (of ``role``, when given), or None when there is none that fits."""
     try:
-        text = root.resolve(PLAN_FILE).read_text()
-    except (OSError, ValueError):
+        text = read_regular(root.local(PLAN_FILE), limit=PLAN_LIMIT).decode()
+    except (OSError, ValueError):  # a FIFO, a device, too large, not UTF-8: nothing recorded
         return None
     for last_text, last_role, last in _LAST_READ:
         if last_text == text and last_role == role:
@@ -273,8 +275,7 @@ def read_view(root: NodeRoot, role: str) -> RecordedView | None:
     order (see :func:`plan_data`) and has the shape :func:`plan_data` writes. The caller then
     reads it with :func:`read_plan`, which says whether it is usable at all."""
     try:
-        with open(root.local(PLAN_FILE)) as f:  # not through pathlib: `status` imports none
-            data = json.loads(f.read())
+        data = read_json(root.local(PLAN_FILE), limit=PLAN_LIMIT)  # `status` imports no pathlib
         if (
             not isinstance(data, dict)
             or data.get("version") != _VERSION

@@ -56,10 +56,13 @@ def jitter_offset(root: NodeRoot, jitter: float) -> int:
     import socket
 
     from noderole.digest import sha256  # here: `plan` loads this module, never needs a digest
+    from noderole.reading import read_regular
 
     try:
-        seed = root.resolve("/etc/machine-id").read_text().strip()
-    except OSError:
+        # A regular file of text, or no seed: a FIFO there must not hang `enable`, nor bytes
+        # that are not UTF-8 end it in a traceback.
+        seed = read_regular(root.local("/etc/machine-id"), limit=4096).decode().strip()
+    except (OSError, ValueError):
         seed = ""
     seed = seed or socket.gethostname()
     number = int.from_bytes(sha256(seed.encode()).digest()[:8], "big")

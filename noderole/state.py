@@ -67,10 +67,13 @@ def read_last_apply(root: NodeRoot) -> dict[str, Any]:
     a damaged one must never fail a command (an apply failed after its services had started,
     and every apply after it).
     """
+    from noderole.reading import RECORD_LIMIT, read_json
+
     try:
-        with open(root.local(LAST_APPLY_FILE)) as f:  # not through pathlib: `status` imports none
-            data = json.loads(f.read())
-    except (OSError, ValueError):
+        data = read_json(
+            root.local(LAST_APPLY_FILE), limit=RECORD_LIMIT
+        )  # not through pathlib: `status` imports none
+    except (OSError, ValueError):  # a FIFO, a device, too deep or not JSON: no record
         return {}
     return _sound_last_apply(data) if isinstance(data, dict) else {}
 
@@ -218,13 +221,17 @@ def write_role(root: NodeRoot, role: str) -> None:
 
 
 def read_applied(root: NodeRoot) -> dict[str, dict[str, Any]]:
-    """Per-service definition digests recorded by the last apply (empty when unknown)."""
+    """Per-service definition digests recorded by the last apply (empty when unknown or
+    unreadable: a FIFO, a directory, JSON of another shape; each entry a mapping)."""
+    from noderole.reading import RECORD_LIMIT, read_json
+
     try:
-        with open(root.local(APPLIED_FILE)) as f:
-            data = json.loads(f.read())
-    except (FileNotFoundError, ValueError):
+        data = read_json(root.local(APPLIED_FILE), limit=RECORD_LIMIT)
+    except (OSError, ValueError):
         return {}
-    return data if isinstance(data, dict) else {}
+    if not isinstance(data, dict):
+        return {}
+    return {name: entry for name, entry in data.items() if isinstance(entry, dict)}
 
 
 def write_applied(root: NodeRoot, applied: Mapping[str, Mapping[str, Any]]) -> None:

@@ -70,10 +70,11 @@ def parse_config_text(text: str, cache: str | os.PathLike[str] | None) -> dict[s
     ``tomllib.loads`` raises (``TOMLDecodeError``, a ``ValueError``) for text that is not TOML.
     """
     if cache is not None:
+        from noderole.reading import read_json
+
         try:
-            with open(cache, "rb") as file:  # not through pathlib: `status` imports none
-                stored = json.loads(file.read())
-        except (OSError, ValueError):
+            stored = read_json(cache)  # not through pathlib: `status` imports none
+        except (OSError, ValueError):  # no cache, or a damaged one: parsed again
             stored = None
         if (
             isinstance(stored, dict)
@@ -91,6 +92,8 @@ def parse_config_text(text: str, cache: str | os.PathLike[str] | None) -> dict[s
         document = tomllib.loads(text[1:] if text.startswith("\ufeff") else text)
     except tomllib.TOMLDecodeError:
         raise
+    except RecursionError:  # tomllib recurses into nested arrays and inline tables
+        raise tomllib.TOMLDecodeError("arrays or inline tables nested too deeply") from None
     except ValueError as exc:  # int() refused a number of thousands of digits: say which
         raise _long_number(text) or exc from None
     if cache is not None and _plain(document):

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from noderole import recordclass
 from noderole.errors import BackendError
+from noderole.reading import read_json
 
 if TYPE_CHECKING:
     from noderole.clock import Clock
@@ -217,8 +218,8 @@ class InitSystemBackend:
 
     def _fingerprints(self) -> dict[str, str]:
         try:
-            data = json.loads(self.root.resolve(FINGERPRINTS).read_text())
-        except (FileNotFoundError, ValueError):
+            data = read_json(self.root.resolve(FINGERPRINTS))
+        except (OSError, ValueError):  # none, or a damaged one: nothing known
             return {}
         return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
 

@@ -15,6 +15,7 @@ from noderole import recordclass
 from noderole.atomic import remedy, write_atomic
 from noderole.errors import BackendError
 from noderole.manifest import record
+from noderole.reading import read_json
 from noderole.root import NodeRoot
 from noderole.supervisor import _safeopen
 
@@ -215,8 +216,8 @@ def sync_rendered(
     changed = write_rendered(items, root=root)
     local_manifest = root.resolve(manifest)
     try:
-        previous = json.loads(local_manifest.read_text())
-    except (FileNotFoundError, ValueError):
+        previous = read_json(local_manifest)
+    except (OSError, ValueError):  # none, or a damaged one: nothing known to remove
         previous = []
     current = sorted(item.path for item in items)
     removed: list[str] = []

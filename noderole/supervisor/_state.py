@@ -18,8 +18,10 @@ as ``state.json.corrupt-<UTC time>``, warns once, and answers an empty state.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import stat
 import time
 from collections.abc import Callable
 
@@ -92,6 +94,21 @@ def parse_state(raw: bytes) -> State:
     return state
 
 
+def _read_regular(path: str) -> bytes:
+    """The state file's bytes: opened without waiting (a FIFO there has no writer) and read
+    only when it is a regular file (a link to /dev/zero would never end)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", path)
+        chunks = []
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
 def load_state(path: str, warn: Callable[[str], None]) -> State:
     """The state file's content: empty when it is missing; a corrupt file is moved aside.
 
@@ -99,8 +116,7 @@ def load_state(path: str, warn: Callable[[str], None]) -> State:
     the next reader finds no file and says nothing).
     """
     try:
-        with open(path, "rb") as f:
-            raw = f.read()
+        raw = _read_regular(path)
     except FileNotFoundError:
         return State()
     except OSError as e:

@@ -59,8 +59,7 @@ class StateCopy:
             st = os.stat(self.path)
             seen = (st.st_mtime_ns, st.st_size)
             if seen != self._seen:
-                with open(self.path, "rb") as f:
-                    raw = f.read()
+                raw = _state._read_regular(self.path)  # a FIFO there must not stop the watch
                 if raw:
                     self.raw, self._seen = raw, seen
         except OSError:
