@@ -127,10 +127,12 @@ def end_wait_attempts(dying_of: int | None = None) -> bool:
 
 
 def _end_attempts_and_die(number: int, frame: object) -> None:
-    import signal  # dying: its cost no longer matters
+    # _signal, loaded by the interpreter at start: importing `signal` here, a second signal
+    # (`timeout` signals the command, then its group) ran this again on a half-imported module.
+    import _signal
 
     leave_now = end_wait_attempts(number)  # a second signal meanwhile runs this again: harmless
-    signal.signal(number, signal.SIG_DFL)
+    _signal.signal(number, _signal.SIG_DFL)
     if leave_now:
         os.kill(os.getpid(), number)
 

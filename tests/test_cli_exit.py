@@ -374,6 +374,40 @@ class TestSignalDuringImports:
         assert done.returncode == -signal.SIGTERM, done.stderr
         assert done.stderr == ""
 
+    def test_a_second_sigterm_while_the_first_is_handled_still_kills(self) -> None:
+        """GNU `timeout` signals the command, then its whole group: the command gets SIGTERM
+        twice, the second while the handler of the first runs. That handler imported `signal`,
+        and the second ran it again meanwhile on a half-imported module: a traceback and exit
+        1 instead of death by the signal (7 runs in 20 of `timeout` at a wait). The second
+        signal is sent here exactly then, from the import of `signal`."""
+        script = (
+            "import os, sys\n"
+            "from noderole import _start\n"
+            "sys.modules.pop('signal', None)\n"
+            "from importlib.machinery import PathFinder\n"
+            "class SecondSignal:\n"
+            "    # The module is in sys.modules, its body not yet run: then the signal comes.\n"
+            "    def find_spec(self, name, path=None, target=None):\n"
+            "        if name != 'signal':\n"
+            "            return None\n"
+            "        sys.meta_path.remove(self)\n"
+            "        spec = PathFinder.find_spec(name, path)\n"
+            "        run = spec.loader.exec_module\n"
+            "        def exec_module(module):\n"
+            "            os.kill(os.getpid(), 15)\n"
+            "            run(module)\n"
+            "        spec.loader.exec_module = exec_module\n"
+            "        return spec\n"
+            "sys.meta_path.insert(0, SecondSignal())\n"
+            "_start.end_attempts_when_terminated()\n"
+            "os.kill(os.getpid(), 15)\n"
+            "print('the signal did not end the process', file=sys.stderr)\n"
+            "sys.exit(3)\n"
+        )
+        done = _python(script)
+        assert done.returncode == -signal.SIGTERM, done.stderr
+        assert done.stderr == ""
+
     def test_ctrl_c_during_start_up_is_an_interruption_not_a_traceback(self) -> None:
         """Ctrl-C while the command still imports click and its own modules (its first tens
         of milliseconds): before, Python's traceback of the import under way and death by
