@@ -79,6 +79,26 @@ class TestStart:
         assert is_alive(again.pid)
         assert harness.settled_marked([again.pid]) == [again.pid]
 
+    def test_a_supervisor_log_that_cannot_be_opened_does_not_stop_the_services(
+        self, harness: Harness
+    ) -> None:
+        """/var/log full at the first boot (a partition of its own), out of inodes, or
+        something else at the log's path: the daemon logs to its run directory instead, says
+        so, and starts the services. Before, every service failed ("cannot open the supervisor
+        log") and `stop` could not stop what ran."""
+        said: list[str] = []
+        log = harness.root / "var/log/noderole/supervisor.log"
+        log.mkdir(parents=True)  # in the way of the file, as a full file system would be
+        harness.supervisor.warn = said.append
+        status = harness.supervisor.start(harness.spec("a", SLEEP))
+        assert status.state == "running"
+        fallback = harness.run_dir / "supervisor.log"
+        assert any(
+            f"cannot open the supervisor log {log}" in line and str(fallback) in line
+            for line in said
+        ), said
+        wait_for(lambda: fallback.exists() and fallback.stat().st_size > 0, "the daemon's log")
+
     def test_changed_fingerprint_replaces_the_process(self, harness: Harness) -> None:
         """A new fingerprint stops the old process (gone) and starts the new one."""
         first = harness.supervisor.start(harness.spec("a", SLEEP, fingerprint="v1"))

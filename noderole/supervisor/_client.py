@@ -209,12 +209,7 @@ class Supervisor:
                 return True  # a full backlog, or a name we cannot compute: no standby
 
     def _spawn_daemon(self) -> None:
-        try:
-            _safeopen.private_dir(os.path.dirname(self._log) or ".")
-            log_fd = _safeopen.open_append(self._log, mode=0o600)
-        except OSError as e:
-            self.discard()
-            raise SupervisorError(f"cannot open the supervisor log {self._log}: {e}") from None
+        log_fd = self._open_log()
         standby, self._standby = self._standby, None
         launch: _Standby | _Spawned
         if standby is not None and standby.go(log_fd):
@@ -243,6 +238,32 @@ class Supervisor:
             f"{message or 'it exited without a word'}. Its log: {self._log}"
             f"{_tail(self.log_path)}"
         )
+
+    def _open_log(self) -> int:
+        """The daemon's log, appended to; when it cannot be opened (its file system full or out
+        of inodes at the first boot, something else at its path), the run directory's
+        ``supervisor.log`` (then ``/dev/null``) instead, and a warning: the log is no reason
+        not to supervise the node's services, nor to leave running ones without a stop."""
+        try:
+            _safeopen.private_dir(os.path.dirname(self._log) or ".")
+            return _safeopen.open_append(self._log, mode=0o600)
+        except OSError as e:
+            why = e
+        fallback = os.path.join(self._run, "supervisor.log")
+        try:
+            if fallback == self._log:
+                raise why
+            fd = _safeopen.open_append(fallback, mode=0o600)
+            instead = f"it logs to {fallback} meanwhile"
+        except OSError:
+            fd = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
+            instead = f"nor to {fallback}: it runs without a log"
+        self.warn(
+            f"cannot open the supervisor log {self._log}: {why.strerror or why}; "
+            f"{instead}. Free space or inodes on its file system (df -h, df -i) or remove what "
+            "is in its way; the next start of the supervisor writes it again"
+        )
+        return fd
 
     # ---- requests
 
