@@ -248,21 +248,35 @@ def enable(
                 f"{item.path} exists and was not written by noderole enable: remove it (or move "
                 "it aside) and run enable again"
             )
+    if role is not None:
+        write_role(root, role)  # first, as apply does: a full state directory changes nothing
     stale = [p for p in previous if p not in {i.path for i in items}]
     removed, gone, _ = _remove(root, {p: previous[p] for p in stale})
     manifest.forget(root, [*removed, *gone])
+    made: dict[str, str] = {}  # what this run put where nothing was: taken back on a failure
     for item in items:
         local = root.resolve(item.path)
-        local.parent.mkdir(parents=True, exist_ok=True)
-        if item.content is not None:
-            write_atomic(local, item.content.encode(), mode=item.mode)
-        elif _current(local) != _wanted(item):
-            assert item.target is not None
-            if local.is_symlink():
-                local.unlink()
-            local.symlink_to(item.target)
-    if role is not None:
-        write_role(root, role)
+        try:
+            before = _current(local)
+            local.parent.mkdir(parents=True, exist_ok=True)
+            if item.content is not None:
+                write_atomic(local, item.content.encode(), mode=item.mode)
+            elif before != _wanted(item):
+                assert item.target is not None
+                if local.is_symlink():
+                    local.unlink()
+                local.symlink_to(item.target)
+        except OSError as error:
+            _remove(root, made)
+            from noderole.atomic import remedy
+
+            raise BackendError(
+                f"cannot write {item.path} (at {local}): {error.strerror or error}"
+                f"{remedy(error)}; enable took back the part of the boot entry it had written "
+                "(nothing new is installed): run it again once fixed"
+            ) from None
+        if before is None:
+            made[item.path] = _wanted(item)
     # One record of what noderole wrote: disable and reset both read it.
     manifest.remember(
         root, [manifest.Entry(path=i.path, kind="boot", digest=_wanted(i)) for i in items]

@@ -148,7 +148,7 @@ def digest_at(
     ``any`` for a file of a volatile kind, or any file with ``any_content``."""
     try:
         info = os.lstat(local)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # a file where a directory on the way is
         return None
     if os.path.islink(local):
         return f"link:{os.readlink(local)}"

@@ -72,6 +72,27 @@ class TestUnderRoot:
         assert str(link.readlink()) == "/etc/init.d/noderole"
         assert (tmp_path / ROLE_FILE.lstrip("/")).read_text() == "demo\n"
 
+    @pytest.mark.parametrize("backend", ["openrc", "systemd"])
+    def test_a_write_that_fails_midway_leaves_no_half_entry(
+        self, tmp_path: Path, backend: str
+    ) -> None:
+        """The last directory of the entry cannot be made (a full /etc, or a file in the way):
+        enable fails naming the path, and what it had written of the entry is gone again.
+        Before: a traceback, and the runscript or unit and its runlevel link or wants link left
+        installed, which disable ("no boot entry enabled") and reset did not know of: the node
+        applied the role at every boot."""
+        blocker = (
+            "etc/periodic" if backend == "openrc" else "etc/systemd/system/timers.target.wants"
+        )
+        (tmp_path / blocker).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / blocker).write_text("in the way\n")
+        result = run(tmp_path, "enable", "demo", "--backend", backend)
+        assert result.exit_code == 10, result.output
+        assert "Traceback" not in result.output
+        assert f"cannot write /{blocker}" in result.output
+        assert {p for p in tree(tmp_path) if p.startswith("etc/")} == {blocker}
+        assert run(tmp_path, "disable").exit_code == 0
+
     def test_systemd_entry(self, tmp_path: Path) -> None:
         """enable --backend systemd writes a oneshot unit after cloud-final, wanted by
         multi-user.target."""
@@ -325,3 +346,21 @@ class TestRealInitSystems:
             eventually(
                 lambda: node.active("konnectivity-server.service") == "active", "konnectivity up"
             )
+
+
+class TestRenderFailsMidway:
+    def test_what_was_written_before_the_failure_is_recorded(self, tmp_path: Path) -> None:
+        """render writes the runscript, then cannot make the runlevel link (a full /etc, a file
+        in the way): the runscript it wrote is recorded, so reset removes it. Before, nothing
+        was recorded and reset said "nothing to reset", leaving what render wrote (an enabled
+        unit, under systemd) for good."""
+        (tmp_path / "etc").mkdir()
+        (tmp_path / "etc/runlevels").write_text("in the way\n")
+        result = run(tmp_path, "render", "demo", "--backend", "openrc")
+        assert result.exit_code == 10, result.output
+        assert "cannot write /etc/runlevels/default/prep" in result.output
+        assert (tmp_path / "etc/init.d/prep").exists()
+        (tmp_path / "etc/runlevels").unlink()
+        reset = run(tmp_path, "reset")
+        assert reset.exit_code == 0, reset.output
+        assert not (tmp_path / "etc/init.d/prep").exists(), reset.output

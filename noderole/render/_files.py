@@ -77,6 +77,7 @@ def write_rendered(files: Iterable[Rendered], *, root: NodeRoot) -> list[Path]:
         refusal = _refusal(root, item, recorded)
         if refusal:
             raise BackendError(refusal)
+    done: list[Rendered] = []
     for item in sorted(files, key=lambda f: f.path):
         local = root.resolve(item.path)
         try:
@@ -86,10 +87,14 @@ def write_rendered(files: Iterable[Rendered], *, root: NodeRoot) -> list[Path]:
             else:
                 did = _write_link(local, item.target)
         except OSError as error:
+            # What was written before the refusal is recorded, so that reset and the next
+            # render know it (a boot may enable a unit written here).
+            record(root, "rendered", [f.path for f in done])
             raise BackendError(
                 f"cannot write {item.path} (at {local}): {error.strerror or error}"
                 f"{remedy(error, refused_link=isinstance(error, _safeopen.UnsafePathError))}"
             ) from error
+        done.append(item)
         if did:
             changed.append(local)
     record(root, "rendered", [item.path for item in files])
