@@ -41,8 +41,16 @@ _GREEN, _YELLOW, _RED, _RESET = "\033[1;32m", "\033[1;33m", "\033[1;31m", "\033[
 class ConsoleProgress:
     """Prints `` * Starting NAME ...`` lines and a bracketed result per service."""
 
-    def __init__(self, stream: TextIO | None = None, *, color: bool | None = None) -> None:
+    def __init__(
+        self,
+        stream: TextIO | None = None,
+        *,
+        color: bool | None = None,
+        failed: str = "ERROR: failed to start",
+    ) -> None:
         self.stream = stream or sys.stdout
+        self.failed = failed
+        """The words of a failure (``renew``'s is not a start: its process runs on)."""
         self.color = self.stream.isatty() if color is None else color
         self.width = 80
         if self.color:
@@ -71,7 +79,7 @@ class ConsoleProgress:
             "restarted": ("Restarted", "ok", _GREEN),
             "running": ("", "ok", _GREEN),
             "done": ("Done", "ok", _GREEN),
-            "failed": ("ERROR: failed to start", "!!", _RED),
+            "failed": (self.failed, "!!", _RED),
             "skipped": ("ERROR: did not start", "!!", _RED),
         }
         verb, mark, code = words[report.status]

@@ -219,6 +219,9 @@ class TestRenew:
         result = CliRunner().invoke(cli, ["renew"], obj=app)
         assert result.exit_code == 1
         assert "proxy: failed: cannot renew" in result.stdout
+        # A failed renewal is not counted as renewed, and its process runs on the old pair.
+        assert "role r: 0 of 1 services with certificates renewed, 1 failed" in result.stdout
+        assert "failed to start" not in result.stdout
 
     def test_cli_text_names_each_reason_once(self, app: _App, fake_clock: FakeClock) -> None:
         """The text report: one line per service, its status, then its reason."""

@@ -35,15 +35,21 @@ def renew_command(
     from noderole.console import ConsoleProgress, QuietProgress
 
     plan = app.plan(app.recorded_role(role))
-    progress = QuietProgress() if as_json else ConsoleProgress()
+    progress = QuietProgress() if as_json else ConsoleProgress(failed="ERROR: failed to renew")
     report = app.renew(plan, app.backend(backend), progress=progress, lock_timeout=lock_timeout)
     if as_json:
         click.echo(json.dumps(report.to_dict(), indent=2))
     else:
-        renewed = [r for r in report.services if r.status != "running"]
+        renewed = [r for r in report.services if r.status in ("started", "restarted")]
+        failed = (
+            len(report.services)
+            - len(renewed)
+            - sum(1 for r in report.services if r.status == "running")
+        )
         click.echo(
             f"role {plan.role}: {len(renewed)} of {len(report.services)} services with "
-            f"certificates renewed ({report.seconds:.2f}s, backend {report.backend})"
+            f"certificates renewed{f', {failed} failed' if failed else ''} "
+            f"({report.seconds:.2f}s, backend {report.backend})"
         )
         for entry in report.services:
             reason = entry.reason.removeprefix(f"{entry.status}: ")
