@@ -101,6 +101,8 @@ class Operations:
         """Why the config file was not used (set by the fallback), else empty."""
         self.warnings: list[str] = []
         """Warnings for the person at the console (the command line prints them on stderr)."""
+        self.warned: set[str] = set()
+        """The warnings printed already: a command that looks twice says each once."""
         self._prepared: NativeBackend | None = None
         """The native backend :meth:`prepare_backend` readied, which :meth:`backend` returns."""
 

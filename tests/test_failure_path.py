@@ -455,6 +455,7 @@ class TestBrokenConfig:
         assert status.exit_code == 0
         # status works from the recorded plan (no settings read) and still says the file is bad
         assert "warning: /etc/noderole/config.toml: not valid TOML" in status.stderr
+        assert status.stderr.count("not valid TOML") == 1, status.stderr  # said once
         restart = node.run("restart", "a")
         assert restart.exit_code == 0
         assert "warning: /etc/noderole/config.toml: not valid TOML" in restart.stderr

@@ -216,7 +216,9 @@ def _warn_config(app: App) -> None:
     syntax = app.config_syntax_warning() if not app.config_warning else ""
     shown = [w for w in (app.config_warning, syntax) if w]
     for warning in shown + app.warnings:
-        _say(f"noderole: warning: {warning}", err=True)
+        if warning not in app.warned:
+            app.warned.add(warning)
+            _say(f"noderole: warning: {warning}", err=True)
     app.config_warning = ""
     app.warnings.clear()
 
