@@ -97,6 +97,43 @@ class TestAProgramTheUserOwns:
             assert "\\x1b]0;PWNED\\x07" in shown.output
 
 
+class TestTheWorkingDirectory:
+    def test_a_link_the_user_planted_does_not_take_his_service_where_he_cannot_go(
+        self, scene: Scene
+    ) -> None:
+        """The service's working directory is in its user's directory; he makes it a link to
+        a directory inside one of root's (0700), where he cannot go. The supervisor changes
+        directory before it takes the user's identity (as systemd would not: it enters the
+        directory as the user): his service must not start in there."""
+        secret = scene.base / "secret"
+        (secret / "inner").mkdir(parents=True)
+        secret.chmod(0o700)
+        (secret / "inner/file").write_text("root's secret\n")
+        assert scene.user.run("cat", str(secret / "inner/file")).returncode != 0
+        scene.plant("ln", "-s", str(secret / "inner"), str(scene.svc / "work"))
+        out = scene.svc / "out"
+        spec = replace(
+            scene.spec("a", f"cat ./file > {out} 2>&1; exec sleep 1000"),
+            cwd=str(scene.svc / "work"),
+        )
+        status = scene.harness.supervisor.start(spec)
+        assert status.state != "running", status
+        assert "refusing to follow the symbolic link" in (status.reason or status.last_exit or "")
+        assert not out.exists() or "secret" not in out.read_text()
+
+    def test_his_own_working_directory_is_entered(self, scene: Scene) -> None:
+        """The control: a real directory of his is the service's working directory."""
+        (scene.svc / "work").mkdir()
+        os.chown(scene.svc / "work", scene.user.uid, scene.user.gid)
+        out = scene.svc / "out"
+        spec = replace(
+            scene.spec("a", f"pwd > {out}; exec sleep 1000"), cwd=str(scene.svc / "work")
+        )
+        assert scene.harness.supervisor.start(spec).state == "running"
+        wait_for(lambda: out.exists() and out.read_text().strip(), "the service's pwd")
+        assert out.read_text().strip() == str(scene.svc / "work")
+
+
 class _Node:
     """The CLI on the scene's node root, with one service "a" of role "demo" that runs
     ``program`` (a node path) as the scene's user."""

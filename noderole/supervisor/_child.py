@@ -28,7 +28,7 @@ import signal
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
 
-from noderole.supervisor import _fdlimit, _proc
+from noderole.supervisor import _fdlimit, _proc, _safeopen
 
 __all__ = ["Child", "SpawnError", "become", "ids", "spawn"]
 
@@ -248,17 +248,40 @@ def _spawn(
             setsigdef=_DEFAULT_SIGNALS,
         )
         return Child(pid)
-    return subprocess.Popen(  # type: ignore[call-overload, no-any-return]
-        list(argv),
-        env=dict(environment),
-        cwd=cwd,
-        stdin=subprocess.DEVNULL,
-        stdout=stdout,
-        stderr=stderr,
-        start_new_session=True,
-        close_fds=True,
-        **identity,
-    )
+    # The child changes directory before it takes the service's identity (Popen's order): the
+    # directory is reached as the supervisor reaches logs, never through a link planted in a
+    # directory other users can write (its user could send his service into a directory of
+    # root's he may not enter), and entered through the descriptor, so nothing is swapped in
+    # between. The descriptor is closed in the child before the exec (close_fds).
+    directory = _working_directory(cwd)
+    try:
+        return subprocess.Popen(  # type: ignore[call-overload, no-any-return]
+            list(argv),
+            env=dict(environment),
+            cwd=f"/proc/self/fd/{directory}" if directory >= 0 else cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=stdout,
+            stderr=stderr,
+            start_new_session=True,
+            close_fds=True,
+            **identity,
+        )
+    finally:
+        if directory >= 0:
+            os.close(directory)
+
+
+def _working_directory(cwd: str) -> int:
+    """A descriptor of the absolute directory ``cwd`` (-1 for a relative one), reached without
+    a link planted where others can write; SpawnError naming it when it cannot be."""
+    if not os.path.isabs(cwd):
+        return -1
+    try:
+        return _safeopen.open_dir(cwd)
+    except FileNotFoundError:
+        raise SpawnError(f"working directory {cwd} does not exist") from None
+    except OSError as e:
+        raise SpawnError(f"working directory {cwd}: {e.strerror or e}") from None
 
 
 def _is_current_directory(cwd: str) -> bool:
