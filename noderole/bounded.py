@@ -28,10 +28,11 @@ from __future__ import annotations
 
 import _thread
 import contextlib
+import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from time import monotonic
-from typing import Any
+from typing import Any, TextIO
 
 from noderole._start import restrict_umask
 
@@ -84,16 +85,47 @@ Entry = Outcome | Late
 
 def _outcome(function: Callable[[], Any]) -> Outcome:
     outcome = Outcome()
+    _stdout_to_stderr()
+    inside, _local.plugin = getattr(_local, "plugin", False), True
     try:
         outcome.value = function()
     except BaseException as error:  # the plugin's: handed to the caller, never raised here
         outcome.error = error
     finally:
+        _local.plugin = inside
         # A plugin that set umask 000 (at import, in a hook or a step) would leave every
         # directory made for the rest of the run world-writable: group and other write are
         # taken away again after each call, as before the first (noderole._start).
         restrict_umask()
     return outcome
+
+
+class _PluginStdout:
+    """``sys.stdout`` while plugin code runs: what a thread running plugin code writes goes to
+    stderr, the rest to the stream it wraps. stdout is noderole's (``plan --json`` and ``apply
+    --json`` print one document there); a plugin's ``print`` (at import, in a hook, in a step,
+    in a call left running past its bound) must not go into it."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        if getattr(_local, "plugin", False):
+            return sys.stderr.write(text)
+        return self._stream.write(text)
+
+    def writelines(self, lines: Iterable[str]) -> None:
+        for line in lines:
+            self.write(line)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def _stdout_to_stderr() -> None:
+    """Route this thread's writes to ``sys.stdout`` to stderr (see :class:`_PluginStdout`)."""
+    if not isinstance(sys.stdout, _PluginStdout):
+        sys.stdout = _PluginStdout(sys.stdout)
 
 
 def _stops(stop: Callable[[Entry], bool] | None, outcome: Entry) -> bool:

@@ -307,3 +307,35 @@ class TestAPluginsUmask:
                 assert not mode & 0o022, f"{made} is {mode:04o}"
         finally:
             os.umask(saved)
+
+
+class TestAPluginThatPrints:
+    @pytest.mark.parametrize("args", [["plan", "r", "--json"], ["apply", "r", "--json"]])
+    def test_its_output_goes_to_stderr_not_into_json(self, tmp_path: Path, args: list[str]) -> None:
+        """stdout is noderole's: a plugin's print (at import, in a hook, in a step) went into
+        the JSON document of `plan --json` or `apply --json`, which no reader could parse.
+        What plugin code prints goes to stderr."""
+        from click.testing import CliRunner
+
+        from noderole.cli import cli
+        from noderole.cli._app import App
+        from noderole.root import NodeRoot
+
+        def chatty_step(ctx: noderole.StepContext) -> None:
+            print("hello from a step")
+
+        class Chatty:
+            @noderole.hookimpl
+            def noderole_services(self, node: noderole.NodeContext) -> noderole.Service:
+                print("hello from a hook")
+                return noderole.Service(
+                    name="m",
+                    roles=["r"],
+                    pre_start=[noderole.Call(function=chatty_step, description="chat")],
+                )
+
+        app = App(root=NodeRoot(tmp_path), plugin_objects=(("chatty", Chatty()),))
+        done = CliRunner().invoke(cli, args, obj=app, catch_exceptions=False)
+        assert done.exit_code == 0, done.output
+        json.loads(done.stdout)  # one document, nothing else
+        assert "hello from a hook" in done.stderr
