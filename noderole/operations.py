@@ -559,9 +559,12 @@ class Operations:
         what = f"apply {plan.role}"
         with node_lock(self.root, timeout=lock_timeout, clock=self.clock, what=what):
             if record_plan:
+                left = self._left_out(plan, backend, failures)
                 # Before anything starts: the role does not change because a service failed,
                 # and the next boot applies the same one (status and stop read the plan).
                 self._record_role(plan, backend, failures)
+                if left:
+                    self._stop_left_out(plan, backend, left)
             previous = read_applied(self.root)
             recorded: dict[str, dict[str, str]] = {}
             report = apply_plan(
@@ -606,6 +609,31 @@ class Operations:
 
             manifest.record(self.root, "state", [CONFIG_CACHE])
 
+    def _left_out(
+        self, plan: Plan, backend: Backend, failures: Sequence[ServiceReport]
+    ) -> list[str]:
+        """What the last apply started that ``plan`` no longer has (see recorded.left_out)."""
+        from noderole.recorded import left_out
+
+        origins, names = _kept_by(failures)
+        return left_out(self.root, plan.names(), backend.name, origins=origins, names=names)
+
+    def _stop_left_out(self, plan: Plan, backend: Backend, names: list[str]) -> None:
+        """Stop what the new plan no longer has, last started first, before it starts anything:
+        once the plan is recorded, status and stop would not see them (a node changed from
+        server to agent would run k3s server beside k3s agent)."""
+        from noderole.supervisor._status import ACTIVE
+
+        before = backend.status(names)
+        running = [n for n in names if n in before and before[n].state in ACTIVE]
+        if not running:
+            return
+        backend.stop(running)
+        self.warnings.append(
+            f"stopped {', '.join(running)}: no longer in the plan of role {plan.role} (the "
+            "role changed, or no installed plugin defines them now)"
+        )
+
     def _record_role(
         self, plan: Plan, backend: Backend, failures: Sequence[ServiceReport] = ()
     ) -> None:
@@ -620,14 +648,7 @@ class Operations:
         # (and reading the setting here would make apply depend on the configuration twice).
         noderole_path = str(getattr(backend, "noderole_path", "noderole"))
         data = plan_data(plan, backend=backend.name, noderole_path=noderole_path)
-        origins: list[str] = []
-        names: list[str] = []
-        if failures:  # a broken plugin: rare, so its module is loaded only then
-            from noderole.partial import PLUGIN_PREFIX
-
-            failed = [f.name for f in failures]
-            origins = [n.removeprefix(PLUGIN_PREFIX) for n in failed if n.startswith(PLUGIN_PREFIX)]
-            names = [n for n in failed if not n.startswith(PLUGIN_PREFIX)]
+        origins, names = _kept_by(failures)
         write_plan(self.root, keeping(self.root, data, origins=origins, names=names))
 
     # ---------------------------------------------------------------- fleet metrics
@@ -1124,3 +1145,15 @@ def _require_running(backend: str) -> None:
             f"backend systemd needs a running systemd, and {SYSTEMD_RUNNING} does not exist: "
             "is systemd the init system of this machine? Use --backend native otherwise"
         )
+
+
+def _kept_by(failures: Sequence[ServiceReport]) -> tuple[list[str], list[str]]:
+    """The plugins (origins) and services an apply went on without (a broken plugin): their
+    recorded services stay recorded, neither started nor stopped."""
+    if not failures:
+        return [], []
+    from noderole.partial import PLUGIN_PREFIX  # a broken plugin: rare, loaded only then
+
+    failed = [f.name for f in failures]
+    origins = [n.removeprefix(PLUGIN_PREFIX) for n in failed if n.startswith(PLUGIN_PREFIX)]
+    return origins, [n for n in failed if not n.startswith(PLUGIN_PREFIX)]

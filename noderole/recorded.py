@@ -182,7 +182,7 @@ def keeping(
     if not origins and not names:
         return dict(data)
     try:
-        previous = read_json(root.local(PLAN_FILE))
+        previous = read_json(root.local(PLAN_FILE), limit=PLAN_LIMIT)
         if previous.get("version") != _VERSION or previous.get("role") != data["role"]:
             return dict(data)
         have = {item["name"] for item in data["services"]}
@@ -197,6 +197,37 @@ def keeping(
         return dict(data)
     # Appended after the planned ones: not in start order any more (read_plan plans them again).
     return {**data, "services": [*data["services"], *kept], "in_order": False}
+
+
+def left_out(
+    root: NodeRoot,
+    planned: Iterable[str],
+    backend: str,
+    *,
+    origins: Iterable[str] = (),
+    names: Iterable[str] = (),
+) -> list[str]:
+    """The services with a process that the recorded plan (of any role, under ``backend``)
+    has and ``planned`` lacks, last started first: what the last apply started that the plan
+    about to be applied no longer has (the role changed, a plugin no longer defines them).
+    Those of ``origins`` (plugins that failed to load) or called one of ``names`` are not
+    listed: :func:`keeping` keeps them recorded. Empty when nothing usable is recorded."""
+    try:
+        data = read_json(root.local(PLAN_FILE), limit=PLAN_LIMIT)
+        if data.get("version") != _VERSION or data.get("backend") != backend:
+            return []
+        kept, skip = set(origins), {*planned, *names}
+        found = [
+            item["name"]
+            for item in data["services"]
+            if isinstance(item["name"], str)
+            and item["command"] is not None
+            and item["name"] not in skip
+            and item["origin"] not in kept
+        ]
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return []
+    return found[::-1]
 
 
 def write_plan(root: NodeRoot, data: Mapping[str, Any]) -> bool:

@@ -23,6 +23,7 @@ from noderole.clock import SystemClock
 from noderole.errors import LockedError
 from noderole.root import NodeRoot
 from noderole.state import node_lock
+from noderole.supervisor._proc import is_alive
 from noderole.testing import (
     RecordingBackend,
     end_node_processes,
@@ -266,6 +267,39 @@ class TestApply:
         }
         assert rows["a"]["action"] == "restart"
         assert rows["a"]["why"] == "command line: added x"
+
+
+class TestServicesThatLeaveThePlan:
+    """A service the last apply started is not in the plan any more: the role changed
+    (`apply agent` on a node applied as `server`), a plugin no longer defines it (renamed,
+    removed, disabled). Before, it ran on: `status` did not show it, `stop` did not stop it,
+    and a node changed from server to agent ran both k3s server and k3s agent."""
+
+    def test_a_role_change_stops_the_old_roles_services(self, node: Node) -> None:
+        node.services.append(sleeper("old", roles=["demo"]))
+        node.services.append(sleeper("new", roles=["other"]))
+        assert node.run("apply", "demo").exit_code == 0
+        old = node.pid("old")
+        changed = node.run("apply", "other")
+        assert changed.exit_code == 0, changed.output
+        assert "stopped old: no longer in the plan of role other" in changed.stderr
+        wait_until(lambda: not is_alive(old), "the old role's service to end")
+        status = node.run("status", "--json")
+        assert [row["name"] for row in json.loads(status.stdout)["services"]] == ["new"]
+        assert node.run("stop").exit_code == 0
+        wait_until(lambda: not node.processes(), "everything to end, the supervisor too")
+
+    def test_a_service_its_plugin_no_longer_defines_is_stopped(self, node: Node) -> None:
+        node.services.extend([sleeper("a"), sleeper("b")])
+        assert node.run("apply", "demo").exit_code == 0
+        b = node.pid("b")
+        del node.services[1]
+        again = node.run("apply", "demo")
+        assert again.exit_code == 0, again.output
+        assert "stopped b: no longer in the plan of role demo" in again.stderr
+        wait_until(lambda: not is_alive(b), "the service to end")
+        assert node.run("stop").exit_code == 0
+        wait_until(lambda: not node.processes(), "everything to end, the supervisor too")
 
 
 class TestSupervision:

@@ -79,6 +79,7 @@ def apply_command(
     report = app.apply(
         plan, chosen, progress=progress, lock_timeout=lock_timeout, failures=failures
     )
+    _warn_config(app)  # what the apply brought up (services it stopped: no longer planned)
     if as_json:
         _say(json.dumps(report.to_dict(), indent=2))
     else:
