@@ -258,6 +258,13 @@ DEFINITION_PARTS = {  # digest key -> what a restart reason calls it
 }
 
 
+def process_fingerprint(digests: Mapping[str, str], certificates: Sequence[str]) -> str:
+    """The fingerprint a service's process is started with: its definition's digests (as
+    :func:`definition_digests` gives them) and its certificates' SHA-256 fingerprints, in the
+    order of its steps. A running process with another one is restarted by ``apply``."""
+    return _fingerprint(digests, certificates)
+
+
 def _fingerprint(digests: Mapping[str, str], certificates: Sequence[str]) -> str:
     blob = json.dumps({"definition": digests, "certificates": list(certificates)}, sort_keys=True)
     return sha256(blob.encode()).hexdigest()

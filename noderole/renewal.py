@@ -58,6 +58,8 @@ class CertificateCheck:
     """The step's renewal window."""
     error: str = ""
     """Set when the CA cannot be used: the certificate cannot be checked or renewed."""
+    fingerprint: str | None = None
+    """SHA-256 fingerprint of the certificate on disk (None: none, or unreadable)."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
@@ -96,6 +98,7 @@ def check_certificates(
         try:
             report = inspect_certificate(cert_file, ca_cert=None, now=now)
             shown = {
+                "fingerprint": report.fingerprint,
                 "issuer": report.issuer,
                 "sans": report.sans,
                 "not_after": report.not_after,
@@ -123,6 +126,25 @@ def role_certificates(plan: Plan, *, root: NodeRoot, clock: Clock) -> list[Certi
 
 
 # --------------------------------------------------------------------------- renewing
+
+
+def _started_before_a_new_pair(
+    name: str,
+    checks: list[CertificateCheck],
+    running: str,
+    applied: dict[str, dict[str, Any]],
+) -> bool:
+    """True when the process runs with other certificates than those on disk now, its
+    definition being the one the last apply recorded: a renew stopped between its re-mint and
+    its restart (a timeout's SIGTERM, an OOM kill), a pair replaced by hand. Nothing is due any
+    more; without this, renew would call the old pair "good" every day until it expired."""
+    from noderole.engine import SHOWN_KEY, process_fingerprint
+
+    recorded = {k: v for k, v in applied.get(name, {}).items() if k != SHOWN_KEY}
+    found = [c.fingerprint for c in checks]
+    if not running or not recorded or any(f is None for f in found):
+        return False
+    return running != process_fingerprint(recorded, [f for f in found if f is not None])
 
 
 def _mints(service: Service) -> bool:
@@ -158,6 +180,7 @@ def renew(
     with node_lock(root, timeout=lock_timeout, clock=clock, what=f"renew {plan.role}"):
         candidates = [e.name for e in plan.services if _mints(e.service)]
         current = backend.status(candidates)
+        applied = read_applied(root)
         now = _now(clock)
         due: list[str] = []
         for name in candidates:
@@ -173,7 +196,9 @@ def renew(
                     reason=f"cannot renew: {'; '.join(errors)}",
                     pid=status.pid,
                 )
-            elif any(c.due for c in checks):
+            elif any(c.due for c in checks) or _started_before_a_new_pair(
+                name, checks, status.fingerprint, applied
+            ):
                 due.append(name)
             else:
                 good = "; ".join(f"{c.path} {c.reason}" for c in checks)

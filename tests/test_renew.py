@@ -193,6 +193,24 @@ class TestRenew:
         assert node_root.read(CERT) == before
         assert len(app.recorder.started) == 2
 
+    def test_a_certificate_replaced_since_the_start_restarts_its_service(
+        self, app: _App, node_root: ScratchRoot
+    ) -> None:
+        """A renew killed between its re-mint and its restart (SIGTERM from a timeout, an OOM
+        kill) left a new certificate on disk and the service on the old one; nothing is due
+        any more. The next renew restarts it (as apply would), instead of reporting "good"
+        every day until the running process's certificate expires."""
+        from noderole.testing import run_prestart
+
+        proxy = app.plan("r")["proxy"].service
+        node_root.resolve(CERT).unlink()
+        assert run_prestart(proxy, node_root.path).error is None  # a new pair, not yet served
+        services = _renew(app)
+        assert services["proxy"].status == "restarted", services["proxy"]
+        assert "changed since it was started" in services["proxy"].reason
+        assert len(app.recorder.started) == 3
+        assert _renew(app)["proxy"].status == "running"  # and done: not again
+
     def test_unusable_ca_fails_without_restart(self, app: _App, node_root: ScratchRoot) -> None:
         """A CA key that went missing fails the service's renewal; its process keeps running."""
         node_root.resolve(K3S_CA_KEY).unlink()
