@@ -198,6 +198,8 @@ def _lines(data: bytes) -> dict[str, tuple[Any, Any]]:
         if (
             isinstance(path, str)
             and path.startswith("/")
+            and "/../" not in f"{path}/"  # a path climbing above / is no path noderole wrote
+            and "\0" not in path
             and isinstance(kind, str)
             and isinstance(digest, str)
         ):

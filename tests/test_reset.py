@@ -581,3 +581,18 @@ class TestTheLockFileRemoved:
         finally:
             leave.set()
             thread.join(30)
+
+
+class TestADamagedManifestLine:
+    def test_a_path_that_climbs_out_of_the_root_is_skipped(self, tmp_path: Path) -> None:
+        """A manifest line whose path climbs above / (a disk fault, a hand edit): that line is
+        no record, like a line of another shape. Before, reset and reset --dry-run ended in a
+        ValueError and stopped and removed nothing, until the file was edited by hand."""
+        root = NodeRoot(tmp_path)
+        (tmp_path / "etc").mkdir()
+        (tmp_path / "etc/written").write_text("x")
+        record(root, "file", ["/etc/written"])
+        with open(tmp_path / MANIFEST.lstrip("/"), "a") as manifest:
+            manifest.write('{"path": "/../x", "kind": "state", "digest": "any"}\n')
+            manifest.write('{"path": "/etc/../../y", "kind": "state", "digest": "any"}\n')
+        assert set(entries(root)) == {"/etc/written"}
