@@ -335,6 +335,12 @@ def remedy(error: OSError, *, refused_link: bool = False) -> str:
         fix = "its file system is mounted read-only: remount it read-write"
     elif error.errno in (errno.EACCES, errno.EPERM):
         fix = "check the directory's owner, mode and attributes (lsattr)"
+    elif error.errno == errno.EMFILE:
+        fix = "this process's limit of open files is reached: raise it (ulimit -n, LimitNOFILE=)"
+    elif error.errno == errno.ENFILE:
+        fix = "the machine's limit of open files is reached (fs.file-max): close some, or raise it"
+    elif error.errno == errno.ENAMETOOLONG:
+        fix = "the path or a name in it is too long for the file system: give a shorter name"
     else:
         fix = "fix the directory"
     return f"; {fix}, then run again"

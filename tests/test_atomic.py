@@ -13,6 +13,7 @@ import pytest
 from noderole.atomic import (
     FileSpec,
     open_directory,
+    remedy,
     remove_stale_temps,
     write_atomic,
     write_files,
@@ -291,3 +292,21 @@ class TestStateTemporaries:
         assert not other.exists()
         assert fresh.exists()
         assert look_alike.exists()
+
+
+class TestRemedy:
+    @pytest.mark.parametrize(
+        ("number", "words"),
+        [
+            (errno.ENOSPC, "free space on its file system"),
+            (errno.EROFS, "remount it read-write"),
+            (errno.EACCES, "owner, mode and attributes"),
+            (errno.EMFILE, "this process's limit of open files"),
+            (errno.ENFILE, "the machine's limit of open files"),
+            (errno.ENAMETOOLONG, "a shorter name"),
+        ],
+    )
+    def test_the_fix_fits_the_reason(self, number: int, words: str) -> None:
+        """A process out of descriptors was told to "fix the directory": the fix fits the
+        reason, and only an unknown one falls back to the directory."""
+        assert words in remedy(OSError(number, os.strerror(number)))
