@@ -769,3 +769,16 @@ class TestSpec:
             fingerprint="f",
         )
         assert ProcessSpec.from_wire(spec.to_wire()) == spec
+
+
+class TestTheStartLock:
+    def test_a_directory_in_its_place_is_named_with_the_fix(self, harness: Harness) -> None:
+        """Something else at run/noderole/starter.lock: every start failed with a bare
+        IsADirectoryError; the refusal names the file and what to do."""
+        harness.run_dir.mkdir(parents=True, mode=0o700)
+        (harness.run_dir / _protocol.STARTER_LOCK_NAME).mkdir()
+        with pytest.raises(
+            SupervisorError,
+            match=r"start lock .*: Is a directory; remove what is there, then run again",
+        ):
+            harness.supervisor.start(harness.spec("a", SLEEP))

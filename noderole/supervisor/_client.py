@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import _socket  # not socket: its enums and selectors cost `status` ~4 ms (a tenth of its start-up)
 import contextlib
+import errno
 import os
 import sys
 import threading
@@ -163,11 +164,18 @@ class Supervisor:
             _safeopen.private_dir(self._run)
         except OSError as e:
             raise SupervisorError(f"cannot use the run directory {self._run}: {e}") from None
-        lock = os.open(
-            os.path.join(self._run, _protocol.STARTER_LOCK_NAME),
-            os.O_RDWR | os.O_CREAT | os.O_CLOEXEC,
-            0o600,
-        )
+        path = os.path.join(self._run, _protocol.STARTER_LOCK_NAME)
+        try:
+            lock = os.open(
+                path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK, 0o600
+            )
+        except OSError as e:
+            full = e.errno in (errno.ENOSPC, errno.EDQUOT)
+            fix = "free space or inodes on /run (df -h, df -i)" if full else "remove what is there"
+            raise SupervisorError(
+                f"cannot open the supervisor's start lock {path}: {e.strerror or e}; {fix}, "
+                "then run again"
+            ) from None
         try:
             _flock(lock, _START_TIMEOUT, "another noderole is starting the supervisor")
             if self.daemon_pid() is None:
