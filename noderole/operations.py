@@ -1003,6 +1003,22 @@ class Operations:
 
     # ---------------------------------------------------------------- render
 
+    def _native_runs(self) -> bool:
+        """True when the recorded plan is the native supervisor's and its daemon answers."""
+        from noderole.paths import RUN_DIR
+        from noderole.reading import RECORD_LIMIT, read_json
+        from noderole.recorded import PLAN_FILE
+
+        try:
+            recorded = read_json(self.root.local(PLAN_FILE), limit=RECORD_LIMIT)
+        except (OSError, ValueError):
+            return False
+        if not isinstance(recorded, dict) or recorded.get("backend") != "native":
+            return False
+        from noderole.supervisor import Supervisor
+
+        return Supervisor(self.root.local(RUN_DIR), timeout=5).daemon_pid() is not None
+
     def render(self, role: str, backend: str, *, static: bool = False) -> RenderResult:
         """Write ``backend``'s (openrc or systemd) files for every service of ``role``, remove
         what an earlier render wrote for services no longer in it, and record the role."""
@@ -1029,10 +1045,19 @@ class Operations:
         )
         manifest = f"/var/lib/noderole/rendered-{backend}.json"
         changed, removed = sync_rendered(items, root=self.root, manifest=manifest)
-        write_role(self.root, role)
-        from noderole.recorded import plan_data, write_plan
+        if self._native_runs():
+            # Files for an image or a later switch: the node's services run under the native
+            # supervisor now, and status and stop must go on reaching them through it.
+            self.warnings.append(
+                f"the native supervisor runs this node's services: the {backend} files are "
+                "written, and the node's recorded role and plan stay the native ones (status and "
+                f"stop reach them through it); run `noderole stop` before booting with {backend}"
+            )
+        else:
+            write_role(self.root, role)
+            from noderole.recorded import plan_data, write_plan
 
-        write_plan(self.root, plan_data(plan, backend=backend, noderole_path=noderole_path))
+            write_plan(self.root, plan_data(plan, backend=backend, noderole_path=noderole_path))
         written = set(changed)
         return RenderResult(
             items,

@@ -639,6 +639,23 @@ class TestRehearse:
         assert node_processes(scratch) == []
 
 
+class TestRenderOnANodeTheNativeSupervisorRuns:
+    def test_status_and_stop_go_on_reaching_the_running_services(self, node: Node) -> None:
+        """render for an image, on a node whose services the native supervisor runs: status
+        and stop must still reach them. Before, render recorded its backend as the node's,
+        and both exited 10 ("backend openrc needs rc-service") while the services ran on."""
+        node.services.append(sleeper("a"))
+        assert node.run("apply", "demo").exit_code == 0
+        rendered = node.run("render", "demo", "--backend", "openrc")
+        assert rendered.exit_code == 0, rendered.output
+        assert "the native supervisor runs this node's services" in rendered.stderr
+        assert (node.root / "etc/init.d/a").exists()
+        status = node.run("status")
+        assert status.exit_code == 0, status.output
+        assert node.run("stop").exit_code == 0
+        wait_until(lambda: not node.processes(), "everything to end, the supervisor too")
+
+
 class TestRender:
     def test_render_writes_verified_units_and_is_deterministic(self, node: Node) -> None:
         """render writes units systemd-analyze verifies; a second render changes nothing."""

@@ -38,6 +38,8 @@ def render_command(app: App, role: str, backend: str, static: bool) -> None:
     so `noderole hook` and `noderole exec` at boot define the services as ROLE has them.
     """
     result = app.render(role, backend, static=static)
+    for warning in app.warnings:
+        click.echo(f"noderole: warning: {warning}", err=True)
     for item in result.items:
         mark = "written" if item.path in result.changed else "unchanged"
         click.echo(f"{mark:<9} {item.path}")
