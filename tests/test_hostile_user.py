@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
@@ -23,6 +24,7 @@ from noderole.cli import cli
 from noderole.cli._app import App
 from noderole.records import MakeDirectories, MintCertificate, Service, Step, WriteFile
 from noderole.root import NodeRoot
+from noderole.supervisor import _safeopen
 from noderole.supervisor._record import replace
 from noderole.testing import make_cluster_ca, run_prestart
 from tests.hostile_fixtures import Scene, scene, user
@@ -287,3 +289,36 @@ class TestStepsWriteInTheUsersDirectory:
         assert outcome.error is None, outcome.error
         assert (mine / "data/cache").stat().st_mode & 0o777 == 0o750
         assert (mine / "conf/app.conf").read_text() == "x=1\n"
+
+
+class TestThePidfileRemoved:
+    def test_a_directory_swapped_after_the_check_does_not_redirect_the_removal(
+        self, scene: Scene, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The pidfile's directory is the user's; he swaps it for a link to a directory of
+        root's between the check that the pidfile still names the service's pid and its
+        removal (a race he can win in a loop). The removal must take place where the check did:
+        root's file of the same name stays. The swap is made here at that very moment."""
+        from noderole.supervisor import _pidfile
+
+        mine = scene.svc / "run"
+        mine.mkdir()
+        os.chown(mine, scene.user.uid, scene.user.gid)
+        (mine / "app.pid").write_text("4242\n")
+        rootdir = scene.base / "rootdir"
+        rootdir.mkdir(mode=0o700)
+        victim = scene.victim("rootdir/app.pid")
+        opened = _safeopen.open_dir
+
+        def open_then_swap(path: str, **kwargs: Any) -> int:
+            fd = opened(path, **kwargs)
+            if path == str(mine):
+                os.rename(mine, scene.svc / "run.old")  # as the user would, in his directory
+                os.symlink(rootdir, mine)
+            return fd
+
+        monkeypatch.setattr(_safeopen, "open_dir", open_then_swap)
+        _pidfile.remove(str(mine / "app.pid"), 4242)
+        assert victim.exists()
+        assert scene.intact()
+        assert not (scene.svc / "run.old/app.pid").exists()

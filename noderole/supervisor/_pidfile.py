@@ -10,6 +10,7 @@ or FIFO is never followed nor waited on. Standard library only.
 from __future__ import annotations
 
 import os
+import stat
 
 from noderole.supervisor import _proc, _safeopen
 from noderole.supervisor._log import log
@@ -43,9 +44,26 @@ def remove(path: str | None, pid: int | None) -> None:
     """Remove the pidfile if it still names ``pid`` (someone else may have rewritten it)."""
     if not path:
         return
+    parent, name = os.path.split(path)
     try:
-        content = _safeopen.read_small(path, 64).decode(errors="replace").strip()
+        # One directory descriptor for the check and the removal: the user who owns the
+        # directory may swap it for a link in between, and the removal must not follow it.
+        directory = _safeopen.open_dir(parent or "/")
+    except OSError:
+        return
+    try:
+        fd = os.open(
+            name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=directory
+        )
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return
+            content = os.read(fd, 64).decode(errors="replace").strip()
+        finally:
+            os.close(fd)
         if pid is None or content == str(pid):
-            os.unlink(path)
+            os.unlink(name, dir_fd=directory)
     except OSError:
         pass
+    finally:
+        os.close(directory)
