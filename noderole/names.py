@@ -9,7 +9,17 @@ test compares each with the regular expression it stands for on generated text.
 
 from __future__ import annotations
 
-__all__ = ["is_dns_label", "is_lower_name", "is_service_name", "is_variable_name"]
+__all__ = [
+    "SERVICE_NAME_MAX",
+    "is_dns_label",
+    "is_lower_name",
+    "is_service_name",
+    "is_variable_name",
+]
+
+SERVICE_NAME_MAX = 128
+"""The longest service or virtual name: the file names made from it (a unit, a runscript, a
+pidfile, each one's temporary) must fit in a file system's 255 bytes."""
 
 _SERVICE_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.@+-"
 _LOWER_DIGITS = "abcdefghijklmnopqrstuvwxyz0123456789"

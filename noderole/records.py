@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias, TypeVar
 
 from noderole import recordclass
 from noderole.errors import DefinitionError
-from noderole.names import is_lower_name, is_service_name, is_variable_name
+from noderole.names import SERVICE_NAME_MAX, is_lower_name, is_service_name, is_variable_name
 from noderole.root import climbs_out
 
 if TYPE_CHECKING:
@@ -215,6 +215,13 @@ def _check_names(inst: Any, attribute: recordclass.Attribute[Any], value: tuple[
                 _label(inst),
                 attribute.name,
                 f"has {item!r}, which is not a service name (letters, digits, '_.@+-')",
+            )
+        if len(item) > SERVICE_NAME_MAX:
+            raise _fail(
+                _label(inst),
+                attribute.name,
+                f"has {item[:40]!r}... ({len(item)} characters): a service name has at most "
+                f"{SERVICE_NAME_MAX} characters",
             )
 
 
@@ -1036,6 +1043,13 @@ class Service(RecordBase):
     def _check_name(self, attribute: recordclass.Attribute[Any], value: str) -> None:
         if not isinstance(value, str) or not is_service_name(value):
             raise _fail("Service", "name", f"must be a non-empty service name, got {value!r}")
+        if len(value) > SERVICE_NAME_MAX:
+            raise _fail(
+                "Service",
+                "name",
+                f"must have at most {SERVICE_NAME_MAX} characters (the file names made from it "
+                f"must fit in 255 bytes), got {value[:40]!r}... ({len(value)} characters)",
+            )
 
     @command.validator
     def _check_command(

@@ -122,6 +122,11 @@ class TestService:
             ({"name": "x", "command": ["/bin/x", "\ud800"]}, "command", "not UTF-8"),
             ({"name": "x", "pidfile": "run/x.pid"}, "pidfile", "absolute path"),
             ({"name": "x", "need": ["bad name"]}, "need", "not a service name"),
+            # The file names made from it (a unit, a runscript, its temporaries) must fit in a
+            # file system's 255 bytes: a 250-character name failed at render, blaming the
+            # directory, and its native pidfile was silently not written.
+            ({"name": "a" * 129}, "name", "at most 128 characters"),
+            ({"name": "x", "after": ["b" * 129]}, "after", "at most 128 characters"),
             ({"name": "x", "environment": {"1X": "v"}}, "environment", "not a variable name"),
             ({"name": "x", "environment": {"X": 1}}, "environment", "str or Secret"),
             ({"name": "x", "environment": {"X": "a\0b"}}, "environment", "NUL"),
