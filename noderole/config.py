@@ -148,7 +148,11 @@ def config_from_values(
 
 
 def check_config(
-    root: NodeRoot, tables: Sequence[SettingsTable], *, disabled: Collection[str] = ()
+    root: NodeRoot,
+    tables: Sequence[SettingsTable],
+    *,
+    disabled: Collection[str] = (),
+    cached: bool = True,
 ) -> tuple[Config | None, list[str]]:
     """The effective configuration and every problem found (``noderole config check``).
 
@@ -157,6 +161,9 @@ def check_config(
     after a plugin in ``disabled`` is left unchecked (:attr:`Config.unchecked`): a plugin is
     declared a table of its own name by convention, and one turned off for a command (as
     noderole's messages advise for a plugin that hangs) declares none.
+
+    With ``cached`` (every command but ``config check``), a parse of this very text stored by an
+    earlier command is used instead of parsing it again.
     """
     from noderole.tomlcache import CONFIG_CACHE, parse_config_text, read_config, unreadable
 
@@ -168,7 +175,8 @@ def check_config(
         return None, [unreadable(exc)]
 
     try:
-        document = parse_config_text(raw.decode("utf-8"), root.local(CONFIG_CACHE))
+        cache = root.local(CONFIG_CACHE) if cached else None
+        document = parse_config_text(raw.decode("utf-8"), cache)
     except UnicodeDecodeError as exc:
         return None, [f"{CONFIG_PATH}: not UTF-8 text ({exc.reason} at byte {exc.start})"]
     except ValueError as exc:  # tomllib.TOMLDecodeError

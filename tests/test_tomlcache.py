@@ -193,3 +193,23 @@ class TestApplyStoresAndResetRemoves:
         assert reset.exit_code == 0, reset.output
         assert not cache.exists()
         assert config.exists()  # the operator's file stays
+
+
+class TestConfigCheckReadsTheFile:
+    def test_a_cache_that_disagrees_with_the_file_is_not_what_config_check_checks(
+        self, tmp_path: Path
+    ) -> None:
+        """`noderole config check` is the operator's way to validate the file: it parses the
+        file itself. Before, a cache whose document disagreed with its text (a hand edit, a
+        fault) was checked instead: an error the file does not have."""
+        from noderole.config import CONFIG_PATH, check_config
+
+        root = NodeRoot(tmp_path)
+        config = tmp_path / CONFIG_PATH.lstrip("/")
+        config.parent.mkdir(parents=True)
+        config.write_text("")
+        cache = tmp_path / CONFIG_CACHE.lstrip("/")
+        cache.parent.mkdir(parents=True)
+        cache.write_text(json.dumps({"format": 1, "text": "", "document": {"bogus": {"x": 1}}}))
+        _, problems = check_config(root, [], cached=False)
+        assert problems == []

@@ -64,7 +64,11 @@ def check_command(app: App) -> None:
     from noderole.records import in_words
 
     config, problems = check_config(
-        app.root, app.plugins.settings_tables(), disabled=app.disabled_plugins
+        # The file itself, never the stored parse: this is how the operator checks what he wrote.
+        app.root,
+        app.plugins.settings_tables(),
+        disabled=app.disabled_plugins,
+        cached=False,
     )
     if config is not None and not problems:
         # Values a plugin's records refuse are only seen when the plugins build them.
