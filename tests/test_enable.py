@@ -364,3 +364,21 @@ class TestRenderFailsMidway:
         reset = run(tmp_path, "reset")
         assert reset.exit_code == 0, reset.output
         assert not (tmp_path / "etc/init.d/prep").exists(), reset.output
+
+
+class TestTheListOfRenderedFiles:
+    def test_a_file_noderole_did_not_write_is_never_removed(self, tmp_path: Path) -> None:
+        """render removes what it rendered earlier for a service no longer in the role, by its
+        list of rendered files; a path listed there that holds a file noderole did not write
+        (a hand edit of the list, a fault) is left alone, and a damaged entry (a list in a
+        list) is skipped. Before, the operator's file was removed ("removed
+        /etc/rancher/k3s/config.yaml"), and a damaged entry ended render in a TypeError."""
+        assert run(tmp_path, "render", "demo", "--backend", "openrc").exit_code == 0
+        mine = tmp_path / "etc/operators.conf"
+        mine.write_text("the operator's\n")
+        listed = tmp_path / "var/lib/noderole/rendered-openrc.json"
+        listed.write_text(json.dumps(["/etc/operators.conf", ["x"], "/../y", "/etc/init.d/prep"]))
+        again = run(tmp_path, "render", "demo", "--backend", "openrc")
+        assert again.exit_code == 0, again.output
+        assert mine.read_text() == "the operator's\n"
+        assert "removed" not in again.output

@@ -204,6 +204,23 @@ def _write_link(local: Path, target: str) -> bool:
     return True
 
 
+def _still_as_rendered(root: NodeRoot, path: str) -> bool:
+    """True when ``path`` holds what noderole last recorded writing there (the manifest
+    ``reset`` removes by): the list of rendered files alone, a record of noderole's own, is no
+    proof that a file is still noderole's to remove."""
+    from noderole import manifest
+    from noderole.errors import NoderoleError
+
+    try:
+        entry = manifest.entries(root).get(path)
+    except NoderoleError:  # the manifest cannot be read: nothing is known to be ours
+        return False
+    if entry is None:
+        return False
+    now = manifest.digest_at(root.local(path), entry.kind)
+    return now is not None and (entry.digest in (now, "any"))
+
+
 def sync_rendered(
     files: Iterable[Rendered], *, root: NodeRoot, manifest: str
 ) -> tuple[list[Path], list[str]]:
@@ -226,10 +243,14 @@ def sync_rendered(
         previous = []
     current = sorted(item.path for item in items)
     removed: list[str] = []
-    for path in sorted(set(previous) - set(current)) if isinstance(previous, list) else []:
-        if not isinstance(path, str) or not path.startswith("/"):
-            continue
+    listed = previous if isinstance(previous, list) else []
+    known = [
+        p for p in listed if isinstance(p, str) and p.startswith("/") and "/../" not in p + "/"
+    ]
+    for path in sorted(set(known) - set(current)):
         local = root.resolve(path)
+        if not _still_as_rendered(root, path):
+            continue  # changed since noderole wrote it, or not known to be its: left alone
         try:
             local.unlink()
         except FileNotFoundError:
