@@ -28,13 +28,12 @@ from __future__ import annotations
 
 import _thread
 import contextlib
+import os
 import sys
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from time import monotonic
 from typing import Any, TextIO
-
-from noderole._start import restrict_umask
 
 __all__ = ["Entry", "Late", "Outcome", "run_bounded", "run_bounded_each"]
 
@@ -95,8 +94,9 @@ def _outcome(function: Callable[[], Any]) -> Outcome:
         _local.plugin = inside
         # A plugin that set umask 000 (at import, in a hook or a step) would leave every
         # directory made for the rest of the run world-writable: group and other write are
-        # taken away again after each call, as before the first (noderole._start).
-        restrict_umask()
+        # taken away again after each call, as noderole._start.restrict_umask did before the
+        # first (not imported from there: _start is the command's top, this a floor below).
+        os.umask(os.umask(0o022) | 0o022)
     return outcome
 
 

@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from noderole import recordclass
 from noderole.digest import sha256
+from noderole.errors import NoderoleError
 from noderole.paths import LOCK_FILE, RUN_DIR, STATE_DIR
 from noderole.reading import RECORD_LIMIT, loads_json, read_regular
 from noderole.root import NodeRoot
@@ -61,6 +62,7 @@ __all__ = [
     "MANIFEST",
     "PURGE_ONLY",
     "Entry",
+    "ManifestError",
     "Removal",
     "apply_reset",
     "digest_at",
@@ -359,6 +361,10 @@ def record_processes(root: NodeRoot, plan: Plan, backend: str) -> None:
     )
 
 
+class ManifestError(NoderoleError):
+    """The manifest exists but cannot be read: nothing is known of what noderole wrote."""
+
+
 def entries(root: NodeRoot) -> dict[str, Entry]:
     """Every recorded path and its last entry (empty when nothing was recorded)."""
     try:
@@ -366,9 +372,7 @@ def entries(root: NodeRoot) -> dict[str, Entry]:
     except FileNotFoundError:
         return {}
     except OSError as error:  # a FIFO, a device, a directory, too large: nothing to go by
-        from noderole.state import StateError
-
-        raise StateError(
+        raise ManifestError(
             f"cannot read the record of what noderole wrote, {MANIFEST} (at "
             f"{root.local(MANIFEST)}): {error.strerror or error}; move it aside (noderole then "
             "knows of nothing it wrote, and removes nothing by it) and run again"
