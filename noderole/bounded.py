@@ -108,6 +108,9 @@ class _PluginStdout:
 
     def __init__(self, stream: TextIO) -> None:
         self._stream = stream
+        self.__wrapped__ = stream
+        """The stream it wraps: noderole's own output (its progress lines) is written there,
+        from whatever thread."""
 
     def write(self, text: str) -> int:
         if getattr(_local, "plugin", False):

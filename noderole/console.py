@@ -48,7 +48,10 @@ class ConsoleProgress:
         color: bool | None = None,
         failed: str = "ERROR: failed to start",
     ) -> None:
-        self.stream = stream or sys.stdout
+        # The stream under the one plugin code's prints are steered away from (bounded): the
+        # progress lines are noderole's, even when a step reports one from a plugin's thread.
+        chosen = stream or sys.stdout
+        self.stream: TextIO = getattr(chosen, "__wrapped__", chosen)
         self.failed = failed
         """The words of a failure (``renew``'s is not a start: its process runs on)."""
         self.color = self.stream.isatty() if color is None else color

@@ -339,3 +339,29 @@ class TestAPluginThatPrints:
         assert done.exit_code == 0, done.output
         json.loads(done.stdout)  # one document, nothing else
         assert "hello from a hook" in done.stderr
+
+    def test_what_a_step_reports_through_noderole_stays_on_stdout(self, tmp_path: Path) -> None:
+        """The redirection is of what plugin code prints, not of noderole's own progress lines
+        a step reports through ``ctx.progress`` from the same thread."""
+        from click.testing import CliRunner
+
+        from noderole.cli import cli
+        from noderole.cli._app import App
+        from noderole.root import NodeRoot
+
+        def reporting_step(ctx: noderole.StepContext) -> None:
+            ctx.progress("checking the widget")
+
+        class Reporting:
+            @noderole.hookimpl
+            def noderole_services(self, node: noderole.NodeContext) -> noderole.Service:
+                return noderole.Service(
+                    name="m",
+                    roles=["r"],
+                    pre_start=[noderole.Call(function=reporting_step, description="check")],
+                )
+
+        app = App(root=NodeRoot(tmp_path), plugin_objects=(("reporting", Reporting()),))
+        done = CliRunner().invoke(cli, ["apply", "r"], obj=app, catch_exceptions=False)
+        assert done.exit_code == 0, done.output
+        assert "m: checking the widget" in done.stdout, (done.stdout, done.stderr)

@@ -373,6 +373,11 @@ class TestClose:
         started = harness.supervisor.start(harness.spec("a", SLEEP))
         assert started.pid is not None
         daemons, watchdogs = supervisor_processes(harness.root)
+        # The daemon stopped first: between the two kills it would start another watchdog for
+        # the one killed (it does, at once), and that one would end the service when the
+        # daemon dies (a CI run on a loaded machine lost that race).
+        for pid in daemons:
+            os.kill(pid, signal.SIGSTOP)
         for pid in [*watchdogs, *daemons]:
             os.kill(pid, signal.SIGKILL)
         wait_for(lambda: supervisor_processes(harness.root) == ([], []), "both to be gone")
