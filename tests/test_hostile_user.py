@@ -26,11 +26,35 @@ from noderole.records import MakeDirectories, MintCertificate, Service, Step, Wr
 from noderole.root import NodeRoot
 from noderole.supervisor import _safeopen
 from noderole.supervisor._record import replace
-from noderole.testing import make_cluster_ca, run_prestart
+from noderole.testing import PrestartOutcome, make_cluster_ca, run_prestart
 from tests.hostile_fixtures import Scene, scene, user
 from tests.supervisor_fixtures import MARK, wait_for
 
-__all__ = ["scene", "user"]  # the fixtures, used by name
+__all__ = ["scene", "user"]  # the fixtures, used by name (with mine, below)
+
+
+@pytest.fixture
+def mine(scene: Scene) -> Path:
+    """/var/lib/hunt under the node root: a directory of the scene's user, where a plugin's
+    steps write for his service."""
+    mine = scene.harness.root / "var/lib/hunt"
+    mine.mkdir(parents=True)
+    os.chown(mine, scene.user.uid, scene.user.gid)
+    return mine
+
+
+def _mint(scene: Scene, directory: str) -> PrestartOutcome:
+    """A serving certificate minted into ``directory`` (a node path) from a fresh cluster CA,
+    as a plugin's pre-start would."""
+    make_cluster_ca(scene.harness.root, cert_path="/ca/ca.crt", key_path="/ca/ca.key")
+    step = MintCertificate(
+        directory=directory,
+        ca_cert="/ca/ca.crt",
+        ca_key="/ca/ca.key",
+        common_name="hunt-server",
+        sans=["hunt.example"],
+    )
+    return run_prestart(Service(name="hunt", roles=["r"], pre_start=[step]), scene.harness.root)
 
 
 def _status_of(scene: Scene, name: str = "a") -> tuple[str, str]:
@@ -168,16 +192,11 @@ class TestTheCertificateDirectory:
     """A plugin mints its service's serving certificate into a directory under the service's
     own (a layout a service user can write)."""
 
-    def test_a_key_the_user_planted_is_never_signed(self, scene: Scene) -> None:
+    def test_a_key_the_user_planted_is_never_signed(self, scene: Scene, mine: Path) -> None:
         """The user puts a key of his own (P-256, 0600) and a certificate for it in the
         directory: a re-mint that kept "the existing key" would have root sign, with the
         cluster CA, a serving certificate whose key the user holds. A key root did not write
         is never kept: a new one is made, root's."""
-        root = scene.harness.root
-        make_cluster_ca(root, cert_path="/ca/ca.crt", key_path="/ca/ca.key")
-        mine = root / "var/lib/hunt"
-        mine.mkdir(parents=True)
-        os.chown(mine, scene.user.uid, scene.user.gid)
         tls = mine / "tls"
         scene.plant(
             "sh",
@@ -187,14 +206,7 @@ class TestTheCertificateDirectory:
             "openssl req -x509 -new -key tls.key -subj /CN=x -days 1 -out tls.crt",
         )
         planted = _public_key(tls / "tls.key")
-        step = MintCertificate(
-            directory="/var/lib/hunt/tls",
-            ca_cert="/ca/ca.crt",
-            ca_key="/ca/ca.key",
-            common_name="hunt-server",
-            sans=["hunt.example"],
-        )
-        outcome = run_prestart(Service(name="hunt", roles=["r"], pre_start=[step]), root)
+        outcome = _mint(scene, "/var/lib/hunt/tls")
         assert outcome.error is None, outcome.error
         assert "belongs to uid" in outcome.certificates[0].reason
         assert _public_key(tls / "tls.key") != planted
@@ -207,24 +219,14 @@ class TestTheCertificateDirectory:
         ).stdout
         assert signed != planted
 
-    def test_no_pair_is_written_through_a_linked_directory_on_the_way(self, scene: Scene) -> None:
+    def test_no_pair_is_written_through_a_linked_directory_on_the_way(
+        self, scene: Scene, mine: Path
+    ) -> None:
         """The certificate directory's parent, in the user's directory, turned into a link to
         a directory of root's: the key and certificate are not written there."""
-        root = scene.harness.root
-        make_cluster_ca(root, cert_path="/ca/ca.crt", key_path="/ca/ca.key")
-        mine = root / "var/lib/hunt"
-        mine.mkdir(parents=True)
-        os.chown(mine, scene.user.uid, scene.user.gid)
         (scene.base / "rootdir").mkdir(mode=0o700)
         scene.plant("ln", "-s", str(scene.base / "rootdir"), str(mine / "certs"))
-        step = MintCertificate(
-            directory="/var/lib/hunt/certs/tls",
-            ca_cert="/ca/ca.crt",
-            ca_key="/ca/ca.key",
-            common_name="hunt-server",
-            sans=["hunt.example"],
-        )
-        outcome = run_prestart(Service(name="hunt", roles=["r"], pre_start=[step]), root)
+        outcome = _mint(scene, "/var/lib/hunt/certs/tls")
         assert outcome.error is not None
         assert "refusing to follow the symbolic link" in str(outcome.error)
         assert list((scene.base / "rootdir").iterdir()) == []
@@ -242,13 +244,6 @@ def _public_key(key: Path) -> str:
 class TestStepsWriteInTheUsersDirectory:
     """A plugin's `WriteFile` and `MakeDirectories` steps write under the service's own
     directory; its user turns a directory on the way into a link to one of root's."""
-
-    @pytest.fixture
-    def mine(self, scene: Scene) -> Path:
-        mine = scene.harness.root / "var/lib/hunt"
-        mine.mkdir(parents=True)
-        os.chown(mine, scene.user.uid, scene.user.gid)
-        return mine
 
     def _run(self, scene: Scene, step: Step) -> str:
         outcome = run_prestart(
