@@ -1006,14 +1006,9 @@ class Operations:
     def _native_runs(self) -> bool:
         """True when the recorded plan is the native supervisor's and its daemon answers."""
         from noderole.paths import RUN_DIR
-        from noderole.reading import RECORD_LIMIT, read_json
-        from noderole.recorded import PLAN_FILE
+        from noderole.recorded import recorded_backend
 
-        try:
-            recorded = read_json(self.root.local(PLAN_FILE), limit=RECORD_LIMIT)
-        except (OSError, ValueError):
-            return False
-        if not isinstance(recorded, dict) or recorded.get("backend") != "native":
+        if recorded_backend(self.root) != "native":
             return False
         from noderole.supervisor import Supervisor
 

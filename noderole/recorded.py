@@ -169,6 +169,23 @@ def plan_data(plan: Plan, *, backend: str, noderole_path: str) -> dict[str, Any]
     }
 
 
+def _recorded(root: NodeRoot) -> dict[str, Any] | None:
+    """plan.json as JSON, when it is a document of this version; None when there is none, or
+    one that is damaged (a FIFO, a device, too large, not JSON) or of another version."""
+    try:
+        data = read_json(root.local(PLAN_FILE), limit=PLAN_LIMIT)  # `status` imports no pathlib
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and data.get("version") == _VERSION else None
+
+
+def recorded_backend(root: NodeRoot) -> str | None:
+    """The backend the recorded plan was applied (or rendered) with, or None."""
+    data = _recorded(root)
+    backend = data.get("backend") if data is not None else None
+    return backend if isinstance(backend, str) else None
+
+
 def keeping(
     root: NodeRoot, data: Mapping[str, Any], *, origins: Iterable[str], names: Iterable[str]
 ) -> dict[str, Any]:
@@ -181,10 +198,10 @@ def keeping(
     origins, names = set(origins), set(names)
     if not origins and not names:
         return dict(data)
+    previous = _recorded(root)
+    if previous is None or previous.get("role") != data["role"]:
+        return dict(data)
     try:
-        previous = read_json(root.local(PLAN_FILE), limit=PLAN_LIMIT)
-        if previous.get("version") != _VERSION or previous.get("role") != data["role"]:
-            return dict(data)
         have = {item["name"] for item in data["services"]}
         kept = [
             item
@@ -212,10 +229,10 @@ def left_out(
     about to be applied no longer has (the role changed, a plugin no longer defines them).
     Those of ``origins`` (plugins that failed to load) or called one of ``names`` are not
     listed: :func:`keeping` keeps them recorded. Empty when nothing usable is recorded."""
+    data = _recorded(root)
+    if data is None or data.get("backend") != backend:
+        return []
     try:
-        data = read_json(root.local(PLAN_FILE), limit=PLAN_LIMIT)
-        if data.get("version") != _VERSION or data.get("backend") != backend:
-            return []
         kept, skip = set(origins), {*planned, *names}
         found = [
             item["name"]
@@ -225,7 +242,7 @@ def left_out(
             and item["name"] not in skip
             and item["origin"] not in kept
         ]
-    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+    except (TypeError, KeyError):  # a record of another shape: nothing known to stop
         return []
     return found[::-1]
 
@@ -305,11 +322,10 @@ def read_view(root: NodeRoot, role: str) -> RecordedView | None:
     planning: None unless plan.json is of this version and role, lists its services in start
     order (see :func:`plan_data`) and has the shape :func:`plan_data` writes. The caller then
     reads it with :func:`read_plan`, which says whether it is usable at all."""
+    data = _recorded(root)
     try:
-        data = read_json(root.local(PLAN_FILE), limit=PLAN_LIMIT)  # `status` imports no pathlib
         if (
-            not isinstance(data, dict)
-            or data.get("version") != _VERSION
+            data is None
             or data.get("role") != role
             or data.get("in_order") is not True
             or not isinstance(data.get("backend"), str)
@@ -318,7 +334,7 @@ def read_view(root: NodeRoot, role: str) -> RecordedView | None:
         ):
             return None
         services = [_view_service(item) for item in data["services"]]
-    except (OSError, ValueError, TypeError, KeyError):
+    except (TypeError, KeyError):
         return None
     if None in services or len({s.name for s in services if s}) != len(services):
         return None
