@@ -508,7 +508,10 @@ def _remove(local: str) -> None:
     be a service user's, and a subdirectory he swaps for a link to another directory (after
     :func:`plan_reset` looked) would otherwise turn root's unlink onto the file of the same
     name there. Such a link raises :class:`UnsafePathError`; a link at ``local`` itself is
-    removed, not followed."""
+    removed, not followed. The temporary files a writer of that name killed before its rename
+    left beside it go too (older ones only: a writer at work keeps its own)."""
+    from noderole.atomic import STALE_TEMP_AGE, remove_stale_temps
+
     parent, name = os.path.split(local)
     directory = open_dir(parent)
     try:
@@ -516,5 +519,7 @@ def _remove(local: str) -> None:
             os.rmdir(name, dir_fd=directory)
         else:
             os.unlink(name, dir_fd=directory)
+            with contextlib.suppress(OSError):  # the file is gone; a leftover is no failure
+                remove_stale_temps(directory, [name], older_than=STALE_TEMP_AGE)
     finally:
         os.close(directory)

@@ -7,6 +7,7 @@ import os
 import shutil
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -548,6 +549,40 @@ class TestWriteRendered:
             script.write_text(script.read_text() + "# a line added by hand\n")
         write_rendered(render_openrc([service]), root=root)
         assert script.read_text() == render_openrc([service])[0].content  # type: ignore[union-attr]
+
+    def test_a_killed_renders_temporaries_are_swept(self, tmp_path: Path) -> None:
+        """A render killed between creating its temporary file and renaming it (a power cut, a
+        kill -9) left an executable ``.x.<hex>.tmp`` in /etc/init.d for good, a link's too in
+        the runlevel; the next render removes those of its own names once they are older than
+        a writer at work could leave them, and leaves a fresh one and other files alone."""
+        from noderole.atomic import STALE_TEMP_AGE
+
+        root = NodeRoot(tmp_path)
+        initd = tmp_path / "etc/init.d"
+        runlevel = tmp_path / "etc/runlevels/default"
+        initd.mkdir(parents=True)
+        runlevel.mkdir(parents=True)
+        stale = initd / ".x.0123456789ab.tmp"
+        stale.write_text("#!/sbin/openrc-run\n")
+        stale_link = runlevel / ".x.ba9876543210.tmp"
+        stale_link.symlink_to("/etc/init.d/x")
+        fresh = initd / ".x.aaaaaaaaaaaa.tmp"
+        fresh.write_text("being written\n")
+        other = initd / ".y.0123456789ab.tmp"
+        other.write_text("not a name rendered here\n")
+        long_ago = time.time() - STALE_TEMP_AGE - 5
+        for path in (stale, other):
+            os.utime(path, (long_ago, long_ago))
+        os.utime(stale_link, (long_ago, long_ago), follow_symlinks=False)
+        write_rendered(
+            [
+                RenderedFile(path="/etc/init.d/x", content="new\n", mode=0o755),
+                RenderedLink(path="/etc/runlevels/default/x", target="/etc/init.d/x"),
+            ],
+            root=root,
+        )
+        assert sorted(os.listdir(initd)) == [".x.aaaaaaaaaaaa.tmp", ".y.0123456789ab.tmp", "x"]
+        assert os.listdir(runlevel) == ["x"]
 
     def test_mode_only_change_is_fixed(self, tmp_path: Path) -> None:
         """Same content with a wrong mode gets the rendered mode back."""

@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import threading
+import time
 import types
 from pathlib import Path
 
@@ -433,6 +434,34 @@ class TestManifest:
         report = bare.reset(None, bare.recorder)
         assert "/etc/b" in report.removed
         assert node.exists("/etc/a")
+
+    def test_reset_sweeps_a_killed_writers_temporaries(self, tmp_path: Path) -> None:
+        """A render or write killed before its rename left ``.a.<hex>.tmp`` beside the file it
+        was replacing; reset removed the file and left the temporary (an executable one in
+        /etc/init.d) for good. It now goes with the file, when older than a writer at work
+        could leave it; a fresh one and other names stay."""
+        from noderole.atomic import STALE_TEMP_AGE
+
+        root = NodeRoot(tmp_path)
+        node = ScratchRoot(tmp_path)
+        node.write("/etc/init.d/a", "a")
+        record(root, "file", ["/etc/init.d/a"])
+        stale = tmp_path / "etc/init.d/.a.0123456789ab.tmp"
+        fresh = tmp_path / "etc/init.d/.a.aaaaaaaaaaaa.tmp"
+        other = tmp_path / "etc/init.d/.b.0123456789ab.tmp"
+        for path in (stale, fresh, other):
+            path.write_text("x")
+        long_ago = time.time() - STALE_TEMP_AGE - 5
+        for path in (stale, other):
+            os.utime(path, (long_ago, long_ago))
+        bare = _App(root=root, autoload=False)
+        bare.recorder = RecordingBackend(node)
+        report = bare.reset(None, bare.recorder)
+        assert "/etc/init.d/a" in report.removed
+        assert sorted(os.listdir(tmp_path / "etc/init.d")) == [
+            ".a.aaaaaaaaaaaa.tmp",
+            ".b.0123456789ab.tmp",
+        ]
 
     def test_unchanged_record_not_appended(self, tmp_path: Path) -> None:
         """Recording the same content twice adds one line; a new content adds another."""

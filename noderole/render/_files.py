@@ -77,6 +77,7 @@ def write_rendered(files: Iterable[Rendered], *, root: NodeRoot) -> list[Path]:
         refusal = _refusal(root, item, recorded)
         if refusal:
             raise BackendError(refusal)
+    _sweep(root, files)
     done: list[Rendered] = []
     for item in sorted(files, key=lambda f: f.path):
         local = root.resolve(item.path)
@@ -99,6 +100,31 @@ def write_rendered(files: Iterable[Rendered], *, root: NodeRoot) -> list[Path]:
             changed.append(local)
     record(root, "rendered", [item.path for item in files])
     return changed
+
+
+def _sweep(root: NodeRoot, files: Iterable[Rendered]) -> None:
+    """Remove what an earlier render killed between writing a temporary file (or link) and
+    renaming it left beside the files about to be written: an executable ``.NAME.<hex>.tmp`` in
+    ``/etc/init.d`` otherwise stays for good. Only temporaries of the names rendered here, and
+    only those older than :data:`~noderole.atomic.STALE_TEMP_AGE` (render takes no lock: a
+    render at work keeps its own); one directory is listed once."""
+    from noderole.atomic import STALE_TEMP_AGE, remove_stale_temps
+
+    names: dict[str, list[str]] = {}
+    for item in files:
+        parent, _, name = item.path.rpartition("/")
+        names.setdefault(parent or "/", []).append(name)
+    for parent, here in names.items():
+        try:
+            dfd = _safeopen.open_dir(str(root.resolve(parent)))
+        except OSError:  # none yet, or not reached safely: the write says why
+            continue
+        try:
+            remove_stale_temps(dfd, here, older_than=STALE_TEMP_AGE)
+        except OSError:  # a sweep that fails loses nothing; the write reports a real fault
+            pass
+        finally:
+            os.close(dfd)
 
 
 _OURS = re.compile(rb"^#.*\bby `?noderole\b", re.IGNORECASE | re.MULTILINE)
