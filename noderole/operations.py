@@ -17,7 +17,7 @@ import functools
 import os
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, Self, cast
 
 from noderole.clock import Clock, SystemClock
 from noderole.errors import ConfigError, ExitCode, NoderoleError, UsageError
@@ -368,9 +368,10 @@ class Operations:
         recorded_role = read_role(self.root)
         if recorded_role is None:
             return None
-        view = read_view(self.root, recorded_role)
+        view = read_view(self.root, None)
         if view is None or (view.backend if requested == "auto" else requested) != "native":
             return None
+        self._note_next_role(recorded_role, view.role)
         if not name or name == view.role:
             only = None
         elif name in view:
@@ -382,13 +383,29 @@ class Operations:
         return view, backend_named("native", self.root, noderole_path=view.noderole_path), only
 
     def _recorded(self, role: str | None) -> RecordedPlan | None:
+        """The recorded plan: of ``role``, or (None) the one the last apply started, whatever
+        role is recorded for the next (``enable`` or ``render`` of another role records that
+        one, while the services of the last apply still run: those are what ``status`` and
+        ``stop`` are about)."""
         from noderole.recorded import read_plan
         from noderole.state import read_role
 
         recorded_role = read_role(self.root)
         if recorded_role is None or (role and role != recorded_role):
             return None
-        return read_plan(self.root, recorded_role)
+        recorded = read_plan(self.root, role)
+        if recorded is not None and not role:
+            self._note_next_role(recorded_role, recorded.plan.role)
+        return recorded
+
+    def _note_next_role(self, next_role: str, applied: str) -> None:
+        """Warn when the role recorded for the next apply is not the one last applied."""
+        if next_role != applied:
+            self.warnings.append(
+                f"role {next_role} is recorded for the next apply (by `noderole enable` or "
+                f"`render`), while what runs is role {applied}, as last applied: shown and "
+                f"stopped as that; `noderole apply` changes the node to role {next_role}"
+            )
 
     def service(self, name: str) -> Service:
         """The definition of service ``name`` now, in the role last applied (``hook``, ``exec``)."""
@@ -612,11 +629,36 @@ class Operations:
     def _left_out(
         self, plan: Plan, backend: Backend, failures: Sequence[ServiceReport]
     ) -> list[str]:
-        """What the last apply started that ``plan`` no longer has (see recorded.left_out)."""
+        """What the last apply started that ``plan`` no longer has (see recorded.left_out).
+
+        Without a usable record (none, damaged, written by another version or under another
+        backend), the native supervisor is asked what it runs: it knows its services whatever
+        the record says. Should a plugin have failed to load, nothing tells which of them were
+        its own: none is stopped, and a warning names them."""
         from noderole.recorded import left_out
 
         origins, names = _kept_by(failures)
-        return left_out(self.root, plan.names(), backend.name, origins=origins, names=names)
+        left = left_out(self.root, plan.names(), backend.name, origins=origins, names=names)
+        if left is not None or backend.name != "native":
+            return left or []
+        from noderole.supervisor._status import ACTIVE
+
+        planned = set(plan.names()) | set(names)
+        running = sorted(
+            name
+            for name, status in _supervised(backend).items()
+            if status.state in ACTIVE and name not in planned
+        )
+        if running and origins:
+            self.warnings.append(
+                f"{', '.join(running)} {'runs' if len(running) == 1 else 'run'} under the "
+                f"native supervisor outside the plan of role {plan.role}, and noderole's record "
+                f"of the last apply cannot be read: kept, as {'they' if len(running) > 1 else 'it'}"
+                f" may be plugin {', '.join(sorted(origins))}'s, which failed to load; once it "
+                "loads, apply again (or `noderole reset` ends everything the supervisor runs)"
+            )
+            return []
+        return running
 
     def _stop_left_out(self, plan: Plan, backend: Backend, names: list[str]) -> None:
         """Stop what the new plan no longer has, last started first, before it starts anything:
@@ -816,16 +858,31 @@ class Operations:
         return dry_run_report(plan, backend, root=self.root, clock=self.clock)
 
     def stop(
-        self, plan: Plan, names: Sequence[str], backend: Backend, *, lock_timeout: float = 300.0
+        self,
+        plan: Plan,
+        names: Sequence[str],
+        backend: Backend,
+        *,
+        lock_timeout: float = 300.0,
+        strays: bool = False,
     ) -> list[str]:
         """Stop ``names`` (in the order given) under the node lock; return those that had a
-        process running (or respawning), so nobody is told a stopped service was stopped."""
+        process running (or respawning), so nobody is told a stopped service was stopped.
+
+        With ``strays`` (a stop of the whole role) under the native backend, what its
+        supervisor runs outside ``plan`` is stopped first, too: services an apply could not
+        tell were left out of the plan (its record of the last apply unreadable, a plugin that
+        failed to load), which nothing else reaches but ``reset``."""
         from noderole.state import node_lock
         from noderole.supervisor._status import ACTIVE
 
         processes = [n for n in names if plan[n].service.command is not None]
         with node_lock(self.root, timeout=lock_timeout, clock=self.clock, what="stop"):
-            before = backend.status(processes)
+            if strays and backend.name == "native":
+                before = _supervised(backend)
+                processes = sorted(n for n in before if n not in plan) + processes
+            else:
+                before = backend.status(processes)
             backend.stop(processes)
         self.publish_metrics(plan, backend, None)
         return [n for n in processes if n in before and before[n].state in ACTIVE]
@@ -1177,3 +1234,8 @@ def _kept_by(failures: Sequence[ServiceReport]) -> tuple[list[str], list[str]]:
     failed = [f.name for f in failures]
     origins = [n.removeprefix(PLUGIN_PREFIX) for n in failed if n.startswith(PLUGIN_PREFIX)]
     return origins, [n for n in failed if not n.startswith(PLUGIN_PREFIX)]
+
+
+def _supervised(backend: Backend) -> Mapping[str, Any]:
+    """Every service the native ``backend``'s supervisor knows, by name, with its status."""
+    return cast("NativeBackend", backend).status(None)

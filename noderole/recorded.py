@@ -223,15 +223,16 @@ def left_out(
     *,
     origins: Iterable[str] = (),
     names: Iterable[str] = (),
-) -> list[str]:
+) -> list[str] | None:
     """The services with a process that the recorded plan (of any role, under ``backend``)
     has and ``planned`` lacks, last started first: what the last apply started that the plan
     about to be applied no longer has (the role changed, a plugin no longer defines them).
     Those of ``origins`` (plugins that failed to load) or called one of ``names`` are not
-    listed: :func:`keeping` keeps them recorded. Empty when nothing usable is recorded."""
+    listed: :func:`keeping` keeps them recorded. None when nothing usable is recorded under
+    ``backend`` (none, damaged, of another version or another backend)."""
     data = _recorded(root)
     if data is None or data.get("backend") != backend:
-        return []
+        return None
     try:
         kept, skip = set(origins), {*planned, *names}
         found = [
@@ -243,7 +244,7 @@ def left_out(
             and item["origin"] not in kept
         ]
     except (TypeError, KeyError):  # a record of another shape: nothing known to stop
-        return []
+        return None
     return found[::-1]
 
 
@@ -317,16 +318,18 @@ def _parse_plan(text: str, role: str | None) -> RecordedPlan | None:
         return None
 
 
-def read_view(root: NodeRoot, role: str) -> RecordedView | None:
-    """The recorded plan of ``role`` as ``status`` reads it, without building a record or
-    planning: None unless plan.json is of this version and role, lists its services in start
+def read_view(root: NodeRoot, role: str | None) -> RecordedView | None:
+    """The recorded plan of ``role`` (None: of any role) as ``status`` reads it, without
+    building a record or planning: None unless plan.json is of this version and role, lists
+    its services in start
     order (see :func:`plan_data`) and has the shape :func:`plan_data` writes. The caller then
     reads it with :func:`read_plan`, which says whether it is usable at all."""
     data = _recorded(root)
     try:
         if (
             data is None
-            or data.get("role") != role
+            or not isinstance(data.get("role"), str)
+            or (role is not None and data["role"] != role)
             or data.get("in_order") is not True
             or not isinstance(data.get("backend"), str)
             or not isinstance(data.get("noderole_path"), str)
@@ -339,7 +342,7 @@ def read_view(root: NodeRoot, role: str) -> RecordedView | None:
     if None in services or len({s.name for s in services if s}) != len(services):
         return None
     return RecordedView(
-        role=role,
+        role=data["role"],
         services=[s for s in services if s is not None],
         backend=data["backend"],
         noderole_path=data["noderole_path"],

@@ -59,6 +59,8 @@ class Node:
     def __init__(self, root: Path) -> None:
         self.root = root
         self.services: list[noderole.Service] = []
+        self.broken_plugin = False
+        """With True, a second plugin, ``broken``, whose services hook raises, is loaded."""
         for name, text in {"sleeper": SLEEPER, "ready-writer": READY_WRITER}.items():
             path = root / "usr/local/bin" / name
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -76,11 +78,16 @@ class Node:
         return module
 
     def app(self) -> App:
-        return App(
-            root=NodeRoot(self.root),
-            plugin_objects=(("test", self.plugin()),),
-            autoload=False,
-        )
+        plugins: list[tuple[str, object]] = [("test", self.plugin())]
+        if self.broken_plugin:
+            broken = types.ModuleType("brokenplugin")
+
+            def noderole_services(node: Any) -> list[noderole.Service]:
+                raise RuntimeError("this plugin is broken")
+
+            broken.noderole_services = noderole.hookimpl(noderole_services)  # type: ignore[attr-defined]
+            plugins.append(("broken", broken))
+        return App(root=NodeRoot(self.root), plugin_objects=tuple(plugins), autoload=False)
 
     def run(self, *args: str) -> Result:
         return CliRunner().invoke(cli, list(args), obj=self.app(), catch_exceptions=False)
@@ -299,6 +306,75 @@ class TestServicesThatLeaveThePlan:
         assert "stopped b: no longer in the plan of role demo" in again.stderr
         wait_until(lambda: not is_alive(b), "the service to end")
         assert node.run("stop").exit_code == 0
+        wait_until(lambda: not node.processes(), "everything to end, the supervisor too")
+
+    def test_status_and_stop_follow_what_runs_after_the_next_role_changed(self, node: Node) -> None:
+        """`enable agent` (or `render agent`) on a node running role server records agent for
+        the next apply while server's services run on. Before, `status` showed agent's
+        services, stopped, and `stop` said "Not running" and stopped nothing: what ran was
+        out of reach. Both are now about the role last applied, with a warning."""
+        from noderole.state import write_role
+
+        node.services.append(sleeper("old", roles=["demo"]))
+        node.services.append(sleeper("new", roles=["other"]))
+        assert node.run("apply", "demo").exit_code == 0
+        old = node.pid("old")
+        write_role(NodeRoot(node.root), "other")  # what `enable other` records
+        status = node.run("status", "--json")
+        assert status.exit_code == 0, status.output
+        assert [row["name"] for row in json.loads(status.stdout)["services"]] == ["old"]
+        assert "role other is recorded for the next apply" in status.stderr
+        stopped = node.run("stop")
+        assert stopped.exit_code == 0, stopped.output
+        assert stopped.stdout.splitlines() == [" * Stopped old"]
+        assert not is_alive(old)
+        wait_until(lambda: not node.processes(), "everything to end, the supervisor too")
+
+    @pytest.mark.parametrize("damage", ["newer", "not json", "absent", "other backend"])
+    def test_a_role_change_without_a_usable_record_still_stops_them(
+        self, node: Node, damage: str
+    ) -> None:
+        """The recorded plan cannot tell what the last apply started (written by a newer
+        noderole, damaged, removed, or of another backend): the native supervisor itself knows
+        what it runs. Before, `apply other` went on beside the old role's service, which no
+        `status` or `stop` reached any more."""
+        node.services.append(sleeper("old", roles=["demo"]))
+        node.services.append(sleeper("new", roles=["other"]))
+        assert node.run("apply", "demo").exit_code == 0
+        old = node.pid("old")
+        plan = node.root / "var/lib/noderole/plan.json"
+        if damage == "absent":
+            plan.unlink()
+        elif damage == "not json":
+            plan.write_text("{")
+        else:
+            data = json.loads(plan.read_text())
+            data.update({"newer": {"version": 2}, "other backend": {"backend": "openrc"}}[damage])
+            plan.write_text(json.dumps(data))
+        changed = node.run("apply", "other")
+        assert changed.exit_code == 0, changed.output
+        assert "stopped old: no longer in the plan of role other" in changed.stderr
+        wait_until(lambda: not is_alive(old), "the old role's service to end")
+        assert node.run("stop").exit_code == 0
+        wait_until(lambda: not node.processes(), "everything to end, the supervisor too")
+
+    def test_without_a_usable_record_a_broken_plugins_services_are_kept(self, node: Node) -> None:
+        """No usable record and a plugin that failed to load: nothing tells which of the
+        services the supervisor runs were that plugin's, so none is stopped, and the warning
+        names them and the way out: `stop` of the whole role stops what the supervisor runs
+        outside its plan too."""
+        node.services.append(sleeper("old", roles=["demo"]))
+        assert node.run("apply", "demo").exit_code == 0
+        old = node.pid("old")
+        (node.root / "var/lib/noderole/plan.json").unlink()
+        node.services.append(sleeper("new", roles=["other"]))
+        node.broken_plugin = True
+        changed = node.run("apply", "other")
+        assert "old runs under the native supervisor" in changed.stderr, changed.output
+        assert is_alive(old)
+        stopped = node.run("stop")
+        assert stopped.exit_code == 0, stopped.output
+        assert " * Stopped old (not in the plan of role other)" in stopped.stdout
         wait_until(lambda: not node.processes(), "everything to end, the supervisor too")
 
 

@@ -239,9 +239,14 @@ def stop_command(app: App, names: tuple[str, ...], backend: str, lock_timeout: f
     plan, targets = app.targets(names, from_record=True)  # no plugin is imported
     chosen = app.recorded_backend(backend)
     _warn_config(app)
-    stopped = app.stop(plan, targets, chosen, lock_timeout=lock_timeout)
+    whole = not names or (len(names) == 1 and names[0] == plan.role and plan.role not in plan)
+    stopped = app.stop(plan, targets, chosen, lock_timeout=lock_timeout, strays=whole)
     for name in stopped:
-        _say(f" * Stopped {name}")
+        _say(
+            f" * Stopped {name}"
+            if name in plan
+            else f" * Stopped {name} (not in the plan of role {plan.role})"
+        )
     idle = [n for n in targets if n not in stopped and plan[n].service.command is not None]
     if idle:
         _say(f" * Not running: {', '.join(idle)}")
