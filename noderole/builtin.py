@@ -83,10 +83,12 @@ def noderole_settings() -> SettingsTable:
             Setting(
                 name="progress_interval",
                 type=float,
+                min=0,
+                max=86400,
                 default=10.0,
                 description=(
                     "Seconds between the `still waiting for ...` lines `apply` prints during a "
-                    "long wait (0: only the first line)."
+                    "long wait (0: only the first line; at least 1 otherwise)."
                 ),
             ),
             Setting(

@@ -53,6 +53,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CANCEL_CHECK",
     "COMMAND_POLL_CAP",
+    "MIN_PROGRESS_EVERY",
     "POLL_CAP",
     "POLL_FIRST",
     "SAFETY_RECHECK",
@@ -70,6 +71,9 @@ COMMAND_POLL_CAP = 0.100
 """Longest pause between runs of a command wait: each run forks and execs, about 2 ms of CPU."""
 SAFETY_RECHECK = 1.0
 """Seconds between re-checks of an inotify-driven wait when no event arrives."""
+MIN_PROGRESS_EVERY = 1.0
+"""The shortest time between two ``still waiting`` lines (the lines count whole seconds): a
+shorter positive ``progress_every`` counts as this."""
 CANCEL_CHECK = 0.05
 """Longest pause of a cancellable wait between looks at its :class:`Cancel` token."""
 ATTEMPT_TIMEOUT = 2.0
@@ -103,7 +107,8 @@ def run_wait(
     ``progress(text)`` is called when the condition does not hold at the first look, with what
     is awaited (``waiting for /etc/rancher/k3s/k3s.yaml (up to 120s)``), and then, when
     ``progress_every`` is positive, every ``progress_every`` seconds with the time spent
-    (``still waiting for ... (10s of 120s)``, as OpenRC's ``ewaitfile``). Raises
+    (``still waiting for ... (10s of 120s)``, as OpenRC's ``ewaitfile``), at most once per
+    :data:`MIN_PROGRESS_EVERY`. Raises
     :class:`~noderole.errors.WaitTimeout` when ``wait.timeout`` passes first; its message is
     ``wait.message`` with ``{elapsed}`` and ``{missing}`` filled in, or names what is missing.
     Raises :class:`WaitCancelled` soon (within :data:`CANCEL_CHECK`) after ``cancel`` is.
@@ -118,6 +123,10 @@ def run_wait(
     cap = COMMAND_POLL_CAP if isinstance(wait, WaitForCommand) else POLL_CAP
     interval = POLL_FIRST
     announced = False
+    if progress_every > 0:
+        # A step below the clock's resolution (1e-12 at a monotonic clock of days) never moved
+        # the next report past the clock, and the wait spun for good.
+        progress_every = max(progress_every, MIN_PROGRESS_EVERY)
     next_report = start + progress_every
     inotify: _Inotify | None = None
     inotify_failed = False
@@ -147,9 +156,8 @@ def run_wait(
                     f"still waiting for {', '.join(state.missing)} "
                     f"({now - start:.0f}s of {wait.timeout:g}s)"
                 )
-            if progress_every > 0:
-                while next_report <= now:
-                    next_report += progress_every
+            if progress_every > 0 and next_report <= now:
+                next_report += (int((now - next_report) // progress_every) + 1) * progress_every
             if now >= deadline:
                 raise WaitTimeout(_timeout_message(wait, now - start, state.missing))
             if state.watch and inotify is not None:

@@ -187,6 +187,40 @@ class TestPathsNow:
             )
         assert seen == [f"waiting for {KUBECONFIG} (up to 5s)"]
 
+    @pytest.mark.parametrize("every", [1e-14, 1e-300, 0.001])
+    def test_an_interval_below_the_clocks_resolution_keeps_the_bound(
+        self, root: NodeRoot, every: float
+    ) -> None:
+        """`progress_interval = 1e-12` in config.toml: the next report time never moved past
+        the clock (a step below its resolution), and the wait spun at full CPU for good,
+        whatever its timeout; 0.001 printed a line every millisecond. A line comes at most
+        once a second (MIN_PROGRESS_EVERY), and the wait ends at its bound. The wait runs in a
+        thread so that a regression fails the test instead of hanging the suite."""
+        from noderole.waits import MIN_PROGRESS_EVERY
+
+        seen: list[str] = []
+        outcome: list[BaseException] = []
+
+        def wait() -> None:
+            try:
+                run_wait(
+                    paths_wait(KUBECONFIG, timeout=5),
+                    root=root,
+                    clock=FakeClock(),
+                    progress=seen.append,
+                    progress_every=every,
+                )
+            except BaseException as error:  # what the wait ended with, checked below
+                outcome.append(error)
+
+        thread = threading.Thread(target=wait, daemon=True)
+        thread.start()
+        thread.join(timeout=30)
+        assert not thread.is_alive(), "the wait never ended"
+        assert [type(error) for error in outcome] == [WaitTimeout]
+        assert MIN_PROGRESS_EVERY == 1.0
+        assert len(seen) == 1 + 5  # the first line, then one a second
+
     def test_any_satisfied_by_one(self, root: NodeRoot) -> None:
         """require=any returns as soon as one path is there."""
         touch(root, "/b")
