@@ -10,6 +10,7 @@ test compares each with the regular expression it stands for on generated text.
 from __future__ import annotations
 
 __all__ = [
+    "RESERVED_NAMES",
     "SERVICE_NAME_MAX",
     "is_dns_label",
     "is_lower_name",
@@ -20,6 +21,10 @@ __all__ = [
 SERVICE_NAME_MAX = 128
 """The longest service or virtual name: the file names made from it (a unit, a runscript, a
 pidfile, each one's temporary) must fit in a file system's 255 bytes."""
+
+RESERVED_NAMES = frozenset({"noderole", "noderole-renew"})
+"""Names noderole's own boot entry and daily renew job take as unit and runscript names: a
+service of one of them would overwrite them, or be left out of what ``render`` writes."""
 
 _SERVICE_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.@+-"
 _LOWER_DIGITS = "abcdefghijklmnopqrstuvwxyz0123456789"

@@ -35,6 +35,7 @@ from typing import Any, Final, Literal, TypeAlias, cast
 
 from noderole import recordclass
 from noderole.errors import PlanError
+from noderole.names import RESERVED_NAMES
 from noderole.records import RecordBase, Service, did_you_mean, unknown_names
 
 __all__ = ["KINDS", "Kind", "Plan", "PlannedService", "build_plan"]
@@ -378,6 +379,9 @@ class _Graph:
         if len(ids) < len(records):  # a name given twice: refused, unless it is the same record
             records = sorted(_unique(given), key=_name_of)
             ids = dict(zip(map(_name_of, records), itertools.count()))
+        for reserved in RESERVED_NAMES:  # two lookups: most nodes have one of them (renew)
+            if reserved in ids:
+                _check_reserved(records[ids[reserved]])
         self.records: list[Service] = records
         self.names: list[str] = list(ids)
         # The loops below run in C over every record and stop in Python only where there is
@@ -895,6 +899,17 @@ def _unique(services: Sequence[Service]) -> list[Service]:
         if first is not service:
             raise PlanError(_duplicate_message(service.name, first.origin, service.origin))
     return list(seen.values())
+
+
+def _check_reserved(service: Service) -> None:
+    """PlanError for a plugin's service that takes a name of noderole's own units."""
+    if service.origin != "builtin":
+        who = f"plugin {service.origin!r}" if service.origin else "an unnamed plugin"
+        raise PlanError(
+            f"service {service.name!r} of {who} takes a name reserved for noderole's own boot "
+            "entry and renew job (their unit and runscript files are named so): rename the "
+            "service in the plugin, or disable it with --disable-plugin NAME"
+        )
 
 
 def _duplicate_message(name: str, first: str, second: str) -> str:

@@ -240,6 +240,17 @@ def _check_absolute(inst: Any, attribute: recordclass.Attribute[Any], value: str
         )
 
 
+def _check_file(inst: Any, attribute: recordclass.Attribute[Any], value: str | None) -> None:
+    """:func:`_check_absolute`, for the path of a file: one ending in ``/`` names a directory."""
+    _check_absolute(inst, attribute, value)
+    if value is not None and value.endswith("/"):
+        raise _fail(
+            _label(inst),
+            attribute.name,
+            f"is {value!r}, which ends in '/': name the file itself (such as /run/x.pid)",
+        )
+
+
 def _check_absolute_all(
     inst: Any, attribute: recordclass.Attribute[Any], value: tuple[str, ...]
 ) -> None:
@@ -317,9 +328,17 @@ def _check_positive(inst: Any, attribute: recordclass.Attribute[Any], value: flo
     _check_seconds(inst, attribute, value, zero=False)
 
 
+_COUNT_MAX = 2**31 - 1
+"""The largest count the supervisor takes (a C int's)."""
+
+
 def _check_count(inst: Any, attribute: recordclass.Attribute[Any], value: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise _fail(_label(inst), attribute.name, f"must be a whole number >= 0, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= _COUNT_MAX:
+        raise _fail(
+            _label(inst),
+            attribute.name,
+            f"must be a whole number from 0 to {_COUNT_MAX}, got {value!r}",
+        )
 
 
 def _check_port(inst: Any, attribute: recordclass.Attribute[Any], value: int) -> None:
@@ -1022,11 +1041,11 @@ class Service(RecordBase):
     """Run as this group (name or gid); None: the user's primary group."""
     working_directory: str | None = recordclass.field(default=None, validator=_check_absolute)
     """Working directory of the process; None: ``/``."""
-    pidfile: str | None = recordclass.field(default=None, validator=_check_absolute)
+    pidfile: str | None = recordclass.field(default=None, validator=_check_file)
     """Where the native supervisor writes the child's pid."""
-    output_log: str | None = recordclass.field(default=None, validator=_check_absolute)
+    output_log: str | None = recordclass.field(default=None, validator=_check_file)
     """Append stdout here."""
-    error_log: str | None = recordclass.field(default=None, validator=_check_absolute)
+    error_log: str | None = recordclass.field(default=None, validator=_check_file)
     """Append stderr here (may be the same file as ``output_log``)."""
     supervision: Supervision = recordclass.field(factory=Supervision)
     """Respawn and stop settings."""
@@ -1043,6 +1062,7 @@ class Service(RecordBase):
     def _check_name(self, attribute: recordclass.Attribute[Any], value: str) -> None:
         if not isinstance(value, str) or not is_service_name(value):
             raise _fail("Service", "name", f"must be a non-empty service name, got {value!r}")
+
         if len(value) > SERVICE_NAME_MAX:
             raise _fail(
                 "Service",

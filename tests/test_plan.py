@@ -114,6 +114,20 @@ class TestDuplicates:
             services, "server"
         )
 
+    @pytest.mark.parametrize("name", ["noderole", "noderole-renew"])
+    def test_noderoles_own_names_are_refused_to_plugins(self, name: str) -> None:
+        """A plugin's service named like noderole's boot entry overwrote its unit or runscript
+        at render (disable then no longer knew it); one named like the renew job was dropped
+        from render. Only noderole's built-in plugin may use them."""
+        services = [*server_services(), svc(name, origin="hunt", roles=["server"])]
+        assert plan_error(services, "server") == (
+            f"service {name!r} of plugin 'hunt' takes a name reserved for noderole's own boot "
+            "entry and renew job (their unit and runscript files are named so): rename the "
+            "service in the plugin, or disable it with --disable-plugin NAME"
+        )
+        builtin = svc("noderole-renew", origin="builtin", roles=["server"])
+        assert "noderole-renew" in build_plan([*server_services(), builtin], "server")
+
     def test_same_plugin_twice(self) -> None:
         """One plugin returning a name twice is named once, as the culprit."""
         services = [svc("x", origin="a", roles=["r"]), svc("x", origin="a")]

@@ -127,6 +127,11 @@ class TestService:
             # directory, and its native pidfile was silently not written.
             ({"name": "a" * 129}, "name", "at most 128 characters"),
             ({"name": "x", "after": ["b" * 129]}, "after", "at most 128 characters"),
+            # A file path ending in "/" names a directory: a pidfile "/run/" was accepted, and
+            # the supervisor logged "Is a directory" while status said running.
+            ({"name": "x", "pidfile": "/run/"}, "pidfile", "ends in '/'"),
+            ({"name": "x", "output_log": "/var/log/"}, "output_log", "ends in '/'"),
+            ({"name": "x", "error_log": "/var/log/x/"}, "error_log", "ends in '/'"),
             ({"name": "x", "environment": {"1X": "v"}}, "environment", "not a variable name"),
             ({"name": "x", "environment": {"X": 1}}, "environment", "str or Secret"),
             ({"name": "x", "environment": {"X": "a\0b"}}, "environment", "NUL"),
@@ -186,6 +191,9 @@ class TestSupervision:
         [
             ({"respawn_delay": -1}, "respawn_delay"),
             ({"respawn_max": -2}, "respawn_max"),
+            # The supervisor takes counts below 2**31: a larger one passed plan, then failed
+            # apply with a bare ValueError.
+            ({"respawn_max": 2**31}, "respawn_max"),
             ({"respawn_period": 0}, "respawn_period"),
             ({"stop_signal": "SIGNOPE"}, "stop_signal"),
             ({"stop_timeout": -0.5}, "stop_timeout"),
