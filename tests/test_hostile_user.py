@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -158,6 +159,102 @@ class TestTheWorkingDirectory:
         assert scene.harness.supervisor.start(spec).state == "running"
         wait_for(lambda: out.exists() and out.read_text().strip(), "the service's pwd")
         assert out.read_text().strip() == str(scene.svc / "work")
+
+
+_EXEC_PLUGIN = """\
+import noderole
+
+
+@noderole.hookimpl
+def noderole_services(node):
+    return [
+        noderole.Service(
+            name="a",
+            roles=["demo"],
+            command=["/bin/hunt"],
+            user="{user}",
+            working_directory="/var/lib/hunt/work",
+        )
+    ]
+"""
+
+
+class TestNoderoleExecEntersTheWorkingDirectory:
+    """``noderole exec``, what a rendered unit or runscript runs, enters the service's working
+    directory itself: systemd enters ``WorkingDirectory=`` as root under ``ExecStart=+`` and
+    supervise-daemon (``directory=``) as root too, each before it takes the user, through a
+    link he planted there. The service is the scene's user's, its working directory
+    /var/lib/hunt/work in his directory on the node root."""
+
+    def _exec(self, scene: Scene, *, as_user: bool) -> subprocess.CompletedProcess[str]:
+        """Run ``noderole exec a`` from ``/`` (where the init system starts it): as root with
+        ``--logs-and-user`` (the systemd unit's ``ExecStart=+``), or as the user (OpenRC's
+        ``command_user``). The plugin is installed as a distribution is, under the base."""
+        plugins = scene.base / "plugins"
+        (plugins / "hunt_plugin").mkdir(parents=True)
+        code = _EXEC_PLUGIN.format(user=scene.user.name)
+        program = scene.harness.root / "bin/hunt"  # the service's program: where it runs, what
+        program.parent.mkdir(exist_ok=True)  # it reads there
+        out = scene.svc / "out"
+        program.write_text(f"#!/bin/sh\npwd > {out}; cat ./file >> {out} 2>&1\n")
+        program.chmod(0o755)
+        (plugins / "hunt_plugin/__init__.py").write_text(code)
+        info = plugins / "hunt_plugin-1.0.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text("Metadata-Version: 2.1\nName: hunt-plugin\nVersion: 1.0\n")
+        (info / "entry_points.txt").write_text("[noderole]\nhunt = hunt_plugin\n")
+        argv = [sys.executable, "-m", "noderole", "--root", str(scene.harness.root), "exec"]
+        if as_user:
+            argv = ["setpriv", f"--reuid={scene.user.uid}", f"--regid={scene.user.gid}",
+                    "--clear-groups", *argv, "a"]  # fmt: skip
+        else:
+            argv += ["--logs-and-user", "a"]
+        environment = {"PATH": os.environ["PATH"], "PYTHONPATH": str(plugins)}
+        return subprocess.run(
+            argv, cwd="/", env=environment, capture_output=True, text=True, timeout=120
+        )
+
+    def _plant_link(self, scene: Scene, mine: Path) -> None:
+        secret = scene.base / "secret"
+        (secret / "inner").mkdir(parents=True)
+        secret.chmod(0o700)
+        (secret / "inner/file").write_text("root's secret\n")
+        assert scene.user.run("cat", str(secret / "inner/file")).returncode != 0
+        scene.plant("ln", "-s", str(secret / "inner"), str(mine / "work"))
+
+    @pytest.mark.parametrize("as_user", [False, True], ids=["systemd-as-root", "openrc-as-user"])
+    def test_a_link_the_user_planted_does_not_take_his_service_where_he_cannot_go(
+        self, scene: Scene, mine: Path, as_user: bool
+    ) -> None:
+        """He makes his service's working directory a link to a directory inside one of
+        root's (0700). As root (systemd), noderole exec refuses the link, as the native
+        supervisor does; as the user (OpenRC), the walk has his rights and cannot go in. The
+        service never runs: nothing of root's directory is read."""
+        self._plant_link(scene, mine)
+        done = self._exec(scene, as_user=as_user)
+        assert done.returncode != 0, done.stdout + done.stderr
+        where = f"working directory {scene.harness.root}/var/lib/hunt/work"
+        assert where in done.stderr
+        if as_user:
+            assert "Permission denied" in done.stderr
+        else:
+            assert "refusing to follow the symbolic link" in done.stderr
+        assert not (scene.svc / "out").exists()
+
+    @pytest.mark.parametrize("as_user", [False, True], ids=["systemd-as-root", "openrc-as-user"])
+    def test_his_own_working_directory_is_entered(
+        self, scene: Scene, mine: Path, as_user: bool
+    ) -> None:
+        """The control: a real directory of his is where the service runs (neither unit nor
+        runscript names it any more)."""
+        work = mine / "work"
+        work.mkdir()
+        os.chown(work, scene.user.uid, scene.user.gid)
+        (work / "file").write_text("his own\n")
+        done = self._exec(scene, as_user=as_user)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert (scene.svc / "out").read_text() == f"{work}\nhis own\n"
+        assert (scene.svc / "out").stat().st_uid == scene.user.uid
 
 
 class _Node:

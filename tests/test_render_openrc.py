@@ -297,7 +297,7 @@ class TestSupervisionAndDepend:
         }
 
     def test_supervision_fields(self, tmp_path: Path) -> None:
-        """Respawn, stop schedule, user, group and directory reach supervise-daemon's variables."""
+        """Respawn, stop schedule, user and group reach supervise-daemon's variables."""
         service = Service(
             name="svc",
             command=["/bin/true"],
@@ -320,6 +320,24 @@ class TestSupervisionAndDepend:
         assert fields["respawn_period"] == ["60"]
         assert fields["retry"] == ["SIGINT/9/SIGKILL/5"]
         assert fields["command_user"] == ["kube:kube"]
+
+    def test_the_working_directory_is_entered_by_noderole_exec(self, tmp_path: Path) -> None:
+        """supervise-daemon --chdir (``directory=``) changes directory as root, through a link
+        the service's user planted there, before it takes command_user: his service started
+        inside a directory of root's he may not enter. In exec mode the runscript has no
+        ``directory=``: ``noderole exec`` enters it, as the native supervisor does. The static
+        mode, which has no such process, still writes it."""
+        service = Service(
+            name="svc", command=["/bin/true"], user="kube", working_directory="/var/lib/svc"
+        )
+        script = render_runscript(service)
+        assert "directory" not in script
+        fields = read_script(write_script(tmp_path, script), cwd=tmp_path)
+        assert fields["directory"] == ["<unset>"]
+        assert fields["arg"] == ["exec", "svc"]
+        assert fields["command_user"] == ["kube"]
+        static = render_runscript(service, exec_mode=False)
+        fields = read_script(write_script(tmp_path, static, "static"), cwd=tmp_path)
         assert fields["directory"] == ["/var/lib/svc"]
 
     @pytest.mark.parametrize("supervised", [True, False], ids=["supervised", "stale"])

@@ -416,6 +416,25 @@ class TestMapping:
         assert f"ExecStart=+{NODEROLE} exec --logs-and-user konnectivity-server\n" in konnectivity
         assert "append:" not in konnectivity
 
+    def test_the_working_directory_is_entered_by_noderole_exec(self) -> None:
+        """With ExecStart=+, systemd enters WorkingDirectory= as root, through a link the
+        service's user planted there, before noderole exec takes the user: his service
+        started inside a directory of root's he may not enter. In exec mode the unit has no
+        WorkingDirectory=: noderole exec enters it, as the native supervisor does (also
+        without a user, where ExecStart= has no '+'). Static mode keeps it: its ExecStart= has
+        no '+', and systemd enters the directory once it has taken User=."""
+        service = Service(
+            name="s", command=["/bin/true"], user="kube", working_directory="/var/lib/s/work"
+        )
+        text = render_unit(service)
+        assert f"ExecStart=+{NODEROLE} exec --logs-and-user s\n" in text
+        assert "WorkingDirectory" not in text
+        rootly = Service(name="s", command=["/bin/true"], working_directory="/var/lib/s/work")
+        assert "WorkingDirectory" not in render_unit(rootly)
+        static = render_unit(service, exec_mode=False)
+        assert "ExecStart=/bin/true\n" in static
+        assert "User=kube\nWorkingDirectory=/var/lib/s/work\n" in static
+
     def test_notify_with_pre_start_waits_has_no_start_timeout_either(self) -> None:
         """The waits' total bounds a Type=simple start; a notified one waits for the program's
         word, however long its start-up takes (the waits are bounded by noderole itself)."""

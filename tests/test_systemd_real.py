@@ -615,7 +615,61 @@ def noderole_services(node):
 """
 
 
+WANDERER_PLUGIN = """\
+import noderole
+
+
+@noderole.hookimpl
+def noderole_services(node):
+    return [
+        noderole.Service(
+            name="wanderer",
+            roles=["many"],
+            command=[
+                "/bin/sh", "-c",
+                "pwd > /var/lib/wanderer/out; cat ./file >> /var/lib/wanderer/out 2>&1; "
+                "exec sleep 1000",
+            ],
+            user="nobody",
+            working_directory="/var/lib/wanderer/work",
+        )
+    ]
+"""
+
+
 class TestHostileServiceUser:
+    def test_a_link_planted_at_the_working_directory_is_not_followed(self, node: Node) -> None:
+        """The service's user owns the directory its working directory is in, and makes the
+        working directory a link to a directory inside one of root's (0700). Before, the unit
+        said WorkingDirectory= with ExecStart=+: systemd changed directory as root, through
+        the link, and the service, run as its user after, read root's file there. Now the
+        unit names no working directory and noderole exec enters it as the native supervisor
+        does: the link is refused, the start fails and says why, nothing is read."""
+        command = stage_many(node.ns.root, WANDERER_PLUGIN)
+        mine = node.ns.root / "var/lib/wanderer"
+        mine.mkdir(parents=True)
+        os.chown(mine, 65534, 65534)
+        secret = node.ns.root / "root/secret"
+        (secret / "inner").mkdir(parents=True)
+        secret.chmod(0o700)
+        (secret / "inner/file").write_text("root's secret\n")
+        os.symlink("/root/secret/inner", mine / "work")
+        os.lchown(mine / "work", 65534, 65534)
+        done = node.ns.run(
+            command, "apply", "many", "--backend", "systemd", "--json", check=False, timeout=600
+        )
+        out = mine / "out"
+        refused = "refusing to follow the symbolic link /var/lib/wanderer/work"
+        eventually(
+            lambda: refused in node.journal("wanderer.service") or out.exists(),
+            "the refusal in the journal, or (before) the service's output",
+        )
+        assert not out.exists(), out.read_text()
+        assert refused in node.journal("wanderer.service")
+        assert done.returncode == 1, done.stderr + done.stdout
+        wanderer = by_name(json.loads(done.stdout))["wanderer"]
+        assert wanderer["status"] == "failed", wanderer
+
     def test_a_link_planted_at_the_log_is_not_followed(self, node: Node) -> None:
         """The service's user owns its log directory and puts a link to a file of root's where
         the log goes. Before, the unit said StandardOutput=append: and systemd, as root,

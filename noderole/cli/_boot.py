@@ -65,9 +65,10 @@ def exec_command(app: App, name: str, logs_and_user: bool) -> None:
     """Replace this process with service NAME's command, resolved now.
 
     The environment is the caller's (the init system's) plus the service's own; secrets are
-    revealed only into the exec'd process. With --logs-and-user (what a systemd unit asks, run
-    privileged), the service's logs are opened as the native supervisor opens them (no link a
-    user planted is followed) and its user and group are taken, before the exec.
+    revealed only into the exec'd process. The service's working directory is entered as the
+    native supervisor enters it (no link a user planted is followed). With --logs-and-user
+    (what a systemd unit asks, run privileged), the service's logs are opened as the native
+    supervisor opens them and its user and group are taken, before the exec.
     """
     service = app.service(name)
     if service.command is None:
@@ -76,6 +77,17 @@ def exec_command(app: App, name: str, logs_and_user: bool) -> None:
     environment = {**os.environ, **app.root.environment(), **service.revealed_environment()}
     sys.stdout.flush()
     sys.stderr.flush()
+    if service.working_directory:
+        # Entered here, as the native supervisor's child enters it, never by the init system:
+        # systemd (ExecStart=+) and supervise-daemon change directory as root, through a link
+        # the service's user may have planted there, before they take the user. Before the
+        # user is taken (--logs-and-user), or as him (OpenRC's command_user).
+        from noderole.supervisor._child import SpawnError, enter_directory
+
+        try:
+            enter_directory(app.root.local(service.working_directory))
+        except SpawnError as exc:
+            raise UsageError(f"cannot exec {name}: {exc}") from None
     if logs_and_user:
         # A systemd unit runs this as root (ExecStart=+): the logs are opened here, as the
         # native supervisor opens them, and only then is the service's user taken.

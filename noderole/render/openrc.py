@@ -105,7 +105,7 @@ def render_runscript(
     if service.command is not None:
         lines.append("")
         lines += _command_lines(service, noderole_path=noderole_path, exec_mode=exec_mode)
-        lines += _supervision_lines(service)
+        lines += _supervision_lines(service, exec_mode=exec_mode)
 
     depend = _depend_lines(service)
     if depend:
@@ -211,7 +211,7 @@ def _command_lines(service: Service, *, noderole_path: str, exec_mode: bool) -> 
     return lines
 
 
-def _supervision_lines(service: Service) -> list[str]:
+def _supervision_lines(service: Service, *, exec_mode: bool) -> list[str]:
     sup = service.supervision
     lines: list[str] = []
     if service.pidfile:
@@ -242,7 +242,11 @@ def _supervision_lines(service: Service) -> list[str]:
         user = service.user or "root"
         spec = f"{user}:{service.group}" if service.group else user
         lines.append(f'command_user="{_plain(service, "user/group", spec)}"')
-    if service.working_directory:
+    # supervise-daemon --chdir changes directory as root, through a link the service's user
+    # planted there, before it takes command_user: in exec mode noderole exec enters it
+    # instead, as the native supervisor does. The static mode has no such process: there
+    # supervise-daemon still enters it as root (docs/backends.md: keep it where only root writes).
+    if service.working_directory and not exec_mode:
         directory = _plain(service, "working_directory", service.working_directory)
         lines.append(f'directory="{directory}"')
     return lines

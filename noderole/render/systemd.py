@@ -246,7 +246,11 @@ def _process_lines(service: Service, *, exec_mode: bool) -> list[str]:
         lines.append(f"User={_setting(service, 'user', service.user)}")
     if service.group:
         lines.append(f"Group={_setting(service, 'group', service.group)}")
-    if service.working_directory:
+    # WorkingDirectory= with ExecStart=+ is entered by systemd as root, through a link the
+    # service's user planted there, before noderole exec takes the user: in exec mode noderole
+    # exec enters it instead, as the native supervisor does. The static mode's ExecStart= has
+    # no '+': systemd enters the directory after it has taken User=, with the user's rights.
+    if service.working_directory and not exec_mode:
         directory = _setting(service, "working_directory", service.working_directory)
         lines.append(f"WorkingDirectory={directory}")
     if not exec_mode:

@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from noderole.supervisor import _fdlimit, _proc, _safeopen
 
-__all__ = ["Child", "SpawnError", "become", "ids", "spawn"]
+__all__ = ["Child", "SpawnError", "become", "enter_directory", "ids", "spawn"]
 
 _DEFAULT_SIGNALS = (signal.SIGPIPE, signal.SIGXFSZ)
 """What ``Popen(restore_signals=True)`` resets in the child: Python ignores both."""
@@ -282,6 +282,27 @@ def _working_directory(cwd: str) -> int:
         raise SpawnError(f"working directory {cwd} does not exist") from None
     except OSError as e:
         raise SpawnError(f"working directory {cwd}: {e.strerror or e}") from None
+
+
+def enter_directory(cwd: str) -> None:
+    """Make ``cwd`` this process's working directory as the supervisor makes it a child's,
+    before an ``exec``: reached without a link planted where others can write
+    (:func:`_working_directory`), with this process's rights (``noderole exec`` calls it before
+    it takes the service's user, or already as that user), and entered through its descriptor.
+    ``noderole exec`` under OpenRC and systemd, whose ``directory=`` and ``WorkingDirectory=``
+    (with ``ExecStart=+``) are entered as root, through whatever link is there, before the
+    user is taken. SpawnError naming the directory when it cannot be entered."""
+    directory = _working_directory(cwd)
+    try:
+        if directory >= 0:
+            os.fchdir(directory)
+        else:  # relative (a Service's is absolute): as Popen's cwd for the supervisor's child
+            os.chdir(cwd)
+    except OSError as e:
+        raise SpawnError(f"working directory {cwd}: {e.strerror or e}") from None
+    finally:
+        if directory >= 0:
+            os.close(directory)
 
 
 def _is_current_directory(cwd: str) -> bool:
