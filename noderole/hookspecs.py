@@ -147,7 +147,9 @@ def noderole_standins(
     Inputs are data too: a :class:`noderole.RehearsalFile` is a file a boot would
     find (texts several plugins give for one path are joined), a ``RehearsalSetting`` one key of
     the rehearsal's ``config.toml`` (merged per table and key; plugins disagreeing is an error
-    naming both), a ``FreePort`` a setting the rehearsal fills, once, with a free port.
+    naming both), a ``FreePort`` a setting the rehearsal fills, once, with a free port. The path
+    of a stand-in or an input file is an absolute node path whose ``..`` never climbs above
+    ``/``: anything else is a :class:`noderole.DefinitionError` naming the record (exit 5).
 
     Example::
 

@@ -41,14 +41,6 @@ class StandIn(RecordBase):
 _SETTING_NAME = re.compile(r"[A-Za-z0-9_-]+\Z")
 
 
-def _check_input_path(inst: Any, attribute: recordclass.Attribute[Any], value: str) -> None:
-    if not isinstance(value, str) or not value.startswith("/"):
-        raise DefinitionError(
-            f"{type(inst).__name__}: field {attribute.name!r} must be an absolute node path, "
-            f"got {value!r}"
-        )
-
-
 def _check_setting_name(inst: Any, attribute: recordclass.Attribute[Any], value: str) -> None:
     if not isinstance(value, str) or not _SETTING_NAME.match(value):
         raise DefinitionError(
@@ -79,8 +71,8 @@ class RehearsalFile(RecordBase):
         RehearsalFile(path="/etc/my-image/first-boot.env", content="MY_KEY=1\\n")
     """
 
-    path: str = recordclass.field(validator=_check_input_path)
-    """Node path of the file."""
+    path: str = recordclass.field(validator=_check_absolute)
+    """Node path of the file (absolute, without '..' climbing above /, as a StandIn's)."""
     content: str = recordclass.field(repr=lambda s: f"<{len(s)} chars>")
     """The file's text. Texts several plugins supply at one path are joined."""
     mode: int = recordclass.field(default=0o644)

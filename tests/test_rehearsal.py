@@ -11,10 +11,13 @@ from typing import Any
 
 import attrs
 import pytest
+from click.testing import CliRunner
 
 import noderole
+from noderole.cli import cli
+from noderole.cli._app import App
 from noderole.config import CONFIG_PATH, load_config
-from noderole.errors import DefinitionError, PluginError
+from noderole.errors import DefinitionError, ExitCode, PluginError
 from noderole.plugins import load_plugins
 from noderole.rehearsal import (
     FreePort,
@@ -144,6 +147,16 @@ class TestRecords:
         with pytest.raises(DefinitionError, match=field):
             make()
 
+    @pytest.mark.parametrize("path", ["/../../../../srv/x", "/etc/../../x", "/etc/a\0b"])
+    def test_an_input_file_path_is_held_to_a_standins_rules(self, path: str) -> None:
+        """RehearsalFile checked only for a leading '/': a '..' climbing above / reached the
+        scratch root's writer and ended in a traceback. It is refused as a StandIn's path is."""
+        with pytest.raises(DefinitionError) as as_standin:
+            noderole.StandIn(path=path, content="x")
+        with pytest.raises(DefinitionError) as as_file:
+            RehearsalFile(path=path, content="x")
+        assert str(as_file.value) == str(as_standin.value).replace("StandIn", "RehearsalFile")
+
 
 class TestConfigText:
     def test_rendered_config_is_toml_with_noderole_first(self) -> None:
@@ -203,3 +216,32 @@ class TestStage:
         with pytest.raises(PluginError):
             stage_rehearsal(node.root, plugins, node, pick_port=ports())
         assert sorted(p.name for p in tmp_path.rglob("*")) == []
+
+
+class TestRehearseRefusesEscapingInputs:
+    @pytest.mark.parametrize("kind", ["RehearsalFile", "StandIn"])
+    def test_an_input_leaving_the_scratch_root_is_a_definition_error(
+        self, tmp_path: Path, kind: str
+    ) -> None:
+        """noderole rehearse with a plugin's input file at /../../x: exit 5 naming the plugin
+        (it ended in a traceback from staging the scratch root), nothing written outside."""
+        outside = tmp_path / "escaped"
+        path = "/.." * 40 + str(outside)
+        module = types.ModuleType("escaping")
+
+        def noderole_services(node: Any) -> list[noderole.Service]:
+            return [noderole.Service(name="demo", roles=["demo"], command=["/usr/bin/demo"])]
+
+        def noderole_standins(node: Any) -> list[Any]:
+            record = getattr(noderole, kind)
+            return [record(path=path, content="x", mode=0o644)]
+
+        module.noderole_services = noderole.hookimpl(noderole_services)  # type: ignore[attr-defined]
+        module.noderole_standins = noderole.hookimpl(noderole_standins)  # type: ignore[attr-defined]
+        app = App(root=NodeRoot("/"), plugin_objects=(("escaping", module),), autoload=False)
+        result = CliRunner().invoke(cli, ["rehearse", "demo"], obj=app)
+        assert result.exit_code == ExitCode.DEFINITION, result.output
+        assert "escaping" in result.stderr
+        assert f"{kind}: field 'path' is " in result.stderr
+        assert "climbs above the root" in result.stderr
+        assert not outside.exists()
