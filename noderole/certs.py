@@ -579,6 +579,33 @@ def _written_within(seconds: float, paths: Sequence[str], *, now: float) -> bool
     return False
 
 
+def _refuse_the_ca(request: MintCertificate, *, root: NodeRoot) -> None:
+    """Refuse a pair whose file is the CA's own by another name: a link on the way, a second
+    hard link or a bind mount (the record refuses the same name written twice). Minting would
+    replace the cluster CA with the leaf, or serve with the CA's private key."""
+    sources = [(node, root.local(node)) for node in (request.ca_cert, request.ca_key)]
+    for node_pair, name in ((request.cert_path, CERT_NAME), (request.key_path, KEY_NAME)):
+        local = root.local(node_pair)
+        real = os.path.realpath(local)
+        try:
+            info: os.stat_result | None = os.stat(local)
+        except OSError:
+            info = None
+        for node_ca, local_ca in sources:
+            same = real == os.path.realpath(local_ca)
+            if not same and info is not None:
+                with contextlib.suppress(OSError):
+                    other = os.stat(local_ca)
+                    same = (other.st_dev, other.st_ino) == (info.st_dev, info.st_ino)
+            if same:
+                raise CertificateError(
+                    f"refusing to mint: {node_pair} ({name} of {request.directory}) is the CA "
+                    f"file {node_ca} under another name; minting would overwrite the cluster CA "
+                    f"with the serving pair. Give the pair a directory of its own; nothing was "
+                    f"written"
+                )
+
+
 def ensure_certificate(
     request: MintCertificate,
     *,
@@ -589,10 +616,11 @@ def ensure_certificate(
     """Make sure ``request.directory`` holds a good serving pair: reuse it, or mint and write one.
 
     Node paths are resolved under ``root``; time comes from ``clock.time()``. Raises
-    :class:`CertificateError` with a clear message for a bad SAN, an unusable CA, a symbolic link
-    where the pair goes, or a failed write (``cannot write DIR: No space left on device``; the old
-    pair is then left intact). ``fault_hook`` is called before each file-system call of the write
-    (tests inject crashes with it).
+    :class:`CertificateError` with a clear message for a bad SAN, an unusable CA, a pair that is
+    the CA's own file by another name, a symbolic link where the pair goes, or a failed write
+    (``cannot write DIR: No space left on device``; the old pair is then left intact).
+    ``fault_hook`` is called before each file-system call of the write (tests inject crashes
+    with it).
     """
     if request.renew_before_days >= LEAF_LIFETIME.days:
         raise CertificateError(
@@ -600,6 +628,7 @@ def ensure_certificate(
             f"lives {LEAF_LIFETIME.days} days; use a smaller renewal window (k3s uses 90)"
         )
     sans = parse_sans(request.sans)
+    _refuse_the_ca(request, root=root)  # before the directory is read (stale temps go) or written
     now = _now(clock)
     directory = root.local(request.directory)
     cert_path, key_path = os.path.join(directory, CERT_NAME), os.path.join(directory, KEY_NAME)
@@ -788,6 +817,7 @@ def step_verdict(step: MintCertificate, *, root: NodeRoot, now: dt.datetime) -> 
     """Whether ``step``'s certificate on disk would be reused now, and why (the CA loaded and the
     pair read, nothing written): what ``apply --dry-run`` and ``renew`` decide by. Raises
     :class:`CertificateError` when the CA cannot be used or a SAN cannot be parsed."""
+    _refuse_the_ca(step, root=root)
     ca = load_ca(root.resolve(step.ca_cert), root.resolve(step.ca_key), now=now)
     sans = parse_sans(step.sans)
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import math
 import operator
+import posixpath
 import threading
 import types
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -277,6 +278,25 @@ def _one_of(*choices: str) -> Callable[[Any, recordclass.Attribute[Any], Any], N
 def _non_empty(inst: Any, attribute: recordclass.Attribute[Any], value: Any) -> None:
     if not isinstance(value, str) or not value:
         raise _fail(_label(inst), attribute.name, f"must be a non-empty string, got {value!r}")
+
+
+COMMON_NAME_MAX = 64
+"""Longest subject common name of a minted leaf: X.509's ub-common-name (RFC 5280), which
+cryptography enforces on the name's UTF-8 bytes."""
+
+
+def _check_common_name(inst: Any, attribute: recordclass.Attribute[Any], value: Any) -> None:
+    _non_empty(inst, attribute, value)
+    if not _passable(value):
+        raise _fail(_label(inst), attribute.name, f"must be UTF-8 text without NUL, got {value!r}")
+    size = len(value.encode("utf-8"))
+    if size > COMMON_NAME_MAX:
+        raise _fail(
+            _label(inst),
+            attribute.name,
+            f"must be 1 to {COMMON_NAME_MAX} characters long (X.509's ub-common-name, counted "
+            f"in UTF-8 bytes), got {size}: {value[:40]!r}...",
+        )
 
 
 def _is_table_name(text: str) -> bool:
@@ -723,8 +743,8 @@ class MintCertificate(RecordBase):
     """The CA certificate (PEM; the first certificate of a chain is the signer)."""
     ca_key: str = recordclass.field(validator=_check_absolute)
     """The CA private key (PEM: EC or RSA, SEC1/PKCS#1 or PKCS#8)."""
-    common_name: str = recordclass.field(validator=_non_empty)
-    """The leaf's subject CN."""
+    common_name: str = recordclass.field(validator=_check_common_name)
+    """The leaf's subject CN: 1 to 64 characters (X.509's limit, counted in UTF-8 bytes)."""
     sans: tuple[str, ...] = recordclass.field(converter=_tuple_of_str, metadata=_LIST)
     """Subject alternative names: DNS names and IP addresses, as given (checked here, so a port,
     a URL or a CIDR is a definition error at ``plan``, not a failure at apply)."""
@@ -756,6 +776,23 @@ class MintCertificate(RecordBase):
                 f"must be a whole number of days from 0 to {LEAF_LIFETIME_DAYS - 1} (a new "
                 f"certificate lives {LEAF_LIFETIME_DAYS} days; k3s uses 90), got {value!r}",
             )
+
+    def __attrs_post_init__(self) -> None:
+        # Minting writes DIR/tls.crt and DIR/tls.key: under the CA's own names it would replace
+        # the cluster CA with the leaf and serve with the CA's private key.
+        pair = (("tls.crt", self.cert_path), ("tls.key", self.key_path))
+        for field in ("ca_cert", "ca_key"):
+            value = getattr(self, field)
+            for name, written in pair:
+                if posixpath.normpath(value) == posixpath.normpath(written):
+                    raise _fail_with(
+                        value,
+                        "MintCertificate",
+                        field,
+                        f"is {value!r}, the {name} this step writes in field 'directory' "
+                        f"({self.directory!r}): minting would overwrite the cluster CA's file "
+                        f"with the serving pair; give the pair a directory of its own",
+                    )
 
     @property
     def cert_path(self) -> str:

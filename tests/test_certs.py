@@ -1041,3 +1041,224 @@ class TestCli:
         result = self._invoke(node, ["check", f"{KONN_DIR}/tls.crt"])
         assert result.exit_code == 0
         assert result.stdout.splitlines()[1].endswith("yes (CA not checked)")
+
+
+class TestNeverMintsOverTheCa:
+    """Minting into the CA's own directory under the CA's own names wrote the leaf over the
+    cluster CA certificate and kept the CA's private key as the serving key: "minted (key
+    kept)", exit 0, and the CA gone for good."""
+
+    CA_DIR = "/var/lib/ca"
+
+    def _openssl_node(self, tmp_path: Path) -> tuple[Node, dict[str, bytes]]:
+        """A node whose CA, made by openssl, is CA_DIR/tls.crt + CA_DIR/tls.key."""
+        node = Node(tmp_path / "root")
+        made_crt, made_key = openssl_ca(tmp_path / "made", "ec-serial0")
+        ca_dir = node.root.resolve(self.CA_DIR)
+        ca_dir.mkdir(parents=True)
+        (ca_dir / "tls.crt").write_bytes(made_crt.read_bytes())
+        (ca_dir / "tls.key").write_bytes(made_key.read_bytes())
+        (ca_dir / "tls.key").chmod(0o600)
+        return node, {p.name: p.read_bytes() for p in ca_dir.iterdir()}
+
+    @pytest.mark.parametrize(
+        ("directory", "ca_cert", "ca_key", "field"),
+        [
+            ("/var/lib/ca", "/var/lib/ca/tls.crt", "/var/lib/ca/tls.key", "ca_cert"),
+            ("/var/lib/ca", "/var/lib/ca/tls.crt", "/var/lib/ca/ca.key", "ca_cert"),
+            ("/var/lib/ca", "/var/lib/ca/ca.crt", "/var/lib/ca/tls.key", "ca_key"),
+            ("/var/lib/ca", "/var/lib/ca/tls.key", "/var/lib/ca/ca.key", "ca_cert"),
+            ("/var/lib/ca/", "/var/lib//ca/./tls.crt", "/k", "ca_cert"),
+            ("/var/lib/x/../ca", "/var/lib/ca/ca.crt", "/var/lib/ca/tls.crt", "ca_key"),
+        ],
+    )
+    def test_the_record_refuses_the_pair_at_a_ca_path(
+        self, directory: str, ca_cert: str, ca_key: str, field: str
+    ) -> None:
+        """A CA path that is DIR/tls.crt or DIR/tls.key is a definition error naming the field
+        (with the refused value, so a value from config.toml is traced to its key)."""
+        with pytest.raises(DefinitionError) as excinfo:
+            MintCertificate(
+                directory=directory, ca_cert=ca_cert, ca_key=ca_key, common_name="x", sans=["a"]
+            )
+        assert excinfo.value.field == field
+        message = str(excinfo.value)
+        assert f"MintCertificate: field {field!r}" in message
+        assert "field 'directory'" in message
+        assert "overwrite the cluster CA" in message
+
+    def test_other_names_in_the_ca_directory_are_fine(self) -> None:
+        """A pair in the CA's directory under other names than the CA's is still allowed."""
+        step = MintCertificate(
+            directory="/var/lib/ca",
+            ca_cert="/var/lib/ca/ca.crt",
+            ca_key="/var/lib/ca/ca.key",
+            common_name="x",
+            sans=["a"],
+        )
+        assert step.cert_path == "/var/lib/ca/tls.crt"
+
+    def test_cli_mint_over_the_ca_is_a_usage_error_and_the_ca_stays(self, tmp_path: Path) -> None:
+        """The reproduced command: exit 2 naming the option, the CA files untouched."""
+        from noderole.cli import cli
+        from noderole.cli._app import App
+
+        node, before = self._openssl_node(tmp_path)
+        app = App(root=node.root, clock=node.clock, autoload=False)
+        ca_cert, ca_key = f"{self.CA_DIR}/tls.crt", f"{self.CA_DIR}/tls.key"
+        args = ["cert", "mint", "--dir", self.CA_DIR, "--ca-cert", ca_cert, "--ca-key", ca_key,
+                "--cn", "x", "--sans", "a.example"]  # fmt: skip
+        result = click.testing.CliRunner().invoke(cli, args, obj=app)
+        assert result.exit_code == 2, result.output
+        assert "cert mint: --ca-cert: MintCertificate: field 'ca_cert'" in result.stderr
+        assert "overwrite the cluster CA" in result.stderr
+        ca_dir = node.root.resolve(self.CA_DIR)
+        assert {p.name: p.read_bytes() for p in ca_dir.iterdir()} == before
+
+    def test_a_link_on_the_way_to_the_ca_is_refused_before_anything_is_written(
+        self, tmp_path: Path
+    ) -> None:
+        """DIR reached through a link to the CA's directory: the names differ, the files do not;
+        the real paths are compared before the directory is even read."""
+        node, before = self._openssl_node(tmp_path)
+        (node.root.resolve("/srv")).mkdir()
+        (node.root.resolve("/srv/lib")).symlink_to(node.root.resolve("/var/lib"))
+        # A crashed writer's temporary: reading the directory would have removed it.
+        stale = ".tls.crt.0123456789ab.tmp"
+        (node.root.resolve(f"{self.CA_DIR}/{stale}")).write_bytes(b"left by a crash")
+        before[stale] = b"left by a crash"
+        with pytest.raises(CertificateError) as excinfo:
+            node.ensure(
+                directory="/srv/lib/ca",
+                ca_cert=f"{self.CA_DIR}/tls.crt",
+                ca_key=f"{self.CA_DIR}/tls.key",
+            )
+        message = str(excinfo.value)
+        assert (
+            "/srv/lib/ca/tls.crt (tls.crt of /srv/lib/ca) is the CA file /var/lib/ca/tls.crt"
+            in (message)
+        )
+        assert "nothing was written" in message
+        ca_dir = node.root.resolve(self.CA_DIR)
+        assert {p.name: p.read_bytes() for p in ca_dir.iterdir()} == before
+
+    def test_a_hard_link_of_the_ca_key_as_the_serving_key_is_refused(self, tmp_path: Path) -> None:
+        """DIR/tls.key a second name of the CA key (same device and inode): refused too."""
+        node, before = self._openssl_node(tmp_path)
+        node.dir.mkdir(parents=True)
+        os.link(node.root.resolve(f"{self.CA_DIR}/tls.key"), node.key_file)
+        with pytest.raises(CertificateError, match=r"is the CA file /var/lib/ca/tls\.key"):
+            node.ensure(ca_cert=f"{self.CA_DIR}/tls.crt", ca_key=f"{self.CA_DIR}/tls.key")
+        assert sorted(p.name for p in node.dir.iterdir()) == ["tls.key"]
+        ca_dir = node.root.resolve(self.CA_DIR)
+        assert {p.name: p.read_bytes() for p in ca_dir.iterdir()} == before
+
+    def test_the_dry_run_verdict_says_it_would_fail(self, tmp_path: Path) -> None:
+        """apply --dry-run and renew judge by step_verdict: it refuses the same pair."""
+        from noderole.certs import step_verdict
+
+        node, _ = self._openssl_node(tmp_path)
+        (node.root.resolve("/srv")).mkdir()
+        (node.root.resolve("/srv/ca")).symlink_to(node.root.resolve(self.CA_DIR))
+        step = node.request(
+            directory="/srv/ca/",
+            ca_cert=f"{self.CA_DIR}/tls.crt",
+            ca_key=f"{self.CA_DIR}/ca.key",
+        )
+        with pytest.raises(CertificateError, match=r"is the CA file /var/lib/ca/tls\.crt"):
+            step_verdict(step, root=node.root, now=utc(node.clock.time()))
+
+
+class TestCommonNameLength:
+    """A common name over 64 characters passed plan and ended a mint in cryptography's bare
+    ``ValueError: Attribute's length must be >= 1 and <= 64``."""
+
+    @pytest.mark.parametrize("name", ["x" * 65, "é" * 33, "a\0b"])
+    def test_the_record_refuses_it_naming_the_field(self, name: str) -> None:
+        with pytest.raises(DefinitionError, match=r"field 'common_name' must be") as excinfo:
+            MintCertificate(directory="/d", ca_cert="/c", ca_key="/k", common_name=name, sans=["a"])
+        assert excinfo.value.field == "common_name"
+
+    def _mint(self, node: Node, common_name: str) -> click.testing.Result:
+        args = TestCli()._mint_args()
+        args[args.index("--cn") + 1] = common_name
+        return TestCli()._invoke(node, args)
+
+    def test_sixty_four_characters_mint(self, node: Node) -> None:
+        """The longest name allowed is minted as given."""
+        name = "k" * 64
+        assert node.ensure(common_name=name).action == "minted"
+        cert, _ = node.pair()
+        assert cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value == name
+
+    def test_cli_too_long_is_a_usage_error(self, node: Node) -> None:
+        result = self._mint(node, "x" * 65)
+        assert isinstance(result.exception, UsageError), result.output
+        message = str(result.exception)
+        assert message.startswith("cert mint: --cn: MintCertificate: field 'common_name'")
+        assert "1 to 64 characters" in message
+        assert not node.dir.exists()
+
+    def test_cli_empty_gets_no_hint_about_paths(self, node: Node) -> None:
+        """--cn "" said "...; node paths are absolute (e.g. /var/lib/x)": not about paths."""
+        result = self._mint(node, "")
+        assert isinstance(result.exception, UsageError), result.output
+        message = str(result.exception)
+        assert message == (
+            "cert mint: --cn: MintCertificate: field 'common_name' must be a non-empty string, "
+            "got ''"
+        )
+
+
+class TestCliPathsClimbingOut:
+    """cert check /../../x.crt ended in a traceback (ValueError from resolving the path)."""
+
+    @pytest.mark.parametrize(
+        ("args", "named"),
+        [
+            (["check", "/../../x.crt"], "PATH '/../../x.crt'"),
+            (["check", f"{KONN_DIR}/tls.crt", "--ca-cert", "/../ca.crt"], "--ca-cert '/../ca.crt'"),
+            (["check", f"{KONN_DIR}/tls.crt", "/a/../../x.crt"], "PATH '/a/../../x.crt'"),
+        ],
+    )
+    def test_check_is_a_usage_error_naming_the_path(
+        self, node: Node, args: list[str], named: str
+    ) -> None:
+        result = TestCli()._invoke(node, args)
+        assert isinstance(result.exception, UsageError), result.output
+        assert str(result.exception).startswith(f"cert check: {named}: ")
+        assert "climbs above /" in str(result.exception)
+
+    @pytest.mark.parametrize(("option", "index"), [("--dir", 2), ("--ca-cert", 4), ("--ca-key", 6)])
+    def test_mint_is_a_usage_error_naming_the_option(
+        self, node: Node, option: str, index: int
+    ) -> None:
+        args = TestCli()._mint_args()
+        assert args[index - 1] == option
+        args[index] = "/../x"
+        result = TestCli()._invoke(node, args)
+        assert isinstance(result.exception, UsageError), result.output
+        assert str(result.exception).startswith(f"cert mint: {option}: ")
+        assert "climbs above the root" in str(result.exception)
+
+
+class TestCheckRoleCombined:
+    """--role with --ca-cert said "give PATHs (with --ca-cert) or --role, not both" though no
+    PATH was given."""
+
+    @pytest.mark.parametrize(
+        ("extra", "combined"),
+        [
+            (["--ca-cert", CA_CERT], "--ca-cert"),
+            ([f"{KONN_DIR}/tls.crt"], "PATHs"),
+            ([f"{KONN_DIR}/tls.crt", "--ca-cert", CA_CERT], "PATHs and --ca-cert"),
+        ],
+    )
+    def test_the_message_names_what_was_combined(
+        self, node: Node, extra: list[str], combined: str
+    ) -> None:
+        result = TestCli()._invoke(node, ["check", "--role", "server", *extra])
+        assert isinstance(result.exception, UsageError), result.output
+        assert str(result.exception).startswith(
+            f"cert check: --role cannot be combined with {combined}: "
+        )

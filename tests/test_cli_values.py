@@ -340,6 +340,74 @@ class TestPathsLeavingTheRoot:
         )
 
 
+def _minting_plugin(ca_cert: str, ca_key: str) -> types.ModuleType:
+    module = types.ModuleType("minting")
+
+    def noderole_services() -> list[noderole.Service]:
+        mint = noderole.MintCertificate(
+            directory="/var/lib/ca3",
+            ca_cert=ca_cert,
+            ca_key=ca_key,
+            common_name="x",
+            sans=["a.example"],
+        )
+        return [noderole.Service(name="x", roles=["front"], command=["/bin/x"], pre_start=[mint])]
+
+    module.noderole_services = noderole.hookimpl(noderole_services)  # type: ignore[attr-defined]
+    return module
+
+
+class TestMintingOverTheCa:
+    """A certificate step minting DIR/tls.crt + DIR/tls.key over the CA's own files passed plan
+    ("would start") and config check; apply then overwrote the cluster CA with the leaf."""
+
+    @pytest.mark.parametrize(
+        ("ca_cert", "ca_key", "field"),
+        [
+            ("/var/lib/ca3/tls.crt", "/var/lib/ca3/tls.key", "ca_cert"),
+            ("/var/lib/ca3/tls.crt", "/var/lib/ca/ca.key", "ca_cert"),
+            ("/var/lib/ca/ca.crt", "/var/lib/ca3/tls.key", "ca_key"),
+        ],
+    )
+    def test_a_plugins_step_is_a_definition_error(
+        self, tmp_path: Path, ca_cert: str, ca_key: str, field: str
+    ) -> None:
+        app = App(
+            root=NodeRoot(tmp_path),
+            plugin_objects=(("minting", _minting_plugin(ca_cert, ca_key)),),
+            autoload=False,
+        )
+        result = CliRunner().invoke(cli, ["plan", "front"], obj=app)
+        assert result.exit_code == ExitCode.DEFINITION, result.output
+        assert "minting" in result.stderr
+        assert f"MintCertificate: field {field!r} is " in result.stderr
+        assert "field 'directory' ('/var/lib/ca3')" in result.stderr
+
+    @pytest.mark.parametrize(
+        ("text", "key"),
+        [
+            ('ca_cert = "/var/lib/spinifex-eks/konnectivity/tls.crt"\n', "ca_cert"),
+            ('cert_dir = "/etc/k/"\nca_key = "/etc/k/tls.key"\n', "ca_key"),
+        ],
+    )
+    def test_a_ca_path_from_config_toml_names_its_key(
+        self, tmp_path: Path, text: str, key: str
+    ) -> None:
+        """[konnectivity] ca_cert = "<cert_dir>/tls.crt" is the operator's to fix: exit 4."""
+        write_config(tmp_path, f"[konnectivity]\n{text}")
+        first_boot = tmp_path / "etc/spinifex-eks/first-boot.env"
+        first_boot.parent.mkdir(parents=True)
+        first_boot.write_text("EKS_KONNECTIVITY_SANS=10.0.0.7\n")  # so that the step is built
+        for args in (("config", "check"), ("plan", "server")):
+            app = App(root=NodeRoot(tmp_path), autoload=True)
+            result = CliRunner().invoke(cli, list(args), obj=app)
+            assert result.exit_code == ExitCode.CONFIG, result.output
+            assert f"{CONFIG}:konnectivity.{key}: " in result.stderr
+            assert f"is refused by the plugin that uses it: MintCertificate: field {key!r}" in (
+                result.stderr
+            )
+
+
 class TestPlanWarnings:
     def test_unknown_dependency_name_is_a_warning_with_a_suggestion(self, tmp_path: Path) -> None:
         """`after k3ss` is shown by plan as a warning suggesting k3s; the plan still builds."""

@@ -303,7 +303,7 @@ class TestCertCheckRole:
         """--role with PATHs is a usage error naming both."""
         result = CliRunner().invoke(cli, ["cert", "check", "--role", "r", "/x.crt"], obj=app)
         assert result.exit_code == 2
-        assert "PATHs (with --ca-cert) or --role, not both" in result.output
+        assert "--role cannot be combined with PATHs: " in result.output
 
 
 def _ops(root: Path, config: str, *, role_plugin: bool = True) -> Operations:

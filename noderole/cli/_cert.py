@@ -31,10 +31,17 @@ def cert() -> None:
 
 
 @cert.command(name="mint")
-@click.option("--dir", "directory", required=True, help="Node directory for tls.crt and tls.key.")
+@click.option(
+    "--dir",
+    "directory",
+    required=True,
+    help="Node directory for tls.crt and tls.key (never the CA's own files).",
+)
 @click.option("--ca-cert", required=True, help="Node path of the CA certificate (PEM).")
 @click.option("--ca-key", required=True, help="Node path of the CA private key (PEM).")
-@click.option("--cn", "common_name", required=True, help="Subject common name of the leaf.")
+@click.option(
+    "--cn", "common_name", required=True, help="Subject common name of the leaf (1-64 characters)."
+)
 @click.option("--sans", required=True, help="Comma-separated DNS names and IP addresses.")
 @click.option(
     "--renew-before-days",
@@ -56,6 +63,8 @@ def mint(
     """Reuse DIR/tls.crt + DIR/tls.key if still good, else mint a new pair from the CA.
 
     Prints CERTPATH<TAB>KEYPATH (node paths) on stdout, and what was done and why on stderr.
+    Refuses (exit 2) a --ca-cert or --ca-key that is DIR/tls.crt or DIR/tls.key, and, before
+    writing, a pair that is a CA file under another name (exit 7).
     """
     from noderole.certs import ensure_certificate
     from noderole.records import MintCertificate
@@ -72,16 +81,38 @@ def mint(
             renew_before_days=renew_before_days,
         )
     except DefinitionError as error:
-        raise UsageError(f"cert mint: {error}; node paths are absolute (e.g. /var/lib/x)") from None
+        option = _MINT_OPTIONS.get(error.field or "", "")
+        given = error.value
+        hint = ""
+        if option in _PATH_OPTIONS and isinstance(given, str) and not given.startswith("/"):
+            hint = "; node paths are absolute (e.g. /var/lib/x)"
+        raise UsageError(f"cert mint: {option}{': ' if option else ''}{error}{hint}") from None
     outcome = ensure_certificate(request, root=app.root, clock=app.clock)
     kept = " (key kept)" if outcome.action == "minted" and outcome.key_kept else ""
     click.echo(f"{outcome.action}{kept}: {outcome.reason}", err=True)
     click.echo(f"{request.cert_path}\t{request.key_path}")
 
 
-def _local(app: App, path: str) -> Path:
-    """A node path (absolute) under the root; a relative path as it is, from the working dir."""
-    return app.root.resolve(path) if path.startswith("/") else Path(path)
+_MINT_OPTIONS = {
+    "directory": "--dir",
+    "ca_cert": "--ca-cert",
+    "ca_key": "--ca-key",
+    "common_name": "--cn",
+    "sans": "--sans",
+}
+"""The option of ``cert mint`` that gave each field of its record."""
+_PATH_OPTIONS = ("--dir", "--ca-cert", "--ca-key")
+
+
+def _local(app: App, path: str, what: str) -> Path:
+    """A node path (absolute) under the root; a relative path as it is, from the working dir.
+    A node path climbing above / with '..' is a usage error naming ``what`` gave it."""
+    if not path.startswith("/"):
+        return Path(path)
+    try:
+        return app.root.resolve(path)
+    except ValueError as error:
+        raise UsageError(f"cert check: {what} {path!r}: {error}") from None
 
 
 @cert.command(name="check")
@@ -111,7 +142,8 @@ def check(
 ) -> None:
     """Show subject, SANs, expiry and issuer of each certificate, and whether it would be reused.
 
-    Absolute PATHs are node paths (resolved under --root). A key next to a certificate (X.key for
+    Absolute PATHs are node paths (resolved under --root; one whose '..' climbs above / is a
+    usage error, as for --ca-cert). A key next to a certificate (X.key for
     X.crt) is checked against it. Exits 1 when any certificate is unreadable or would be re-minted.
 
     With --role ROLE: every certificate ROLE's services mint, checked against the CA, names and
@@ -119,7 +151,12 @@ def check(
     """
     if role is not None:
         if paths or ca_cert:
-            raise UsageError("cert check: give PATHs (with --ca-cert) or --role, not both")
+            given = [*(["PATHs"] if paths else []), *(["--ca-cert"] if ca_cert else [])]
+            raise UsageError(
+                f"cert check: --role cannot be combined with {' and '.join(given)}: it checks "
+                f"each certificate the role mints against its own step's CA; give --role ROLE "
+                f"alone, or PATHs (with --ca-cert)"
+            )
         _check_role(app, role, as_json=as_json)
         return
     if not paths:
@@ -127,12 +164,13 @@ def check(
     from noderole.certs import inspect_certificate
 
     now = dt.datetime.fromtimestamp(app.clock.time(), tz=dt.UTC)
-    ca = _local(app, ca_cert) if ca_cert else None
+    ca = _local(app, ca_cert, "--ca-cert") if ca_cert else None
+    locals_ = [_local(app, path, "PATH") for path in paths]  # every one checked before any read
     rows: list[tuple[str, CertReport | CertificateError]] = []
-    for path in paths:
+    for path, local in zip(paths, locals_, strict=True):
         try:
             report: CertReport | CertificateError = inspect_certificate(
-                _local(app, path), ca_cert=ca, now=now, renew_before_days=renew_before_days
+                local, ca_cert=ca, now=now, renew_before_days=renew_before_days
             )
         except CertificateError as error:
             report = error
