@@ -138,8 +138,8 @@ def dry_run_report(
     """One row per planned service: ``name``, ``action``, ``why``, ``certificates``."""
     # Imported here: `plan` uses this module's known_failures, and must not pay for the engine.
     from noderole.engine import (
-        DEFINITION_PARTS,
         SHOWN_KEY,
+        changed_parts,
         definition_diff,
         definition_digests,
         definition_shown,
@@ -168,11 +168,11 @@ def dry_run_report(
             action, why = "start", "not running"
         else:
             before = previous.get(entry.name, {})
-            digests = definition_digests(service)
-            changed = [DEFINITION_PARTS[k] for k in sorted(digests) if before.get(k) != digests[k]]
+            digests = definition_digests(service, before)
+            changed = changed_parts(before, digests)
             if changed or minting:
                 shown = (
-                    definition_diff(before[SHOWN_KEY], definition_shown(service))
+                    definition_diff(before[SHOWN_KEY], definition_shown(service, before))
                     if changed and SHOWN_KEY in before
                     else []
                 )

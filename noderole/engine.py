@@ -48,6 +48,8 @@ __all__ = [
     "StepTiming",
     "apply_plan",
     "definition_diff",
+    "accepted_fingerprints",
+    "changed_parts",
     "definition_digests",
     "definition_shown",
 ]
@@ -171,8 +173,36 @@ def _supervision(service: Service) -> dict[str, Any]:
     return settings
 
 
-def definition_digests(service: Service) -> dict[str, str]:
-    """A digest per part of a definition, so a restart can say what changed (no secret stored)."""
+def _written(service: Service, before: Mapping[str, str] | None) -> dict[str, str]:
+    """What the service's own ``WriteFile`` steps write, as a short digest per path (its
+    program reads them at start: k3s its config drop-ins), over what the last apply recorded
+    (``before``, its digests): a step a plugin leaves out once the file is there (k3s copies
+    ``config.yaml`` from its skeleton only when it is missing) leaves the file as it was, so
+    its digest stays. Empty for a service that never had such a step."""
+    from noderole.records import WriteFile
+
+    recorded: dict[str, str] = {}
+    if before and "files" in before and SHOWN_KEY in before:  # only a service that had any
+        with contextlib.suppress(ValueError, TypeError, AttributeError):
+            files = json.loads(before[SHOWN_KEY]).get("files")
+            if isinstance(files, dict):
+                recorded = {k: v for k, v in files.items() if isinstance(v, str)}
+    return recorded | {
+        step.path: sha256(f"{step.mode:o}\0{step.content}".encode()).hexdigest()[:16]
+        for step in service.pre_start
+        if isinstance(step, WriteFile)
+    }
+
+
+LATER_PARTS = ("files",)
+"""Parts of a definition added after the first release. A definition holds one only when the
+service has it, and a process started by a noderole whose digests lacked it is taken as started
+with what it has now (:func:`accepted_fingerprints`): an upgrade restarts nothing."""
+
+
+def definition_digests(service: Service, before: Mapping[str, str] | None = None) -> dict[str, str]:
+    """A digest per part of a definition, so a restart can say what changed (no secret stored).
+    ``before``: what the last apply recorded for the service (the files its steps wrote)."""
     parts: dict[str, Any] = {
         "command": list(service.command or ()),
         "environment": service.revealed_environment(),
@@ -180,6 +210,9 @@ def definition_digests(service: Service) -> dict[str, str]:
         "logs": [service.pidfile, service.output_log, service.error_log],
         "supervision": _supervision(service),
     }
+    written = _written(service, before)
+    if written:
+        parts["files"] = written
     return {
         key: sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:16]
         for key, value in parts.items()
@@ -190,7 +223,7 @@ SHOWN_KEY = "shown"
 """Key, next to the digests of a service in the node state, of what a restart reason may show."""
 
 
-def definition_shown(service: Service) -> str:
+def definition_shown(service: Service, before: Mapping[str, str] | None = None) -> str:
     """The parts of a definition a restart reason may quote, as JSON: every value but a
     secret's, which is kept as a short digest (enough to say *that* it changed)."""
     from noderole.records import Secret
@@ -201,13 +234,16 @@ def definition_shown(service: Service) -> str:
         else value
         for key, value in service.environment.items()
     }
-    shown = {
+    shown: dict[str, Any] = {
         "command": list(service.command or ()),
         "environment": environment,
         "user": [service.user, service.group, service.working_directory],
         "logs": [service.pidfile, service.output_log, service.error_log],
         "supervision": _supervision(service),
     }
+    written = _written(service, before)
+    if written:
+        shown["files"] = written
     return json.dumps(shown, sort_keys=True)
 
 
@@ -246,6 +282,17 @@ def definition_diff(before: str, after: str) -> list[str]:
     for key in sorted(new_sup):
         if old_sup.get(key) != new_sup[key]:
             changes.append(f"{key}: {old_sup.get(key)} -> {new_sup[key]}")
+    if "files" in old:  # recorded by a noderole that knew them
+        old_files, new_files = old["files"], new.get("files", {})
+        for path in sorted(set(old_files) | set(new_files)):
+            if path not in new_files:
+                changes.append(f"file {path} no longer written")
+            elif path not in old_files:
+                changes.append(f"file {path} written")
+            elif old_files[path] != new_files[path]:
+                changes.append(f"file {path} changed")
+    elif new.get("files"):
+        pass  # a process of an older noderole: what it read is not known, nor said
     return changes
 
 
@@ -255,7 +302,38 @@ DEFINITION_PARTS = {  # digest key -> what a restart reason calls it
     "user": "user, group or working directory",
     "logs": "pidfile or logs",
     "supervision": "supervision settings",
+    "files": "files its pre-start writes",
 }
+
+
+def changed_parts(before: Mapping[str, str], digests: Mapping[str, str]) -> list[str]:
+    """The parts of a definition whose digests differ from those recorded (``before``), in
+    :data:`DEFINITION_PARTS`' words; a later part ``before`` lacks (recorded by an older
+    noderole) is not counted as changed."""
+    return [
+        DEFINITION_PARTS[key]
+        for key in sorted(digests)
+        if before.get(key) != digests[key] and (key in before or key not in LATER_PARTS)
+    ]
+
+
+def accepted_fingerprints(
+    digests: Mapping[str, str], certificates: Sequence[str], before: Mapping[str, str]
+) -> tuple[str, ...]:
+    """The fingerprints a running process may have and still be the service as defined now:
+    :func:`process_fingerprint`'s, and, for a process an older noderole started without a
+    later part in its fingerprint, the one without it, while that part is what the last apply
+    recorded (or it recorded none)."""
+    now = _fingerprint(digests, certificates)
+    later = [
+        key
+        for key in LATER_PARTS
+        if key in digests and before.get(key, digests[key]) == digests[key]
+    ]
+    if not later:
+        return (now,)
+    older = {key: value for key, value in digests.items() if key not in later}
+    return (now, _fingerprint(older, certificates))
 
 
 def process_fingerprint(digests: Mapping[str, str], certificates: Sequence[str]) -> str:
@@ -638,13 +716,15 @@ class _Run:
                     return report("failed", timings, f"could not record: {exc}")
             announce()
             return report("done", timings)
-        digests = definition_digests(service)
-        self.digests[entry.name] = {**digests, SHOWN_KEY: definition_shown(service)}
+        before = self.previous.get(entry.name, {})
+        digests = definition_digests(service, before)
+        self.digests[entry.name] = {**digests, SHOWN_KEY: definition_shown(service, before)}
         certificates = [r.certificate.fingerprint for r in results if r.certificate is not None]
         fingerprint = _fingerprint(digests, certificates)
         current = self.current.get(entry.name)
         running = current is not None and current.state in ("starting", "running", "ready")
-        if running and current is not None and current.fingerprint == fingerprint:
+        accepted = accepted_fingerprints(digests, certificates, self.previous.get(entry.name, {}))
+        if running and current is not None and current.fingerprint in accepted:
             return report("running", timings, "already running", pid=current.pid)
         reason = ""
         if running:
@@ -678,11 +758,9 @@ class _Run:
             if r.certificate is not None and r.certificate.action == "minted"
         ]
         before = self.previous.get(name, {})
-        changed = [
-            DEFINITION_PARTS[k] for k in sorted(digests) if before and before.get(k) != digests[k]
-        ]
+        changed = changed_parts(before, digests) if before else []
         shown = (
-            definition_diff(before[SHOWN_KEY], definition_shown(self.plan[name].service))
+            definition_diff(before[SHOWN_KEY], definition_shown(self.plan[name].service, before))
             if (changed and SHOWN_KEY in before)
             else []
         )

@@ -186,6 +186,82 @@ class TestApply:
         assert data["a"]["reason"] == "restarted: command line: removed --v1, added --v2"
         assert wait_until(lambda: node.pid("a") != old, "a new pid")
 
+    def test_a_file_its_pre_start_writes_changed_restarts_it(self, node: Node) -> None:
+        """k3s reads its config drop-ins once, at start: a plugin removed or reconfigured
+        (konnectivity's egress selector gone from 50-noderole.yaml) rewrote the drop-in, and
+        k3s ran on with the old one, "already running". A change to what a service's own
+        WriteFile steps write restarts it, naming the file; the same content keeps it."""
+
+        def service(text: str) -> noderole.Service:
+            step = noderole.WriteFile(path="/etc/a/config.yaml", content=text, mode=0o600)
+            return sleeper("a", pre_start=[step])
+
+        node.services.append(service("one: 1\n"))
+        node.run("apply", "demo")
+        old = node.pid("a")
+        assert report(node.run("apply", "demo", "--json"))["a"]["status"] == "running"
+        node.services[0] = service("one: 2\n")
+        dry = json.loads(node.run("apply", "demo", "--dry-run", "--json").stdout)["services"]
+        assert [(row["action"], row["why"]) for row in dry] == [
+            ("restart", "file /etc/a/config.yaml changed")
+        ]
+        data = report(node.run("apply", "demo", "--json"))
+        assert data["a"]["status"] == "restarted"
+        assert data["a"]["reason"] == "restarted: file /etc/a/config.yaml changed"
+        assert wait_until(lambda: node.pid("a") != old, "a new pid")
+
+    def test_a_step_left_out_once_its_file_is_there_restarts_nothing(self, node: Node) -> None:
+        """k3s's plugin copies config.yaml from its skeleton only while it is missing: the
+        second apply has no such step, and the file is as the first wrote it. That is no
+        change (a first version restarted k3s at every second apply); a later change of
+        another file still is, and a step that comes back with other content too."""
+
+        def service(*steps: noderole.WriteFile) -> noderole.Service:
+            return sleeper("a", pre_start=list(steps))
+
+        copy = noderole.WriteFile(path="/etc/a/config.yaml", content="x: 1\n", mode=0o600)
+        dropin = noderole.WriteFile(path="/etc/a/dropin.yaml", content="y: 1\n", mode=0o600)
+        node.services.append(service(copy, dropin))
+        node.run("apply", "demo")
+        node.services[0] = service(dropin)
+        for _ in range(2):
+            assert report(node.run("apply", "demo", "--json"))["a"]["status"] == "running"
+        changed = noderole.WriteFile(path="/etc/a/dropin.yaml", content="y: 2\n", mode=0o600)
+        node.services[0] = service(changed)
+        data = report(node.run("apply", "demo", "--json"))
+        assert data["a"]["reason"] == "restarted: file /etc/a/dropin.yaml changed"
+        other = noderole.WriteFile(path="/etc/a/config.yaml", content="x: 2\n", mode=0o600)
+        node.services[0] = service(other, changed)
+        data = report(node.run("apply", "demo", "--json"))
+        assert data["a"]["reason"] == "restarted: file /etc/a/config.yaml changed"
+
+    def test_upgrading_noderole_restarts_no_service_that_writes_files(self, node: Node) -> None:
+        """A service started by a noderole whose fingerprint did not cover the files its
+        pre-start writes (its digests have no "files") is not restarted by the first apply
+        of this one when those files are unchanged, nor by the next; a later change does."""
+        from noderole.engine import definition_digests, process_fingerprint
+        from noderole.state import read_applied, write_applied
+
+        def service(text: str) -> noderole.Service:
+            step = noderole.WriteFile(path="/etc/a/config.yaml", content=text, mode=0o600)
+            return sleeper("a", pre_start=[step])
+
+        node.services.append(service("one: 1\n"))
+        node.run("apply", "demo")
+        app = node.app()
+        older = {k: v for k, v in definition_digests(node.services[0]).items() if k != "files"}
+        app.backend("native").start(node.services[0], fingerprint=process_fingerprint(older, []))
+        applied = read_applied(NodeRoot(node.root))
+        applied["a"] = {k: v for k, v in applied["a"].items() if k != "files"}
+        write_applied(NodeRoot(node.root), applied)
+        pid = node.pid("a")
+        for _ in range(2):
+            assert report(node.run("apply", "demo", "--json"))["a"]["status"] == "running"
+        assert node.pid("a") == pid
+        node.services[0] = service("one: 2\n")
+        data = report(node.run("apply", "demo", "--json"))
+        assert data["a"]["reason"] == "restarted: file /etc/a/config.yaml changed"
+
     def test_report_has_step_timings(self, node: Node) -> None:
         """--json reports each step's kind, description and time, and the start."""
         node.services.append(sleeper("a", pre_start=[noderole.MakeDirectories(paths=["/run/a"])]))
