@@ -698,7 +698,7 @@ class _Run:
             if isinstance(exc, WaitCancelled):
                 self.causes[entry.name] = str(exc)
                 return report("skipped", timings, f"not started: {exc}")
-            return report("failed", timings, str(exc))
+            return report("failed", timings, f"{exc}{self._runs_on(entry.name)}")
         timings = [*gates, *(_timing(r) for r in results)]
         minted = tuple(
             r.step.cert_path  # type: ignore[union-attr]
@@ -748,6 +748,15 @@ class _Run:
         return report(
             "restarted" if running else "started", timings, reason, pid=status.pid, minted=minted
         )
+
+    def _runs_on(self, name: str) -> str:
+        """What a failed pre-start leaves running: the process an earlier apply started, as
+        it was (its definition, its certificates), or nothing to say."""
+        current = self.current.get(name)
+        if current is None or current.state not in ("starting", "running", "ready"):
+            return ""
+        pid = f" (pid {current.pid})" if current.pid else ""
+        return f"; the process started earlier{pid} runs on unchanged"
 
     def _restart_reason(
         self, name: str, digests: Mapping[str, str], results: Sequence[StepResult]

@@ -262,6 +262,21 @@ class TestApply:
         data = report(node.run("apply", "demo", "--json"))
         assert data["a"]["reason"] == "restarted: file /etc/a/config.yaml changed"
 
+    def test_a_failed_pre_start_says_the_running_process_runs_on(self, node: Node) -> None:
+        """A running service whose pre-start now fails (konnectivity's first-boot.env gone)
+        keeps its process; the report said only "failed to start", and `status` then said
+        ready. It now says the process runs on unchanged, with its pid."""
+        node.services.append(sleeper("a"))
+        node.run("apply", "demo")
+        pid = node.pid("a")
+        node.services[0] = sleeper("a", pre_start=[noderole.Fail(message="input gone")])
+        data = report(node.run("apply", "demo", "--json"))
+        assert data["a"]["status"] == "failed"
+        assert data["a"]["reason"] == (
+            f"input gone; the process started earlier (pid {pid}) runs on unchanged"
+        )
+        assert is_alive(pid)
+
     def test_report_has_step_timings(self, node: Node) -> None:
         """--json reports each step's kind, description and time, and the start."""
         node.services.append(sleeper("a", pre_start=[noderole.MakeDirectories(paths=["/run/a"])]))
