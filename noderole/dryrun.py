@@ -11,7 +11,14 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from noderole.errors import NoderoleError
-from noderole.records import Fail, MakeDirectories, MintCertificate, WaitForPaths, WriteFile
+from noderole.records import (
+    Fail,
+    MakeDirectories,
+    MintCertificate,
+    Service,
+    WaitForPaths,
+    WriteFile,
+)
 
 if TYPE_CHECKING:
     from noderole.backends import Backend
@@ -138,11 +145,13 @@ def dry_run_report(
     """One row per planned service: ``name``, ``action``, ``why``, ``certificates``."""
     # Imported here: `plan` uses this module's known_failures, and must not pay for the engine.
     from noderole.engine import (
+        DEFINITION_PARTS,
         SHOWN_KEY,
-        changed_parts,
         definition_diff,
         definition_digests,
         definition_shown,
+        stale_files,
+        written_files,
     )
     from noderole.state import read_applied
 
@@ -168,16 +177,21 @@ def dry_run_report(
             action, why = "start", "not running"
         else:
             before = previous.get(entry.name, {})
-            digests = definition_digests(service, before)
-            changed = changed_parts(before, digests)
-            if changed or minting:
+            digests = definition_digests(service)
+            changed = [DEFINITION_PARTS[k] for k in sorted(digests) if before.get(k) != digests[k]]
+            started = status.fingerprint if status is not None else ""
+            stale = stale_files(started, written_files(service), _rewrites(service, root))
+            if changed or minting or stale:
                 shown = (
-                    definition_diff(before[SHOWN_KEY], definition_shown(service, before))
+                    definition_diff(before[SHOWN_KEY], definition_shown(service))
                     if changed and SHOWN_KEY in before
                     else []
                 )
                 reasons = shown or ([f"{', '.join(changed)} changed"] if changed else [])
                 reasons += [f"certificate {c['path']} would be re-minted" for c in minting]
+                if stale:
+                    said = "file" if len(stale) == 1 else "files"
+                    reasons.append(f"{said} {', '.join(stale)} changed")
                 action, why = "restart", "; ".join(reasons)
             else:
                 action, why = "keep", "running, unchanged"
@@ -185,3 +199,19 @@ def dry_run_report(
             {"name": entry.name, "action": action, "why": why, "certificates": certificates}
         )
     return rows
+
+
+def _rewrites(service: Service, root: NodeRoot) -> list[str]:
+    """The paths the service's ``WriteFile`` steps would rewrite: what is there differs."""
+    from noderole.reading import read_regular
+
+    paths = []
+    for step in service.pre_start:
+        if isinstance(step, WriteFile):
+            try:
+                same = read_regular(root.local(step.path), limit=len(step.content.encode()) + 1)
+            except (OSError, ValueError):
+                same = None
+            if same != step.content.encode():
+                paths.append(step.path)
+    return paths

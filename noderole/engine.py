@@ -23,7 +23,7 @@ import contextlib
 import json
 import threading
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from noderole import recordclass
@@ -48,10 +48,11 @@ __all__ = [
     "StepTiming",
     "apply_plan",
     "definition_diff",
-    "accepted_fingerprints",
-    "changed_parts",
     "definition_digests",
     "definition_shown",
+    "fingerprint_base",
+    "stale_files",
+    "written_files",
 ]
 
 Status = Literal["started", "restarted", "running", "done", "failed", "skipped"]
@@ -173,36 +174,8 @@ def _supervision(service: Service) -> dict[str, Any]:
     return settings
 
 
-def _written(service: Service, before: Mapping[str, str] | None) -> dict[str, str]:
-    """What the service's own ``WriteFile`` steps write, as a short digest per path (its
-    program reads them at start: k3s its config drop-ins), over what the last apply recorded
-    (``before``, its digests): a step a plugin leaves out once the file is there (k3s copies
-    ``config.yaml`` from its skeleton only when it is missing) leaves the file as it was, so
-    its digest stays. Empty for a service that never had such a step."""
-    from noderole.records import WriteFile
-
-    recorded: dict[str, str] = {}
-    if before and "files" in before and SHOWN_KEY in before:  # only a service that had any
-        with contextlib.suppress(ValueError, TypeError, AttributeError):
-            files = json.loads(before[SHOWN_KEY]).get("files")
-            if isinstance(files, dict):
-                recorded = {k: v for k, v in files.items() if isinstance(v, str)}
-    return recorded | {
-        step.path: sha256(f"{step.mode:o}\0{step.content}".encode()).hexdigest()[:16]
-        for step in service.pre_start
-        if isinstance(step, WriteFile)
-    }
-
-
-LATER_PARTS = ("files",)
-"""Parts of a definition added after the first release. A definition holds one only when the
-service has it, and a process started by a noderole whose digests lacked it is taken as started
-with what it has now (:func:`accepted_fingerprints`): an upgrade restarts nothing."""
-
-
-def definition_digests(service: Service, before: Mapping[str, str] | None = None) -> dict[str, str]:
-    """A digest per part of a definition, so a restart can say what changed (no secret stored).
-    ``before``: what the last apply recorded for the service (the files its steps wrote)."""
+def definition_digests(service: Service) -> dict[str, str]:
+    """A digest per part of a definition, so a restart can say what changed (no secret stored)."""
     parts: dict[str, Any] = {
         "command": list(service.command or ()),
         "environment": service.revealed_environment(),
@@ -210,9 +183,6 @@ def definition_digests(service: Service, before: Mapping[str, str] | None = None
         "logs": [service.pidfile, service.output_log, service.error_log],
         "supervision": _supervision(service),
     }
-    written = _written(service, before)
-    if written:
-        parts["files"] = written
     return {
         key: sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:16]
         for key, value in parts.items()
@@ -223,7 +193,7 @@ SHOWN_KEY = "shown"
 """Key, next to the digests of a service in the node state, of what a restart reason may show."""
 
 
-def definition_shown(service: Service, before: Mapping[str, str] | None = None) -> str:
+def definition_shown(service: Service) -> str:
     """The parts of a definition a restart reason may quote, as JSON: every value but a
     secret's, which is kept as a short digest (enough to say *that* it changed)."""
     from noderole.records import Secret
@@ -234,16 +204,13 @@ def definition_shown(service: Service, before: Mapping[str, str] | None = None) 
         else value
         for key, value in service.environment.items()
     }
-    shown: dict[str, Any] = {
+    shown = {
         "command": list(service.command or ()),
         "environment": environment,
         "user": [service.user, service.group, service.working_directory],
         "logs": [service.pidfile, service.output_log, service.error_log],
         "supervision": _supervision(service),
     }
-    written = _written(service, before)
-    if written:
-        shown["files"] = written
     return json.dumps(shown, sort_keys=True)
 
 
@@ -282,17 +249,6 @@ def definition_diff(before: str, after: str) -> list[str]:
     for key in sorted(new_sup):
         if old_sup.get(key) != new_sup[key]:
             changes.append(f"{key}: {old_sup.get(key)} -> {new_sup[key]}")
-    if "files" in old:  # recorded by a noderole that knew them
-        old_files, new_files = old["files"], new.get("files", {})
-        for path in sorted(set(old_files) | set(new_files)):
-            if path not in new_files:
-                changes.append(f"file {path} no longer written")
-            elif path not in old_files:
-                changes.append(f"file {path} written")
-            elif old_files[path] != new_files[path]:
-                changes.append(f"file {path} changed")
-    elif new.get("files"):
-        pass  # a process of an older noderole: what it read is not known, nor said
     return changes
 
 
@@ -302,45 +258,59 @@ DEFINITION_PARTS = {  # digest key -> what a restart reason calls it
     "user": "user, group or working directory",
     "logs": "pidfile or logs",
     "supervision": "supervision settings",
-    "files": "files its pre-start writes",
 }
 
 
-def changed_parts(before: Mapping[str, str], digests: Mapping[str, str]) -> list[str]:
-    """The parts of a definition whose digests differ from those recorded (``before``), in
-    :data:`DEFINITION_PARTS`' words; a later part ``before`` lacks (recorded by an older
-    noderole) is not counted as changed."""
-    return [
-        DEFINITION_PARTS[key]
-        for key in sorted(digests)
-        if before.get(key) != digests[key] and (key in before or key not in LATER_PARTS)
-    ]
+def written_files(service: Service) -> dict[str, str]:
+    """What the service's own ``WriteFile`` steps write, a short digest (of mode and content)
+    by path: its program reads them at start (k3s its config drop-ins)."""
+    from noderole.records import WriteFile
+
+    return {
+        step.path: sha256(f"{step.mode:o}\0{step.content}".encode()).hexdigest()[:16]
+        for step in service.pre_start
+        if isinstance(step, WriteFile)
+    }
 
 
-def accepted_fingerprints(
-    digests: Mapping[str, str], certificates: Sequence[str], before: Mapping[str, str]
-) -> tuple[str, ...]:
-    """The fingerprints a running process may have and still be the service as defined now:
-    :func:`process_fingerprint`'s, and, for a process an older noderole started without a
-    later part in its fingerprint, the one without it, while that part is what the last apply
-    recorded (or it recorded none)."""
-    now = _fingerprint(digests, certificates)
-    later = [
-        key
-        for key in LATER_PARTS
-        if key in digests and before.get(key, digests[key]) == digests[key]
-    ]
-    if not later:
-        return (now,)
-    older = {key: value for key, value in digests.items() if key not in later}
-    return (now, _fingerprint(older, certificates))
-
-
-def process_fingerprint(digests: Mapping[str, str], certificates: Sequence[str]) -> str:
+def process_fingerprint(
+    digests: Mapping[str, str],
+    certificates: Sequence[str],
+    files: Mapping[str, str] | None = None,
+) -> str:
     """The fingerprint a service's process is started with: its definition's digests (as
     :func:`definition_digests` gives them) and its certificates' SHA-256 fingerprints, in the
-    order of its steps. A running process with another one is restarted by ``apply``."""
-    return _fingerprint(digests, certificates)
+    order of its steps (:func:`fingerprint_base`), then ``;`` and a ``KEY=DIGEST`` per file its
+    own steps write (:func:`written_files`; KEY stands for the path). A running process whose
+    base differs is restarted by ``apply``, and one started with another content of a file
+    the steps write now (:func:`stale_files`). A file its steps no longer write (k3s copies
+    ``config.yaml`` only while it is missing) is as it was: no change."""
+    pairs = ";".join(
+        f"{_file_key(path)}={digest}" for path, digest in sorted((files or {}).items())
+    )
+    return f"{_fingerprint(digests, certificates)};{pairs}"
+
+
+def fingerprint_base(fingerprint: str) -> str:
+    """The part of a process fingerprint that the definition and certificates make."""
+    return fingerprint.partition(";")[0]
+
+
+def stale_files(running: str, files: Mapping[str, str], rewritten: Iterable[str]) -> list[str]:
+    """The files (of ``files``, as :func:`written_files` gives them) a process with the
+    fingerprint ``running`` was started without, or with another content. A process an older
+    noderole started has no files in its fingerprint: those this apply rewrote (``rewritten``)
+    count, the others are taken as it read them."""
+    _, files_known, tail = running.partition(";")
+    if not files_known:
+        written = set(rewritten)
+        return sorted(path for path in files if path in written)
+    started = dict(item.partition("=")[::2] for item in tail.split(";") if item)
+    return sorted(path for path, digest in files.items() if started.get(_file_key(path)) != digest)
+
+
+def _file_key(path: str) -> str:
+    return sha256(path.encode()).hexdigest()[:12]
 
 
 def _fingerprint(digests: Mapping[str, str], certificates: Sequence[str]) -> str:
@@ -716,19 +686,23 @@ class _Run:
                     return report("failed", timings, f"could not record: {exc}")
             announce()
             return report("done", timings)
-        before = self.previous.get(entry.name, {})
-        digests = definition_digests(service, before)
-        self.digests[entry.name] = {**digests, SHOWN_KEY: definition_shown(service, before)}
+        digests = definition_digests(service)
+        self.digests[entry.name] = {**digests, SHOWN_KEY: definition_shown(service)}
         certificates = [r.certificate.fingerprint for r in results if r.certificate is not None]
-        fingerprint = _fingerprint(digests, certificates)
+        files = written_files(service)
+        fingerprint = process_fingerprint(digests, certificates, files)
         current = self.current.get(entry.name)
         running = current is not None and current.state in ("starting", "running", "ready")
-        accepted = accepted_fingerprints(digests, certificates, self.previous.get(entry.name, {}))
-        if running and current is not None and current.fingerprint in accepted:
-            return report("running", timings, "already running", pid=current.pid)
+        stale: list[str] = []
+        if running and current is not None:
+            same = fingerprint_base(current.fingerprint) == fingerprint_base(fingerprint)
+            rewritten = [r.step.path for r in results if r.kind == "file" and r.detail == "written"]  # type: ignore[union-attr]
+            stale = stale_files(current.fingerprint, files, rewritten) if same else []
+            if same and not stale:
+                return report("running", timings, "already running", pid=current.pid)
         reason = ""
         if running:
-            reason = self._restart_reason(entry.name, digests, results)
+            reason = self._restart_reason(entry.name, digests, results, stale)
         announce()
         block()  # a start takes a while (an init system's start job): others go on meanwhile
         began = self.clock.monotonic()
@@ -759,7 +733,11 @@ class _Run:
         return f"; the process started earlier{pid} runs on unchanged"
 
     def _restart_reason(
-        self, name: str, digests: Mapping[str, str], results: Sequence[StepResult]
+        self,
+        name: str,
+        digests: Mapping[str, str],
+        results: Sequence[StepResult],
+        stale: Sequence[str] = (),
     ) -> str:
         reasons = [
             f"certificate {r.step.cert_path} re-minted ({r.certificate.reason})"  # type: ignore[union-attr]
@@ -767,9 +745,11 @@ class _Run:
             if r.certificate is not None and r.certificate.action == "minted"
         ]
         before = self.previous.get(name, {})
-        changed = changed_parts(before, digests) if before else []
+        changed = [
+            DEFINITION_PARTS[k] for k in sorted(digests) if before and before.get(k) != digests[k]
+        ]
         shown = (
-            definition_diff(before[SHOWN_KEY], definition_shown(self.plan[name].service, before))
+            definition_diff(before[SHOWN_KEY], definition_shown(self.plan[name].service))
             if (changed and SHOWN_KEY in before)
             else []
         )
@@ -777,6 +757,8 @@ class _Run:
             reasons.append("; ".join(shown))
         elif changed:
             reasons.append(f"{', '.join(changed)} changed")
+        if stale:
+            reasons.append(f"{'file' if len(stale) == 1 else 'files'} {', '.join(stale)} changed")
         elif before and not reasons:
             # The definition is as the last apply recorded it, and this apply minted nothing:
             # what differs from the start is a certificate replaced since (by the init

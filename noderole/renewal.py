@@ -138,15 +138,14 @@ def _started_before_a_new_pair(
     definition being the one the last apply recorded: a renew stopped between its re-mint and
     its restart (a timeout's SIGTERM, an OOM kill), a pair replaced by hand. Nothing is due any
     more; without this, renew would call the old pair "good" every day until it expired."""
-    from noderole.engine import SHOWN_KEY, accepted_fingerprints
+    from noderole.engine import SHOWN_KEY, fingerprint_base, process_fingerprint
 
     recorded = {k: v for k, v in applied.get(name, {}).items() if k != SHOWN_KEY}
     found = [c.fingerprint for c in checks]
     if not running or not recorded or any(f is None for f in found):
         return False
-    return running not in accepted_fingerprints(
-        recorded, [f for f in found if f is not None], recorded
-    )
+    now = process_fingerprint(recorded, [f for f in found if f is not None])
+    return fingerprint_base(running) != fingerprint_base(now)
 
 
 def _mints(service: Service) -> bool:
