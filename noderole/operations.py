@@ -577,11 +577,14 @@ class Operations:
         with node_lock(self.root, timeout=lock_timeout, clock=self.clock, what=what):
             if record_plan:
                 left = self._left_out(plan, backend, failures)
+                retiring = self._retiring(plan, backend, failures)
                 # Before anything starts: the role does not change because a service failed,
                 # and the next boot applies the same one (status and stop read the plan).
                 self._record_role(plan, backend, failures)
                 if left:
                     self._stop_left_out(plan, backend, left)
+                if retiring:
+                    self._retire(plan, backend, retiring)
             previous = read_applied(self.root)
             recorded: dict[str, dict[str, str]] = {}
             report = apply_plan(
@@ -675,6 +678,42 @@ class Operations:
             f"stopped {', '.join(running)}: no longer in the plan of role {plan.role} (the "
             "role changed, or no installed plugin defines them now)"
         )
+
+    def _retiring(
+        self, plan: Plan, backend: Backend, failures: Sequence[ServiceReport]
+    ) -> list[Service]:
+        """Under a backend that renders files (OpenRC, systemd), every service the recorded
+        plan has and ``plan`` lacks, milestones too (see recorded.left_out_services): their
+        runscripts or units, and the links that enable them, must go."""
+        if getattr(backend, "retire", None) is None:
+            return []
+        from noderole.recorded import left_out_services
+
+        origins, names = _kept_by(failures)
+        return left_out_services(
+            self.root, plan.names(), backend.name, origins=origins, names=names
+        )
+
+    def _retire(self, plan: Plan, backend: Backend, services: list[Service]) -> None:
+        """Stop the milestones of ``services`` and remove the files the init system would start
+        them from at the next boot (a node changed from server to agent would boot k3s server
+        beside k3s agent); systemd is reloaded. A removal that fails is a warning: the apply
+        goes on, and the file is named."""
+        retire = getattr(backend, "retire", None)
+        if retire is None:
+            return
+        try:
+            removed: list[str] = retire(services)
+        except NoderoleError as exc:
+            self.warnings.append(
+                f"{exc}; remove it by hand, or the next boot starts a service that is no longer "
+                f"in the plan of role {plan.role}"
+            )
+            return
+        if removed:
+            self.warnings.append(
+                f"removed {', '.join(removed)}: no longer in the plan of role {plan.role}"
+            )
 
     def _record_role(
         self, plan: Plan, backend: Backend, failures: Sequence[ServiceReport] = ()

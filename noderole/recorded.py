@@ -30,6 +30,8 @@ __all__ = [
     "RecordedService",
     "RecordedView",
     "keeping",
+    "left_out",
+    "left_out_services",
     "plan_data",
     "read_plan",
     "read_view",
@@ -230,16 +232,51 @@ def left_out(
     Those of ``origins`` (plugins that failed to load) or called one of ``names`` are not
     listed: :func:`keeping` keeps them recorded. None when nothing usable is recorded under
     ``backend`` (none, damaged, of another version or another backend)."""
+    items = _left_out_items(root, planned, backend, origins=origins, names=names)
+    if items is None:
+        return None
+    try:
+        return [item["name"] for item in items if item["command"] is not None]
+    except (TypeError, KeyError):  # a record of another shape: nothing known to stop
+        return None
+
+
+def left_out_services(
+    root: NodeRoot,
+    planned: Iterable[str],
+    backend: str,
+    *,
+    origins: Iterable[str] = (),
+    names: Iterable[str] = (),
+) -> list[Service]:
+    """As :func:`left_out`, but every such service, milestones (no command) too, as recorded:
+    what an init-system backend rendered files for that must go (the next boot would start
+    them). Empty when nothing usable is recorded under ``backend``."""
+    items = _left_out_items(root, planned, backend, origins=origins, names=names)
+    try:
+        return [_service(item) for item in items or ()]
+    except Exception:  # a record of another shape, or one that no longer validates: none known
+        return []
+
+
+def _left_out_items(
+    root: NodeRoot,
+    planned: Iterable[str],
+    backend: str,
+    *,
+    origins: Iterable[str],
+    names: Iterable[str],
+) -> list[dict[str, Any]] | None:
+    """The recorded services (as recorded) :func:`left_out` reads, last started first."""
     data = _recorded(root)
     if data is None or data.get("backend") != backend:
         return None
     try:
         kept, skip = set(origins), {*planned, *names}
         found = [
-            item["name"]
+            item
             for item in data["services"]
             if isinstance(item["name"], str)
-            and item["command"] is not None
             and item["name"] not in skip
             and item["origin"] not in kept
         ]

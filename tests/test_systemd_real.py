@@ -741,6 +741,60 @@ class TestRemovalReloads:
         assert node.show_load("noderole-renew.timer") == "not-found"
 
 
+ROLES_PLUGIN = """\
+import noderole
+
+
+@noderole.hookimpl
+def noderole_services(node):
+    return [
+        noderole.Service(name="gate-one", roles=["one"], provide=["gate"]),
+        noderole.Service(name="gate-two", roles=["two"], provide=["gate"]),
+        noderole.Service(name="old", roles=["one"], command=["/bin/sleep", "1001"]),
+        noderole.Service(
+            name="worker", roles=["one", "two"], need=["gate"], command=["/bin/sleep", "1002"]
+        ),
+        noderole.Service(name="new", roles=["two"], command=["/bin/sleep", "1003"]),
+    ]
+"""
+"""Two roles, as k3s's server and server-join: each has a milestone of its own that provides
+``gate``, which ``worker`` (in both) needs; ``old`` is only in the first, ``new`` only in the
+second."""
+
+
+class TestRoleChange:
+    def test_a_role_change_removes_the_units_of_what_left_the_plan(self, node: Node) -> None:
+        """`apply two` after `apply one` stops what role two lacks and removes its units and
+        their `.wants` links, the milestone's too, and reloads systemd: the next boot starts
+        role two alone. Before, the units stayed enabled, and a boot started `old` beside
+        `new`, and both roles' milestones (k3s-cluster-init and k3s-cluster-join)."""
+        command = stage_many(node.ns.root, ROLES_PLUGIN)
+        units = node.ns.root / "etc/systemd/system"
+        first = node.ns.run(command, "apply", "one", "--backend", "systemd", check=False)
+        assert first.returncode == 0, first.stdout + first.stderr
+        assert (units / "multi-user.target.wants/old.service").is_symlink()
+        assert (units / "gate-one.service").is_file()
+        assert node.active("gate-one.service") == "active"
+        second = node.ns.run(command, "apply", "two", "--backend", "systemd", check=False)
+        assert second.returncode == 0, second.stdout + second.stderr
+        assert "stopped old" in second.stderr
+        for gone in ("old", "gate-one"):
+            assert not (units / f"{gone}.service").exists(), gone
+            assert not (units / f"multi-user.target.wants/{gone}.service").is_symlink(), gone
+            assert node.active(f"{gone}.service") == "inactive", gone
+            assert node.show_load(f"{gone}.service") == "not-found", gone
+        # The alias now names the second role's milestone, which runs for worker.
+        assert os.readlink(units / "gate.service") == "gate-two.service"
+        wants = sorted(p.name for p in (units / "multi-user.target.wants").iterdir())
+        assert wants == ["gate-two.service", "new.service", "worker.service"]
+        assert node.active("worker.service") == "active"
+        assert node.active("new.service") == "active"
+        assert node.active("gate-two.service") == "active"
+        listed = node.ns.run("systemctl", "list-units", "--all", "--no-legend", check=False)
+        assert "old.service" not in listed.stdout, listed.stdout
+        assert "gate-one.service" not in listed.stdout, listed.stdout
+
+
 class TestRenewTimer:
     def test_the_timer_runs_renew(self, node: Node) -> None:
         """With renew_interval = 1, enable's noderole-renew.timer elapses under systemd and its

@@ -20,7 +20,7 @@ import shutil
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, ClassVar
 
 from noderole import recordclass
@@ -198,6 +198,46 @@ class InitSystemBackend:
     def record_milestone(self, service: Service) -> None:
         """Make a service without a command known to the init system (the engine ran its steps);
         nothing by default."""
+
+    def retire(self, services: Sequence[Service]) -> list[str]:
+        """Take ``services``, which an apply left out of the plan, off the init system: stop
+        the milestones among them (their processes are stopped already: :meth:`stop`), then
+        remove the files :meth:`start` and :meth:`record_milestone` wrote for them, runlevel
+        and ``.wants`` links included, so the next boot does not start them. Only what still
+        holds what noderole wrote is removed (:func:`~noderole.render.remove_rendered`).
+        Returns the node paths removed."""
+        from noderole.render import remove_rendered
+
+        # systemd keeps a unit that is active while its file goes as "not-found active", and
+        # refuses to load it again once it is written back.
+        for name in self.milestones(services):
+            self.halt(name)
+        paths = {item.path for service in services for item in self.render(service)}
+        removed = remove_rendered(paths, root=self.root)
+        if removed:
+            self.removed(removed)
+        return removed
+
+    def milestones(self, services: Iterable[Service]) -> list[str]:
+        """The names of the services without a command among ``services`` that this init
+        system holds as runscripts or units of noderole's (:meth:`record_milestone`), in the
+        order given: what a ``reset`` or a stop of the whole role stops beside the processes
+        (a milestone's unit stays active once its steps ran). Never one the init system
+        provides itself (OpenRC's ``net``), which nothing of noderole's may stop."""
+        found = []
+        for service in services:
+            if service.command is not None:
+                continue
+            try:
+                if self.render(service):
+                    found.append(service.name)
+            except BackendError:  # it cannot be rendered: it never was
+                continue
+        return found
+
+    def removed(self, paths: Sequence[str]) -> None:
+        """Tell the init system that the files at ``paths`` (node paths) are gone; nothing by
+        default (OpenRC reads ``/etc/init.d`` again by itself)."""
 
     def launch(self, name: str, verb: str) -> None:
         """Ask the init system to ``start`` or ``restart`` ``name`` (rendered already)."""

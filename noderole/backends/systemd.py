@@ -261,6 +261,10 @@ class SystemdBackend(InitSystemBackend):
         write_rendered(self.render(service), root=self.root)
         self._reload_if_stale(f"{service.name}.service", time.monotonic())
 
+    def removed(self, paths: Sequence[str]) -> None:
+        """``daemon-reload`` (:func:`reload_after_removal`): systemd forgets the removed units."""
+        reload_after_removal(self.root, paths)
+
     def launch(self, name: str, verb: str) -> None:
         """``systemctl start|restart --no-block``: a blocking start from a unit ordered
         ``Before=`` the service would deadlock the boot.

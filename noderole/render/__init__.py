@@ -5,7 +5,8 @@
   links); both quote through :mod:`._quote` and put a static-mode service's secrets in the env
   file :mod:`._envfile` renders.
 * :mod:`._files` holds the rendered records and writes them onto a node root (atomically, only
-  what changed; :func:`sync_rendered` also removes what an earlier render left behind).
+  what changed; :func:`sync_rendered` also removes what an earlier render left behind, and
+  :func:`remove_rendered` what was written for services an apply left out of the role).
 * :mod:`.graph` draws a :class:`~noderole.plan.Plan` as text, Graphviz dot or Mermaid.
 
 Driving the init system that runs those files is :mod:`noderole.backends`' job.
@@ -16,6 +17,7 @@ from noderole.render._files import (
     Rendered,
     RenderedFile,
     RenderedLink,
+    remove_rendered,
     sync_rendered,
     write_rendered,
 )
@@ -29,6 +31,7 @@ __all__ = [
     "render_openrc",
     "render_runscript",
     "render_systemd",
+    "remove_rendered",
     "render_unit",
     "sync_rendered",
     "write_rendered",

@@ -19,7 +19,14 @@ from noderole.reading import read_json
 from noderole.root import NodeRoot
 from noderole.supervisor import _safeopen
 
-__all__ = ["Rendered", "RenderedFile", "RenderedLink", "sync_rendered", "write_rendered"]
+__all__ = [
+    "Rendered",
+    "RenderedFile",
+    "RenderedLink",
+    "remove_rendered",
+    "sync_rendered",
+    "write_rendered",
+]
 
 
 def _node_path(inst: object, attribute: recordclass.Attribute[str], value: str) -> None:
@@ -247,6 +254,28 @@ def _still_as_rendered(root: NodeRoot, path: str) -> bool:
     return now is not None and (entry.digest in (now, "any"))
 
 
+def remove_rendered(paths: Iterable[str], *, root: NodeRoot) -> list[str]:
+    """Remove the rendered files and links at ``paths`` (node paths) that still hold what
+    noderole recorded writing there, for services no longer in the role; return the node paths
+    removed, sorted. One changed since, or not known to be noderole's, is left alone, as is
+    one already gone. Raises :class:`BackendError` naming the path the file system refuses."""
+    removed: list[str] = []
+    for path in sorted(set(paths)):
+        if not _still_as_rendered(root, path):
+            continue  # changed since noderole wrote it, or not known to be its: left alone
+        try:
+            root.resolve(path).unlink()
+        except FileNotFoundError:
+            continue
+        except OSError as error:
+            raise BackendError(
+                f"cannot remove {path}, rendered earlier for a service no longer in the role: "
+                f"{error.strerror or error}"
+            ) from error
+        removed.append(path)
+    return removed
+
+
 def sync_rendered(
     files: Iterable[Rendered], *, root: NodeRoot, manifest: str
 ) -> tuple[list[Path], list[str]]:
@@ -268,25 +297,11 @@ def sync_rendered(
     except (OSError, ValueError):  # none, or a damaged one: nothing known to remove
         previous = []
     current = sorted(item.path for item in items)
-    removed: list[str] = []
     listed = previous if isinstance(previous, list) else []
     known = [
         p for p in listed if isinstance(p, str) and p.startswith("/") and "/../" not in p + "/"
     ]
-    for path in sorted(set(known) - set(current)):
-        local = root.resolve(path)
-        if not _still_as_rendered(root, path):
-            continue  # changed since noderole wrote it, or not known to be its: left alone
-        try:
-            local.unlink()
-        except FileNotFoundError:
-            continue
-        except OSError as error:
-            raise BackendError(
-                f"cannot remove {path}, rendered earlier for a service no longer in the role: "
-                f"{error.strerror or error}"
-            ) from error
-        removed.append(path)
+    removed = remove_rendered(set(known) - set(current), root=root)
     try:
         # noderole's state directory: private (0700), its files 0600.
         _safeopen.private_dir(str(local_manifest.parent))
