@@ -36,6 +36,23 @@ def noderole_services(node):
             pre_start=[noderole.WaitForPaths(paths=["/run/base-ready"], timeout=10)],
         ),
         noderole.Service(
+            name="gate-one", roles=["one"], provide=["gate"],
+            pre_start=[noderole.MakeDirectories(paths=["/run/gate-one"])],
+        ),
+        noderole.Service(name="gate-two", roles=["two"], provide=["gate"]),
+        noderole.Service(
+            name="old", roles=["one"], command=["/bin/sleep", "4001"],
+            supervision=noderole.Supervision(respawn_delay=1),
+        ),
+        noderole.Service(
+            name="worker", roles=["one", "two"], need=["gate"], command=["/bin/sleep", "4002"],
+            supervision=noderole.Supervision(respawn_delay=1),
+        ),
+        noderole.Service(
+            name="new", roles=["two"], command=["/bin/sleep", "4003"],
+            supervision=noderole.Supervision(respawn_delay=1),
+        ),
+        noderole.Service(
             name="flaky", roles=["flaky"],
             command=["/bin/sh", "-c", "test -e /run/ok && exec sleep 3000; exit 3"],
             supervision=noderole.Supervision(respawn_delay=1, respawn_max=1),
@@ -174,3 +191,50 @@ class TestApplyThroughOpenRC:
         assert stopped.rc == 0, stopped.stderr + stopped.stdout
         assert namespace.sh("test -e /run/openrc/failed/flaky").rc == 1
         assert status()[1]["state"] == "stopped"
+
+
+class TestMilestonesAndRoleChange:
+    """Roles ``one`` and ``two`` are as k3s's server and server-join: each has a milestone of its
+    own that provides ``gate``, which ``worker`` (in both) needs; ``old`` is only in ``one``,
+    ``new`` only in ``two``."""
+
+    def test_apply_writes_the_milestone_a_service_needs(self, namespace: OpenRCNamespace) -> None:
+        """apply writes the runscript of a milestone too, so OpenRC finds the provider of what
+        `worker` needs and starts it. Before, only the systemd backend wrote milestones, and on
+        a node where `render` never ran OpenRC refused: "Service 'worker' needs non existent
+        service 'gate'" (k3s: 'k3s-cluster')."""
+        noderole = namespace.wrapper  # type: ignore[attr-defined]
+        done = namespace.sh(f"{noderole} apply one --backend openrc --json", timeout=120)
+        assert done.rc == 0, done.stderr + done.stdout
+        report = {s["name"]: s for s in json.loads(done.stdout)["services"]}
+        assert report["worker"]["status"] == "started", report["worker"]
+        assert (
+            namespace.sh("test -x /etc/init.d/gate-one -a -L /etc/runlevels/default/gate-one").rc
+            == 0
+        )
+        assert namespace.sh("rc-service worker status").rc == 0
+        running = namespace.sh(EVENTUALLY.format(check="pgrep -x -f '/bin/sleep 4002'"))
+        assert running.rc == 0, namespace.sh("ps -eo pid,args").stdout
+
+    def test_a_role_change_removes_the_runscripts_of_what_left_the_plan(
+        self, namespace: OpenRCNamespace
+    ) -> None:
+        """`apply two` after `apply one` stops what role two lacks and removes its runscripts
+        and runlevel links, the milestone's too: the next boot starts role two alone. Before,
+        they stayed in /etc/runlevels/default, and a boot started `old` beside `new` (k3s
+        server beside k3s agent)."""
+        noderole = namespace.wrapper  # type: ignore[attr-defined]
+        first = namespace.sh(f"{noderole} apply one --backend openrc", timeout=120)
+        assert first.rc == 0, first.stderr + first.stdout
+        assert namespace.sh("test -L /etc/runlevels/default/old").rc == 0
+        second = namespace.sh(f"{noderole} apply two --backend openrc --json", timeout=120)
+        assert second.rc == 0, second.stderr + second.stdout
+        assert "stopped old" in second.stderr
+        for gone in ("old", "gate-one"):
+            assert namespace.sh(f"test -e /etc/init.d/{gone}").rc == 1, gone
+            assert namespace.sh(f"test -L /etc/runlevels/default/{gone}").rc == 1, gone
+        listed = namespace.sh("ls /etc/runlevels/default")
+        assert listed.stdout.split() == ["gate-two", "new", "worker"], listed.stdout
+        assert namespace.sh("pgrep -x -f '/bin/sleep 4001'").rc == 1
+        assert namespace.sh("rc-service worker status").rc == 0
+        assert namespace.sh("rc-service new status").rc == 0

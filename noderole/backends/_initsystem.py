@@ -196,8 +196,17 @@ class InitSystemBackend:
         return self.query(name)
 
     def record_milestone(self, service: Service) -> None:
-        """Make a service without a command known to the init system (the engine ran its steps);
-        nothing by default."""
+        """Write the runscript or unit of a service without a command (the engine ran its
+        steps), enabled as every service is.
+
+        Dependents name it (k3s needs ``k3s-cluster``, which ``k3s-cluster-init`` provides):
+        without its file the init system refuses their start (OpenRC: "needs non existent
+        service", systemd: "not found"). Starting it is left to the init system, which starts
+        it for them (OpenRC's ``need``, systemd's ``Requires=``), running its steps again.
+        """
+        from noderole.render import write_rendered
+
+        write_rendered(self.render(service), root=self.root)
 
     def retire(self, services: Sequence[Service]) -> list[str]:
         """Take ``services``, which an apply left out of the plan, off the init system: stop

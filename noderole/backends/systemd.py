@@ -249,16 +249,15 @@ class SystemdBackend(InitSystemBackend):
         return _parse_jobs(listing.stdout)
 
     def record_milestone(self, service: Service) -> None:
-        """Write the unit of a service without a command (the engine ran its steps).
+        """Write the unit of a service without a command (the base class's), then reload when
+        systemd holds an older version of it, or cannot load it (see :meth:`launch`).
 
         Dependents name it in ``Requires=`` (k3s needs ``k3s-cluster``, the alias of
         ``k3s-cluster-init``): without its unit systemd refuses their start with "Unit
         k3s-cluster.service not found". Starting it is left to systemd, which pulls it in
         through those ``Requires=`` lines.
         """
-        from noderole.render import write_rendered
-
-        write_rendered(self.render(service), root=self.root)
+        super().record_milestone(service)
         self._reload_if_stale(f"{service.name}.service", time.monotonic())
 
     def removed(self, paths: Sequence[str]) -> None:
