@@ -916,13 +916,21 @@ class Operations:
         from noderole.supervisor._status import ACTIVE
 
         processes = [n for n in names if plan[n].service.command is not None]
+        stopping = processes
+        milestones = getattr(backend, "milestones", None)
+        if strays and milestones is not None:
+            # A whole role under an init system: its milestones' units too, which stay active
+            # once their steps ran (a reset then removed the file of an active unit).
+            held = set(milestones([plan[n].service for n in names]))
+            stopping = [n for n in names if n in held or plan[n].service.command is not None]
         with node_lock(self.root, timeout=lock_timeout, clock=self.clock, what="stop"):
             if strays and backend.name == "native":
                 before = _supervised(backend)
                 processes = sorted(n for n in before if n not in plan) + processes
+                stopping = processes
             else:
                 before = backend.status(processes)
-            backend.stop(processes)
+            backend.stop(stopping)
         self.publish_metrics(plan, backend, None)
         return [n for n in processes if n in before and before[n].state in ACTIVE]
 

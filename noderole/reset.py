@@ -84,6 +84,7 @@ def reset(
 
     chosen = role or read_role(root)
     stopping: list[str] = []
+    processes: list[str] | None = None  # of stopping, those with a process (None: all)
     if chosen is not None:
         try:
             plan = plan_for(chosen)
@@ -95,17 +96,27 @@ def reset(
             plan = None
         if plan is not None:
             stopping = [n for n in plan.stop_order() if plan[n].service.command is not None]
+            milestones = getattr(backend, "milestones", None)
+            if milestones is not None:
+                # An init system's milestone units too: one still active when its file goes
+                # stays loaded as "not-found active", and the next apply's start of what
+                # needs it fails until systemd is reloaded by hand.
+                held = set(milestones([plan[n].service for n in plan.stop_order()]))
+                order = plan.stop_order()
+                stopping = [n for n in order if n in held or plan[n].service.command is not None]
+                processes = [n for n in stopping if n not in held]
     lock = root.resolve(LOCK_FILE)
     had_lock = lock.exists()
     removals = _planned(root, purge=purge, had_lock=had_lock)
-    if dry_run and stopping and backend is not None:
+    reported = stopping if processes is None else processes
+    if dry_run and reported and backend is not None:
         # What the reset would report (asking changes nothing: the native backend answers from
         # its state file when no daemon runs).
-        stopping = _running(backend, stopping)
+        reported = _running(backend, reported)
     if dry_run or not (stopping or any(r.action != "keep" for r in removals)):
         return ResetReport(
             role=chosen,
-            stopped=tuple(stopping) if dry_run else (),
+            stopped=tuple(reported) if dry_run else (),
             removals=tuple(removals),
             removed=(),
             dry_run=dry_run,
@@ -113,7 +124,7 @@ def reset(
     stopped: list[str] = []
     with node_lock(root, timeout=lock_timeout, clock=clock, what="reset"):
         if stopping and backend is not None:
-            running = _running(backend, stopping)
+            running = _running(backend, reported)
             backend.stop(stopping)
             # As `stop` reports: only what had a process; a second reset stopped nothing.
             stopped = running

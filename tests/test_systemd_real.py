@@ -795,6 +795,46 @@ class TestRoleChange:
         assert "gate-one.service" not in listed.stdout, listed.stdout
 
 
+class TestResetThenApply:
+    def test_apply_after_reset_starts_what_needs_a_milestone(self, node: Node) -> None:
+        """`reset` stops the milestone units too before it removes them, so systemd holds no
+        `not-found active` ghost of one, and the next `apply` starts what needs it. Before,
+        every later `apply server` failed k3s ("Unit k3s-cluster-init.service failed to load
+        properly") until someone ran `systemctl daemon-reload`."""
+        command = stage_many(node.ns.root, ROLES_PLUGIN)
+        apply = (command, "apply", "one", "--backend", "systemd", "--json")
+        first = node.ns.run(*apply, check=False)
+        assert first.returncode == 0, first.stdout + first.stderr
+        done = node.ns.run(command, "reset", "--backend", "systemd", check=False)
+        assert done.returncode == 0, done.stdout + done.stderr
+        listed = node.ns.run("systemctl", "list-units", "--all", "--no-legend", check=False)
+        assert "gate-one" not in listed.stdout, listed.stdout
+        again = node.ns.run(*apply, check=False)
+        assert again.returncode == 0, again.stdout + again.stderr
+        assert {s["status"] for s in json.loads(again.stdout)["services"]} <= {"started", "done"}
+        assert node.active("worker.service") == "active"
+
+    def test_apply_reloads_for_a_milestone_systemd_cannot_load(self, node: Node) -> None:
+        """A node already left with a `not-found active` milestone unit (its file removed
+        while it was active, as a reset did before) gets a `daemon-reload` from the apply that
+        writes the unit back: its LoadState says systemd cannot load it, where the start's
+        error says nothing of "not found"."""
+        command = stage_many(node.ns.root, ROLES_PLUGIN)
+        apply = (command, "apply", "one", "--backend", "systemd", "--json")
+        first = node.ns.run(*apply, check=False)
+        assert first.returncode == 0, first.stdout + first.stderr
+        stop = node.ns.run(command, "stop", "worker", "--backend", "systemd", check=False)
+        assert stop.returncode == 0, stop.stdout + stop.stderr
+        (node.ns.root / "etc/systemd/system/gate-one.service").unlink()
+        node.ns.systemctl("daemon-reload")
+        assert node.show_load("gate-one.service") == "not-found"
+        assert node.active("gate-one.service") == "active"
+        again = node.ns.run(*apply, check=False)
+        assert again.returncode == 0, again.stdout + again.stderr
+        assert node.active("worker.service") == "active"
+        assert node.show_load("gate-one.service") == "loaded"
+
+
 class TestRenewTimer:
     def test_the_timer_runs_renew(self, node: Node) -> None:
         """With renew_interval = 1, enable's noderole-renew.timer elapses under systemd and its

@@ -123,6 +123,18 @@ def _behind(jobs: dict[str, _Job], name: str) -> str:
     return said + (f"; first in line: {named(heads)}" if heads else "")
 
 
+def _stale(props: Mapping[str, str]) -> bool:
+    """Whether ``systemctl show``'s ``NeedDaemonReload`` and ``LoadState`` of a unit just
+    written say systemd must reload to start it: it holds an older version, or it cannot load
+    the one on disk (``not-found``: a unit still active when its file was removed, which
+    systemd keeps as ``not-found active`` and then refuses with "failed to load properly";
+    ``error``). A new unit systemd loads when asked (since systemd 246): no reload."""
+    return props.get("NeedDaemonReload") == "yes" or props.get("LoadState") in (
+        "error",
+        "not-found",
+    )
+
+
 class SystemdBackend(InitSystemBackend):
     """Drive the machine's systemd: write ``NAME.service``, reload, ``systemctl start``."""
 
@@ -156,12 +168,12 @@ class SystemdBackend(InitSystemBackend):
             "--timestamp=unix",
             "-p",
             "ActiveState,SubState,MainPID,NRestarts,ExecMainStartTimestamp,"
-            "ExecMainStartTimestampMonotonic,Result,RestartUSec,NeedDaemonReload,Job",
+            "ExecMainStartTimestampMonotonic,Result,RestartUSec,NeedDaemonReload,Job,LoadState",
             f"{name}.service",
             check=False,
         ).stdout
         props = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
-        self._stale[name] = props.get("NeedDaemonReload") == "yes"
+        self._stale[name] = _stale(props)
         active = props.get("ActiveState", "inactive")
         self._failed[name] = active == "failed"
         # "activating (auto-restart)" is systemd waiting RestartSec after a crash: down until
@@ -271,9 +283,10 @@ class SystemdBackend(InitSystemBackend):
         ``daemon-reload`` only where it is needed: each one reads every unit again (5 s with
         200 units here, so one per start made an apply quadratic). A unit systemd holds that
         changed on disk says ``NeedDaemonReload=yes``; a new one systemd loads when it is
-        started (since systemd 246); one it still cannot find ("not found") gets a reload and
-        a second try. Threads starting at once share one reload. A unit systemd gave up on
-        (``failed``) is reset first: its start limit would refuse the start."""
+        started (since systemd 246); one it still cannot load (``LoadState`` ``not-found`` or
+        ``error`` after the write, or "not found" from the start) gets a reload (and, after
+        that start, a second try). Threads starting at once share one reload. A unit systemd
+        gave up on (``failed``) is reset first: its start limit would refuse the start."""
         unit = f"{name}.service"
         written = time.monotonic()  # the unit was written before this call
         stale = self._stale.pop(name, None)  # read by the query a start makes after writing
@@ -287,16 +300,21 @@ class SystemdBackend(InitSystemBackend):
             # asks for a fresh start, as the native supervisor and OpenRC give one.
             self.run("systemctl", "reset-failed", unit, check=False)
         done = self.run("systemctl", verb, "--no-block", unit, check=False)
-        if done.returncode != 0 and "not found" in done.stderr:
+        if done.returncode != 0 and ("not found" in done.stderr or "load properly" in done.stderr):
+            # this unit, or one it needs ("Unit X failed to load properly ... reload"), is one
+            # systemd has not read since it was written
             self._reload(written)
             self.run("systemctl", verb, "--no-block", unit)
         elif done.returncode != 0:
             raise failure(done)
 
     def _reload_if_stale(self, unit: str, written: float) -> None:
-        """``daemon-reload`` when systemd holds an older version of ``unit`` than the disk."""
-        need = self.run("systemctl", "show", "-p", "NeedDaemonReload", "--value", unit, check=False)
-        if need.stdout.strip() == "yes":
+        """``daemon-reload`` when systemd holds an older version of ``unit`` than the disk, or
+        cannot load the one written (:func:`_stale`)."""
+        out = self.run(
+            "systemctl", "show", "-p", "NeedDaemonReload,LoadState", unit, check=False
+        ).stdout
+        if _stale(dict(line.split("=", 1) for line in out.splitlines() if "=" in line)):
             self._reload(written)
 
     def _reload(self, written: float) -> None:
