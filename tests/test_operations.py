@@ -293,6 +293,36 @@ class TestInitSystemBackends:
         )
         assert remembered == {"web": "f1"}
 
+    def test_a_tool_error_of_several_lines_is_one_line(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The init-system tool's lines are joined with "; " (stripped, empty ones dropped):
+        apply's progress lines, its summary and status's "last apply" show the message as it
+        is. Before, its newlines were kept, and the console wrote each out as `\\x0a`."""
+        from noderole.console import inert
+
+        said = (
+            "printf ' * ERROR: web needs non existent service gate\\n\\n"
+            " * ERROR: cannot start web\\n' >&2"
+        )
+        _stand_in_tool(
+            tmp_path / "bin",
+            "rc-service",
+            tmp_path / "calls",
+            f'case "$2" in status) exit 3;; start) {said}; exit 1;; esac',
+        )
+        monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
+        backend = OpenRCBackend(NodeRoot(tmp_path / "node"), noderole_path="/usr/bin/noderole")
+        service = noderole.Service(name="web", roles=["r"], command=["/bin/web"])
+        with pytest.raises(BackendError) as raised:
+            backend.start(service, fingerprint="f1")
+        message = str(raised.value)
+        assert message == (
+            "rc-service web start failed (exit 1): * ERROR: web needs non existent service "
+            "gate; * ERROR: cannot start web"
+        )
+        assert inert(message) == message
+
     @pytest.mark.parametrize(
         ("stale", "reloads"), [("no", []), ("yes", ["systemctl daemon-reload"])], ids=str
     )

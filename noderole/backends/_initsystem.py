@@ -139,7 +139,10 @@ def _last_words(root: NodeRoot, service: Service, *, since: float) -> str:
 
 def failure(done: subprocess.CompletedProcess[str]) -> BackendError:
     """The error of an init-system tool that exited non-zero, naming the command and its words."""
-    detail = (done.stderr or done.stdout).strip()
+    # The tool's lines joined on one line: the console shows a newline in a message as an
+    # escape (\x0a), in a progress line, the summary and status's "last apply" alike.
+    lines = (line.strip() for line in (done.stderr or done.stdout).splitlines())
+    detail = "; ".join(line for line in lines if line)
     return BackendError(f"{' '.join(done.args)} failed (exit {done.returncode}): {detail}")
 
 
