@@ -18,6 +18,7 @@ import pytest
 
 from noderole.records import Supervision
 from noderole.supervisor import ProcessSpec, ReadinessSpec, Supervisor, SupervisorError, _protocol
+from noderole.supervisor._log import ERRORS_NAME
 from noderole.supervisor._proc import describe_status, group_members, is_alive, proc_stat
 from noderole.supervisor._protocol import encode, socket_address
 from noderole.supervisor._record import replace
@@ -35,6 +36,23 @@ def _read_pids(path: Path) -> list[int]:
 
 def _lines(path: Path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
+
+
+def _ask(harness: Harness, request: bytes) -> bytes:
+    """Send ``request`` as is on a new connection; everything the daemon says, to its EOF."""
+    address, dirfd = socket_address(str(harness.supervisor.socket_path))
+    with socket.socket(socket.AF_UNIX) as sock:
+        try:
+            sock.connect(address)
+        finally:
+            if dirfd is not None:
+                os.close(dirfd)
+        sock.settimeout(30)
+        sock.sendall(request)
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    return data
 
 
 class TestStart:
@@ -396,6 +414,30 @@ class TestDaemon:
             answer = json.loads(sock.makefile().read())
         assert answer["ok"] is False
         assert "99" in answer["error"]
+
+    def test_a_request_nested_too_deeply_is_answered_and_let_go(self, harness: Harness) -> None:
+        """A request nested deeper than the JSON parser recurses gets an error answer, not a
+        RecursionError; its connection is let go, so the daemon and its watchdog still exit
+        once the last service stops."""
+        harness.supervisor.start(harness.spec("a", SLEEP))
+        daemon = harness.supervisor.daemon_pid()
+        assert daemon is not None
+        depth = 100_000
+        request = (
+            b'{"v":%d,"op":"status","x":' % _protocol.PROTOCOL_VERSION
+            + b"[" * depth
+            + b"]" * depth
+            + b"}\n"
+        )
+        answer = json.loads(_ask(harness, request))
+        assert answer["ok"] is False
+        assert "nested too deeply" in answer["error"]
+        harness.supervisor.stop(["a"])
+        wait_for(lambda: not is_alive(daemon), "the daemon to exit")
+        wait_for(lambda: not harness.watchdogs(), "its watchdog to exit")
+        errors = harness.supervisor.log_path.with_name(ERRORS_NAME)
+        assert not errors.exists() or "RecursionError" not in errors.read_text()
+        assert "RecursionError" not in harness.supervisor.log_path.read_text()
 
     def test_socket_is_private(self, harness: Harness) -> None:
         """The control socket is mode 0600."""

@@ -101,8 +101,15 @@ def encode(message: dict[str, Any]) -> bytes:
 
 
 def decode(data: bytes) -> dict[str, Any]:
-    """Parse one JSON line; raises ValueError when it is not a JSON object."""
-    value = json.loads(data.decode())
+    """Parse one JSON line; raises ValueError when it is not a JSON object.
+
+    JSON nested too deeply for the parser (which recurses) is a ValueError too, as in
+    ``_state.parse_state``: not a RecursionError that would escape the daemon's error answers.
+    """
+    try:
+        value = json.loads(data.decode())
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
     if not isinstance(value, dict):
         raise ValueError("a message must be a JSON object")
     return value

@@ -189,11 +189,18 @@ class Server:
                 log(f"dropped a request whose client gave up: {bytes(buffer[:120])!r}")
                 self._close(conn)
                 return
-            self.handle(
-                bytes(buffer),
-                lambda response: self._answer(conn, response),
-                lambda: self._hello(conn),
-            )
+            try:
+                self.handle(
+                    bytes(buffer),
+                    lambda response: self._answer(conn, response),
+                    lambda: self._hello(conn),
+                )
+            except BaseException:
+                # A bug that escaped handle (the loop logs it): the client gets EOF rather than
+                # waiting for ever, and the connection is not counted for ever (the daemon
+                # would never be idle, and never exit).
+                self._close(conn)
+                raise
 
         self.loop.add_reader(conn.fileno(), on_readable)
 
@@ -213,6 +220,8 @@ class Server:
             conn.send(_protocol.encode({"v": _protocol.PROTOCOL_VERSION, **ACCEPTED}))
 
     def _close(self, conn: socket.socket) -> None:
+        if conn.fileno() < 0:
+            return  # closed already: counted once
         conn.close()
         self.connections -= 1
 
