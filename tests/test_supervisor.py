@@ -38,16 +38,25 @@ def _lines(path: Path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
 
 
+def _connect(harness: Harness) -> socket.socket:
+    """A new connection to the daemon's socket (blocking, with a generous timeout)."""
+    address, dirfd = socket_address(str(harness.supervisor.socket_path))
+    sock = socket.socket(socket.AF_UNIX)
+    try:
+        sock.connect(address)
+    except BaseException:
+        sock.close()
+        raise
+    finally:
+        if dirfd is not None:
+            os.close(dirfd)
+    sock.settimeout(30)
+    return sock
+
+
 def _ask(harness: Harness, request: bytes) -> bytes:
     """Send ``request`` as is on a new connection; everything the daemon says, to its EOF."""
-    address, dirfd = socket_address(str(harness.supervisor.socket_path))
-    with socket.socket(socket.AF_UNIX) as sock:
-        try:
-            sock.connect(address)
-        finally:
-            if dirfd is not None:
-                os.close(dirfd)
-        sock.settimeout(30)
+    with _connect(harness) as sock:
         sock.sendall(request)
         data = b""
         while chunk := sock.recv(65536):
@@ -438,6 +447,49 @@ class TestDaemon:
         errors = harness.supervisor.log_path.with_name(ERRORS_NAME)
         assert not errors.exists() or "RecursionError" not in errors.read_text()
         assert "RecursionError" not in harness.supervisor.log_path.read_text()
+
+    def test_clients_that_never_read_their_answer_hold_up_nothing(self, harness: Harness) -> None:
+        """Clients that ask for a large answer (5,000 names, about 1 MB) and never read it:
+        the daemon answers every other client meanwhile, respawns a killed service, gives a
+        reading client its whole answer, and lets the others go (it exits once idle)."""
+        started = harness.supervisor.start(harness.spec("a", SLEEP))
+        daemon = harness.supervisor.daemon_pid()
+        assert daemon is not None
+        assert started.pid is not None
+        names = [f"made-up-{i}" for i in range(5000)]
+        large = encode({"v": _protocol.PROTOCOL_VERSION, "op": "status", "names": names})
+        stuck: list[socket.socket] = []
+        try:
+            for _ in range(10):
+                stuck.append(_connect(harness))
+                stuck[-1].sendall(large)
+            # Each would have stopped the daemon for 2 s: a status asked now said "not
+            # answering" and no respawn came for 20 s.
+            [status] = harness.supervisor.status(["a"])
+            assert "not answering" not in status.reason
+            assert status.pid == started.pid
+            os.kill(started.pid, signal.SIGKILL)
+            respawned = wait_for(
+                lambda: next(
+                    (
+                        s
+                        for s in harness.supervisor.status(["a"])
+                        if s.restarts == 1 and s.pid and "not answering" not in s.reason
+                    ),
+                    None,
+                ),
+                "a respawn while the clients leave their answers unread",
+            )
+            assert respawned.pid != started.pid
+            hello, answer = map(json.loads, _ask(harness, large).splitlines())
+            assert hello["accepted"] is True
+            assert [s["name"] for s in answer["statuses"]] == names
+            harness.supervisor.stop(["a"])
+            # The unread answers are given up on, their connections closed and uncounted.
+            wait_for(lambda: not is_alive(daemon), "the daemon to exit")
+        finally:
+            for sock in stuck:
+                sock.close()
 
     def test_socket_is_private(self, harness: Harness) -> None:
         """The control socket is mode 0600."""

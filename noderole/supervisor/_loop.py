@@ -50,7 +50,12 @@ class Loop:
     def add_reader(self, fd: int, callback: Callable[[], None]) -> None:
         self.selector.register(fd, selectors.EVENT_READ, callback)
 
+    def add_writer(self, fd: int, callback: Callable[[], None]) -> None:
+        """Call ``callback`` whenever ``fd`` can be written to (until :meth:`remove_reader`)."""
+        self.selector.register(fd, selectors.EVENT_WRITE, callback)
+
     def remove_reader(self, fd: int) -> None:
+        """Stop watching ``fd`` (for reading or writing); nothing if it was not watched."""
         with contextlib.suppress(KeyError, ValueError):
             self.selector.unregister(fd)
 

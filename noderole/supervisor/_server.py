@@ -3,19 +3,26 @@
 Handlers are a table ``op -> handler(request, reply)``; a handler may answer at once or later
 (a stop answers when the processes are gone), but exactly once. A malformed request, a request
 of another protocol version, an unknown ``op`` and a handler that raises each get an error
-answer; the daemon carries on. Standard library only.
+answer; the daemon carries on.
+
+An answer is written without blocking: what the client's socket does not take at once is sent
+by the loop as the client reads it, and a client that stops reading (suspended, or never meant
+to) is dropped after :data:`ANSWER_STALL` seconds, never holding up the loop (and with it every
+respawn and every other client). Standard library only.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import selectors
 import socket
+import time
 from collections.abc import Callable, Mapping
 
 from noderole.supervisor import _protocol
 from noderole.supervisor._log import log, log_error, log_limited
-from noderole.supervisor._loop import Loop
+from noderole.supervisor._loop import Loop, Timer
 
 TYPE_CHECKING = False  # typing is not imported at run time: the daemon stays small
 if TYPE_CHECKING:
@@ -32,6 +39,40 @@ ACCEPTED = _protocol.ACCEPTED
 
 RETRY = {"ok": False, "retry": True, "error": "supervisor exiting"}
 """The answer of a daemon that is about to exit: the client starts a new one and asks again."""
+ANSWER_STALL = 2.0
+"""Seconds a client may leave its answer unread (not a byte taken) before it is dropped."""
+ANSWER_LIMIT = 30.0
+"""Seconds an answer may take to write in all, however the client trickles it in."""
+
+
+class _Outgoing:
+    """An answer its client has not taken whole yet: the rest, and when it last took some."""
+
+    __slots__ = ("conn", "data", "limit", "moved", "timer")
+
+    def __init__(self, conn: socket.socket, data: memoryview) -> None:
+        self.conn = conn
+        self.data = data
+        self.moved = time.monotonic()
+        self.limit = self.moved + ANSWER_LIMIT
+        self.timer: Timer | None = None
+
+    def send(self) -> bool:
+        """Send what the socket takes now; True once nothing is left to do (all sent, or the
+        client is gone)."""
+        try:
+            sent = self.conn.send(self.data)
+        except (BlockingIOError, InterruptedError):
+            return False
+        except OSError:
+            return True
+        self.data = self.data[sent:]
+        self.moved = time.monotonic()
+        return not self.data
+
+    def due(self) -> float:
+        """When the client is dropped unless it takes more."""
+        return min(self.moved + ANSWER_STALL, self.limit)
 
 
 class Server:
@@ -56,6 +97,8 @@ class Server:
         self.abstract = abstract
         self.connections = 0
         self.pending = 0
+        self.outgoing: dict[int, _Outgoing] = {}
+        """Answers being written, by file descriptor (each still counted in ``connections``)."""
         self.listener: socket.socket | None = None
         self.listener_inode: tuple[int, int] | None = None
 
@@ -136,6 +179,7 @@ class Server:
         if self.listener is not None:
             self.listener.close()
             self.listener = None
+        self._drain()
 
     def _on_accept(self, listener: socket.socket) -> None:
         # Every queued connection at once (bounded): under a burst, one per wake-up would
@@ -205,14 +249,75 @@ class Server:
         self.loop.add_reader(conn.fileno(), on_readable)
 
     def _answer(self, conn: socket.socket, response: dict[str, Any]) -> None:
+        """Send the answer and close; what the socket does not take now is left to the loop."""
+        if conn.fileno() < 0:
+            return
         response = {"v": _protocol.PROTOCOL_VERSION, **response}
+        out = _Outgoing(conn, memoryview(_protocol.encode(response)))
+        if out.send():
+            self._close(conn)
+            return
+        fd = conn.fileno()
+        self.outgoing[fd] = out
+        self.loop.add_writer(fd, lambda: self._on_writable(out))
+        self._watch(out)
+
+    def _on_writable(self, out: _Outgoing) -> None:
+        if out.send():
+            self._drop(out)
+
+    def _watch(self, out: _Outgoing) -> None:
+        out.timer = self.loop.call_later(out.due() - time.monotonic(), lambda: self._overdue(out))
+
+    def _overdue(self, out: _Outgoing) -> None:
+        if out.conn.fileno() < 0:
+            return
+        if time.monotonic() < out.due():
+            self._watch(out)  # it took some meanwhile
+            return
         try:
-            conn.setblocking(True)
-            conn.settimeout(2.0)
-            conn.sendall(_protocol.encode(response))
+            pid = _protocol.peer_credentials(out.conn)[0]
         except OSError:
-            pass
-        self._close(conn)
+            pid = 0
+        log_limited(
+            "unread answer",
+            f"dropped a client (pid {pid}) that left {len(out.data)} bytes of its answer unread",
+        )
+        self._drop(out)
+
+    def _drop(self, out: _Outgoing) -> None:
+        """The answer is written, or its client is gone or too slow: close the connection."""
+        fd = out.conn.fileno()
+        if fd < 0:
+            return
+        self.loop.remove_reader(fd)
+        self.outgoing.pop(fd, None)
+        if out.timer is not None:
+            out.timer.cancel()
+        self._close(out.conn)
+
+    def _drain(self) -> None:
+        """At exit: the answers still being written get the rest of their time, then the
+        process ends (nothing is left to supervise: waiting here holds up nobody)."""
+        if not self.outgoing:
+            return
+        with selectors.DefaultSelector() as selector:
+            for fd, pending in self.outgoing.items():
+                self.loop.remove_reader(fd)
+                selector.register(fd, selectors.EVENT_WRITE, pending)
+            while self.outgoing:
+                now = time.monotonic()
+                for late in [o for o in self.outgoing.values() if now >= o.due()]:
+                    selector.unregister(late.conn)
+                    self._drop(late)
+                if not self.outgoing:
+                    break
+                wait = min(o.due() for o in self.outgoing.values()) - now
+                for key, _ in selector.select(max(0.0, wait)):
+                    ready: _Outgoing = key.data
+                    if ready.send():
+                        selector.unregister(ready.conn)
+                        self._drop(ready)
 
     def _hello(self, conn: socket.socket) -> None:
         # The client now waits as long as the request may take, not just the hello timeout.
