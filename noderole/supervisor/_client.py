@@ -217,15 +217,16 @@ class Supervisor:
                 return True  # a full backlog, or a name we cannot compute: no standby
 
     def _spawn_daemon(self) -> None:
-        log_fd = self._open_log()
+        log_fd, log_path = self._open_log()
         standby, self._standby = self._standby, None
         launch: _Standby | _Spawned
-        if standby is not None and standby.go(log_fd):
+        if standby is not None and standby.go(log_fd, log_path):
             os.close(log_fd)
             launch = standby
         else:
             try:
-                launch = _spawn(self._run, log_fd, self._owner)
+                extra = (*self._owner, f"log={log_path}") if log_path else self._owner
+                launch = _spawn(self._run, log_fd, extra)
             except OSError as e:  # no process to be had (a full pids.max), an unusable Python
                 from noderole.supervisor._proclimit import refusal
 
@@ -247,21 +248,25 @@ class Supervisor:
             f"{_tail(self.log_path)}"
         )
 
-    def _open_log(self) -> int:
-        """The daemon's log, appended to; when it cannot be opened (its file system full or out
-        of inodes at the first boot, something else at its path), the run directory's
-        ``supervisor.log`` (then ``/dev/null``) instead, and a warning: the log is no reason
-        not to supervise the node's services, nor to leave running ones without a stop."""
+    def _open_log(self) -> tuple[int, str]:
+        """The daemon's log, appended to, and its absolute path (the daemon writes every line
+        to that path, whatever becomes of the file: :func:`._log.set_path`); when it cannot be
+        opened (its file system full or out of inodes at the first boot, something else at its
+        path), the run directory's ``supervisor.log`` instead (then ``/dev/null``, and no path),
+        and a warning: the log is no reason not to supervise the node's services, nor to leave
+        running ones without a stop."""
         try:
             _safeopen.private_dir(os.path.dirname(self._log) or ".")
-            return _safeopen.open_append(self._log, mode=0o600)
+            return _safeopen.open_append(self._log, mode=0o600), os.path.abspath(self._log)
         except OSError as e:
             why = e
         fallback = os.path.join(self._run, "supervisor.log")
+        path = ""
         try:
             if fallback == self._log:
                 raise why
             fd = _safeopen.open_append(fallback, mode=0o600)
+            path = os.path.abspath(fallback)
             instead = f"it logs to {fallback} meanwhile"
         except OSError:
             fd = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
@@ -271,7 +276,7 @@ class Supervisor:
             f"{instead}. Free space or inodes on its file system (df -h, df -i) or remove what "
             "is in its way; the next start of the supervisor writes it again"
         )
-        return fd
+        return fd, path
 
     # ---- requests
 
@@ -753,7 +758,7 @@ class _Standby:
     """A daemon's interpreter started ahead of need (:meth:`Supervisor.prepare`).
 
     It runs ``main(RUN_DIR FD standby)``: imports, then waits on a socket for the go, which
-    carries the log file's descriptor; its ready word comes back on the same socket.
+    carries the log file's descriptor and path; its ready word comes back on the same socket.
 
     Spawned with :func:`os.posix_spawn`, not :mod:`subprocess`: every boot's apply starts one,
     and importing subprocess (with signal, selectors and locale) cost it ~12M instructions on
@@ -792,11 +797,13 @@ class _Standby:
         finally:
             theirs.close()
 
-    def go(self, log_fd: int) -> bool:
-        """Hand it the log and let it start; False if it is gone (then it is reaped here)."""
+    def go(self, log_fd: int, log_path: str) -> bool:
+        """Hand it the log (its descriptor and path) and let it start; False if it is gone (then
+        it is reaped here)."""
         rights = log_fd.to_bytes(4, sys.byteorder, signed=True)  # one C int, as SCM_RIGHTS wants
+        message = b"go\n" + os.fsencode(log_path)
         try:
-            self.channel.sendmsg([b"go\n"], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, rights)])
+            self.channel.sendmsg([message], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, rights)])
         except OSError:
             self.discard()
             return False

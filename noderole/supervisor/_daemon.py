@@ -2,10 +2,10 @@
 
 The loop (:mod:`._loop`) waits on the control socket (:mod:`._server`), one ``pidfd`` per child
 (a child's exit wakes the loop at once: no SIGCHLD race, no polling), the pipes carrying
-children's output (:mod:`._sinks`), a self-pipe for signals (SIGHUP reopens logs; SIGTERM/SIGINT
-stop everything and exit), and a heap of timers (respawn delays, stop timeouts, readiness
-ticks). Each service is a :class:`~._unit.Unit`. A watchdog (:mod:`._watchdog`) ends the
-services if this daemon is ever SIGKILLed.
+children's output (:mod:`._sinks`), a self-pipe for signals (SIGHUP reopens every log, its own
+too; SIGTERM/SIGINT stop everything and exit), and a heap of timers (respawn delays, stop
+timeouts, readiness ticks). Each service is a :class:`~._unit.Unit`. A watchdog
+(:mod:`._watchdog`) ends the services if this daemon is ever SIGKILLed.
 
 Only the standard library and ``noderole.supervisor`` are imported (a test guards it).
 """
@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable
 
 from noderole.supervisor import (
     _fdlimit,
+    _log,
     _pidfile,
     _proc,
     _protocol,
@@ -408,6 +409,7 @@ class Daemon:
         for signum in data:
             if signum == signal.SIGHUP:
                 self.sinks.reopen_all()
+                _log.reopen()  # its own log too: logrotate moved it aside, then sent SIGHUP
                 log("SIGHUP: log files reopened")
             elif signum in (signal.SIGTERM, signal.SIGINT):
                 log(f"{signal.Signals(signum).name}: stopping every service")
@@ -680,27 +682,32 @@ def _settle_standby(keep: int) -> None:
     os.chdir("/")
 
 
-def _await_go(fd: int) -> bool:
+def _await_go(fd: int) -> str | None:
     """A standby daemon (``RUN_DIR FD standby``): its interpreter and imports are done ahead of
-    need; wait on the socket ``fd`` for the client's go, which carries the log to write to.
+    need; wait on the socket ``fd`` for the client's go, which carries the log to write to: its
+    descriptor, and its path after ``go\n`` (returned; empty when the log is no file).
 
-    False when the client closed the socket instead (nothing needed a daemon after all): nothing
+    None when the client closed the socket instead (nothing needed a daemon after all): nothing
     has been touched yet, so the standby simply exits.
     """
     with socket.socket(fileno=os.dup(fd)) as channel:
         try:
-            message, fds, _, _ = socket.recv_fds(channel, 16, 1)
+            message, fds, _, _ = socket.recv_fds(channel, _GO_MAX, 1)
         except OSError:
-            return False
-    if not message.startswith(b"go") or len(fds) != 1:
+            return None
+    if not message.startswith(b"go\n") or len(fds) != 1:
         for extra in fds:
             os.close(extra)
-        return False
+        return None
     # From here on, as a daemon spawned directly: stdout and stderr are the supervisor's log.
     os.dup2(fds[0], 1)
     os.dup2(fds[0], 2)
     os.close(fds[0])
-    return True
+    return os.fsdecode(message[3:])
+
+
+_GO_MAX = 3 + 65536
+"""The go's bytes at most: ``go\n`` and a path."""
 
 
 def _refusal(error: OSError) -> str:
@@ -710,19 +717,25 @@ def _refusal(error: OSError) -> str:
 
 
 def main(argv: list[str]) -> int:
-    """``RUN_DIR READY_FD [standby] [owner=PID]``: detach, lock, recover, listen, report ready,
-    serve.
+    """``RUN_DIR READY_FD [standby] [owner=PID] [log=PATH]``: detach, lock, recover, listen,
+    report ready, serve.
 
     With ``standby``, ``READY_FD`` is a socket on which the client's go (and the log) arrives
     first (:func:`_await_go`); the ready message goes back on the same socket. With ``owner``,
-    the daemon stops every service and exits once process PID is gone (a rehearsal's).
+    the daemon stops every service and exits once process PID is gone (a rehearsal's). ``log``:
+    the path of the log on stdout and stderr, which every line goes to (:func:`_log.set_path`);
+    without it, the log is no file (``/dev/null``).
     """
     run_dir, ready_fd, options = argv[0], int(argv[1]), argv[2:]
     owner = next((int(o.partition("=")[2]) for o in options if o.startswith("owner=")), None)
+    log_path = next((o.partition("=")[2] for o in options if o.startswith("log=")), "")
     if "standby" in options:
         _settle_standby(ready_fd)
-        if not _await_go(ready_fd):
+        go = _await_go(ready_fd)
+        if go is None:
             return 0
+        log_path = go
+    _log.set_path(log_path or None)
     # Second fork: the session leader (the client's child) exits at once; the daemon, not a
     # session leader, can never acquire a controlling terminal.
     try:

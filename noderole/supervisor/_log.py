@@ -1,9 +1,15 @@
 """The supervisor's own log: one line per event, on its stderr (a file it was started with).
 
 The daemon and its watchdog write here; the client points stderr at ``ROOT/var/log/noderole/
-supervisor.log`` so the history survives a reboot. Past :data:`MAX_BYTES` the file is rotated,
-keeping :data:`KEEP` old copies (``.1`` the newest). Both can be set for the daemon with the
-environment variables ``NODEROLE_SUPERVISOR_LOG_BYTES`` and ``NODEROLE_SUPERVISOR_LOG_KEEP``.
+supervisor.log`` so the history survives a reboot, and tells the daemon that path (or the run
+directory's ``supervisor.log`` it fell back to): :func:`set_path`. Lines always go to that path,
+whatever became of the file open before: before each line, stderr is opened there again when it
+is no longer the file at the path (removed, moved aside by logrotate, rotated by the daemon
+while the watchdog still held it), as ``logging.handlers.WatchedFileHandler`` does; SIGHUP and
+the watchdog's report after the daemon's death reopen it too (:func:`reopen`). Past
+:data:`MAX_BYTES` the file is rotated, keeping :data:`KEEP` old copies (``.1`` the newest).
+Both can be set for the daemon with the environment variables ``NODEROLE_SUPERVISOR_LOG_BYTES``
+and ``NODEROLE_SUPERVISOR_LOG_KEEP``.
 
 Two kinds of line are treated apart, so that the evidence of a bug outlives crash-loop noise:
 
@@ -36,7 +42,10 @@ __all__ = [
     "log",
     "log_error",
     "log_limited",
+    "log_path",
+    "reopen",
     "rotate",
+    "set_path",
     "set_role",
 ]
 
@@ -82,15 +91,85 @@ def rotate(path: str, keep: int) -> None:
         os.close(dfd)
 
 
-def _log_path() -> str | None:
+_path: list[str | None] = [None]
+"""The log's path (:func:`set_path`); None: no file (stderr is written as it is)."""
+_path_known = [False]
+"""Whether :data:`_path` was set, or taken from stderr at the first line."""
+
+
+def set_path(path: str | None) -> None:
+    """Write every line to ``path`` from now on (None: to stderr as it is, never rotated)."""
+    _path[0] = path
+    _path_known[0] = True
+
+
+def log_path() -> str | None:
+    """The log's path: as set, else the file stderr wrote to at the first line (a process
+    started without :func:`set_path`)."""
+    if not _path_known[0]:
+        set_path(_stderr_path())
+    return _path[0]
+
+
+def _stderr_path() -> str | None:
     """The file our stderr writes to, if it is a regular file still in place."""
     try:
         path = os.readlink("/proc/self/fd/2")
-        if not path.startswith("/") or not stat.S_ISREG(os.fstat(2).st_mode):
+        info = os.fstat(2)
+        if not path.startswith("/") or not stat.S_ISREG(info.st_mode) or info.st_nlink == 0:
             return None
         return path
     except OSError:
         return None
+
+
+def _at_path(path: str, info: os.stat_result) -> bool:
+    """``info`` (an open file's) is the file at ``path``, and that file is not removed."""
+    if info.st_nlink == 0:
+        return False
+    try:
+        there = os.stat(path, follow_symlinks=False)
+    except OSError:
+        return False
+    return (there.st_dev, there.st_ino) == (info.st_dev, info.st_ino)
+
+
+def _open_at(path: str) -> None:
+    """Point stdout and stderr at ``path`` (made again, 0600 in a 0700 directory, if missing)."""
+    _safeopen.private_dir(os.path.dirname(path) or "/")
+    fd = _safeopen.open_append(path, mode=0o600)
+    try:
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+    finally:
+        os.close(fd)
+
+
+def reopen() -> None:
+    """Open the log's path again (SIGHUP; the watchdog before it reports): never raises, and
+    a path that cannot be opened leaves stderr as it was."""
+    path = log_path()
+    if path is not None:
+        with contextlib.suppress(OSError):
+            _open_at(path)
+
+
+def _follow() -> None:
+    """Before a line: stderr is the file at the log's path (opened again if it is not), and
+    that file is rotated once past :data:`MAX_BYTES`."""
+    path = log_path()
+    if path is None:
+        return
+    info = os.fstat(2)
+    if not _at_path(path, info):
+        try:
+            _open_at(path)
+        except OSError:
+            return  # on with the file open before: better there than nowhere
+        info = os.fstat(2)
+    if info.st_size > MAX_BYTES:
+        rotate(path, KEEP)
+        _open_at(path)
 
 
 def _line(message: str) -> bytes:
@@ -101,24 +180,16 @@ def _line(message: str) -> bytes:
 def log(message: str) -> None:
     """Append one line; never raises (a full disk must not take the supervisor down)."""
     line = _line(message)
-    try:
-        if os.fstat(2).st_size > MAX_BYTES:
-            path = _log_path()
-            if path is not None:
-                rotate(path, KEEP)
-                fd = _safeopen.open_append(path, mode=0o600)
-                os.dup2(fd, 1)
-                os.dup2(fd, 2)
-                os.close(fd)
+    with contextlib.suppress(OSError):
+        _follow()
+    with contextlib.suppress(OSError):
         os.write(2, line)
-    except OSError:
-        pass
 
 
 def log_error(message: str) -> None:
     """An internal error: to the log, never rate-limited, and to :data:`ERRORS_NAME` too."""
     log(message)
-    path = _log_path()
+    path = log_path()
     if path is None:
         return
     errors = os.path.join(os.path.dirname(path), ERRORS_NAME)

@@ -201,6 +201,9 @@ def fork_watchdog(
         os.write(w, b"1")
         os.close(w)
         wait_for_exit(daemon_pid, daemon_ticks, copy, groups)
+        # The descriptor inherited at the fork may name a copy the daemon has rotated since (or
+        # removed, or logrotate moved aside): the report goes to the log's path.
+        _log.reopen()
         groups.read()
         code = watch_over(daemon_pid, copy, groups.known)
     except BaseException:
