@@ -676,6 +676,48 @@ print(json.dumps({"first": first.pid, "second": second.pid, "recorded": recorded
 )
 
 
+_CRASH_LOOP_FULL = (
+    """
+import json, os, subprocess, sys
+from pathlib import Path
+from noderole.records import Supervision
+from noderole.supervisor import Supervisor, _log
+from tests.supervisor_fixtures import Harness, wait_for
+root = Path(sys.argv[1])
+(root / "run").mkdir(parents=True)
+subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(root / "run")], check=True)
+"""
+    + _FILL
+    + """
+h = Harness(root=root, supervisor=Supervisor(root / "run/noderole", timeout=30))
+h.supervisor.start(h.spec("keep", "exec sleep 1000"))
+fill(root / "run")
+for name in ("s1", "s2", "s3"):  # each start is answered once a state write was tried
+    h.supervisor.start(h.spec(name, "exec sleep 1000", pidfile=str(root / f"run/{name}.pid")))
+loop = Supervision(respawn_delay=0.01, stop_timeout=2)
+h.supervisor.start(h.spec("loop", "exit 1", supervision=loop, pidfile=str(root / "run/loop.pid")))
+wait_for(lambda: h.supervisor.status(["loop"])[0].restarts >= 3 * _log.BURST, "a crash loop")
+log = h.supervisor.log_path
+lines = log.read_text().splitlines()
+state = root / "run/noderole/state.json"
+out = {
+    "loop": sum("loop: cannot write pidfile" in line for line in lines),
+    "s1": sum("s1: cannot write pidfile" in line for line in lines),
+    "state": sum(f"cannot write {state}" in line for line in lines),
+    "enospc": any("No space left on device" in line for line in lines),
+}
+os.unlink(root / "run/filler")
+try:
+    again = [f"{state} written again", f"loop: pidfile {root}/run/loop.pid written again"]
+    wait_for(lambda: all(words in log.read_text() for words in again), "writes that work again")
+    out["again"] = True
+except BaseException:  # pytest.fail, from wait_for
+    out["again"] = False
+print(json.dumps(out))
+"""
+)
+
+
 _APPLY_CLI_FULL = (
     """
 import json, os, shutil, subprocess, sys
@@ -807,6 +849,23 @@ class TestFullRun:
             result = _in_private_mounts(_RESPAWN_FULL, root, timeout=90)
             assert result["recorded"] == result["first"]  # the state file could not be written
             assert result["second_gone"], "the respawned child was orphaned"
+        finally:
+            close_harness(h)
+
+    def test_a_crash_loop_with_run_full_says_each_write_failure_once(self, tmp_path: Path) -> None:
+        """Full /run: a crash-looping service's pidfile and the state file cannot be written.
+        Each failure is said once (per service for pidfiles), and once more when the write
+        works again. Before, a line at every respawn and every state write (6,490 lines in a
+        minute for 20 services): the log's history rotated away within a minute."""
+        root = tmp_path / "root"
+        h = Harness(root=root, supervisor=Supervisor(root / "run/noderole", timeout=30))
+        try:
+            result = _in_private_mounts(_CRASH_LOOP_FULL, root, timeout=120)
+            assert result["enospc"]
+            assert result["loop"] == 1  # 3 * BURST respawns or more
+            assert result["s1"] == 1
+            assert result["state"] == 1  # four starts answered, each after a write was tried
+            assert result["again"]
         finally:
             close_harness(h)
 

@@ -34,7 +34,7 @@ from noderole.supervisor import (
     _title,
     _watchdog,
 )
-from noderole.supervisor._log import flush_suppressed, log
+from noderole.supervisor._log import flush_suppressed, log, log_limited
 from noderole.supervisor._loop import Loop, Timer, guarded
 from noderole.supervisor._server import BACKLOG, Handler, Reply, Server
 from noderole.supervisor._sinks import Sinks
@@ -97,6 +97,8 @@ class Daemon:
         self.last_flush = 0.0
         self.flush_timer: Timer | None = None
         self.flushed_waiters: list[Callable[[], None]] = []
+        self.state_failing: int | None = 0
+        """The errno of the state write that failed last (None: no errno), 0 while it works."""
         self.encoded: _state.Encoded = {}
         """Each recorded status's JSON, kept between state writes (_state.encode_state)."""
         self.started = time.monotonic()
@@ -279,7 +281,19 @@ class Daemon:
         try:
             _state.write_state(self.state_path, state, self.encoded)
         except OSError as e:
-            log(f"cannot write {self.state_path}: {e}")
+            # Said once (again if the error changes), not at every write: with /run full, a
+            # crash-looping node would rotate the log's history away within a minute.
+            if self.state_failing != e.errno:
+                log_limited(
+                    "state file",
+                    f"cannot write {self.state_path}: {e}; not said again until it is written "
+                    "or fails otherwise",
+                )
+            self.state_failing = e.errno
+        else:
+            if self.state_failing != 0:
+                log_limited("state file", f"{self.state_path} written again")
+            self.state_failing = 0
         done = self.last_flush = time.monotonic()
         self.next_flush = done + max(FLUSH_GAP_MIN, 2 * (done - now))
         waiters, self.flushed_waiters = self.flushed_waiters, []

@@ -5,6 +5,12 @@ someone else is noted, never trusted: nothing is killed because a file names it.
 may belong to the service's user: it is written through :func:`._safeopen.replace_file` (a random
 ``O_EXCL`` temporary renamed over it) and read with ``O_NOFOLLOW|O_NONBLOCK``, so a planted link
 or FIFO is never followed nor waited on. Standard library only.
+
+A pidfile that cannot be written (``/run`` full) is said once per service, not at every respawn
+(a crash loop would otherwise flood the log and rotate its history away): again only when the
+error changes, and ``NAME: pidfile PATH written again`` once it can be written. These lines are
+rate-limited too (:func:`._log.log_limited`), so a write failing and working by turns cannot
+flood the log either.
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ import os
 import stat
 
 from noderole.supervisor import _proc, _safeopen
-from noderole.supervisor._log import log
+from noderole.supervisor._log import log, log_limited
 
 __all__ = ["note_stale", "remove", "write"]
 
@@ -30,14 +36,27 @@ def note_stale(name: str, path: str | None) -> None:
     log(f"{name}: stale pidfile {path} names {pid}, {what}: replacing it")
 
 
+_failing: dict[str, int | None] = {}
+"""Service name -> errno of the failure last said, while its pidfile cannot be written."""
+
+
 def write(name: str, path: str | None, pid: int) -> None:
-    """Write ``pid`` atomically (temp file + rename); a failure is logged, not raised."""
+    """Write ``pid`` atomically (temp file + rename); a failure is logged (once), not raised."""
     if not path:
         return
     try:
         _safeopen.replace_file(path, f"{pid}\n".encode(), mode=0o644)
     except OSError as e:
-        log(f"{name}: cannot write pidfile {path}: {e}")
+        if _failing.get(name, 0) != e.errno:
+            _failing[name] = e.errno
+            log_limited(
+                f"{name} pidfile",
+                f"{name}: cannot write pidfile {path}: {e}; not said again until it is written "
+                "or fails otherwise",
+            )
+        return
+    if _failing.pop(name, 0) != 0:
+        log_limited(f"{name} pidfile", f"{name}: pidfile {path} written again")
 
 
 def remove(path: str | None, pid: int | None) -> None:
