@@ -116,13 +116,33 @@ def check_certificates(
 
 
 def role_certificates(plan: Plan, *, root: NodeRoot, clock: Clock) -> list[CertificateCheck]:
-    """Every certificate the services of ``plan``'s role mint (running or not), in plan order."""
+    """Every certificate the services of ``plan``'s role mint (running or not), in plan order;
+    a service whose pre-start fails today (:func:`failing`) is one check with that error: what
+    it would mint cannot be known, nor renewed."""
     now = _now(clock)
-    return [
-        check
-        for entry in plan.services
-        for check in check_certificates(entry.service, root=root, now=now)
-    ]
+    checks = []
+    for entry in plan.services:
+        message = failing(entry.service)
+        if message:
+            checks.append(
+                CertificateCheck(service=entry.name, path="-", due=True, reason="", error=message)
+            )
+        else:
+            checks.extend(check_certificates(entry.service, root=root, now=now))
+    return checks
+
+
+def failing(service: Service) -> str:
+    """Why ``service``'s pre-start fails whatever the node holds, or "": a plugin that cannot
+    define it from today's inputs (konnectivity without its first-boot file) gives it a
+    :class:`~noderole.records.Fail` step in place of its other steps, its certificate's
+    included. Only a service with a process counts: a milestone mints nothing."""
+    from noderole.records import Fail
+
+    if service.command is None:
+        return ""
+    fails = [step.message for step in service.pre_start if isinstance(step, Fail)]
+    return f"its pre-start fails: {fails[0]}" if fails else ""
 
 
 # --------------------------------------------------------------------------- renewing
@@ -149,8 +169,11 @@ def _started_before_a_new_pair(
 
 
 def _mints(service: Service) -> bool:
-    return service.command is not None and any(
-        isinstance(step, MintCertificate) for step in service.pre_start
+    """A service renew looks at: one that mints a certificate, or one that cannot be defined
+    today (what it minted before is then out of reach: renew fails it, saying why)."""
+    return service.command is not None and (
+        any(isinstance(step, MintCertificate) for step in service.pre_start)
+        or bool(failing(service))
     )
 
 
@@ -187,6 +210,12 @@ def renew(
         for name in candidates:
             status = current.get(name)
             if status is None or status.state not in _UP:
+                continue
+            broken = failing(plan[name].service)
+            if broken:
+                reports[name] = ServiceReport(
+                    name=name, status="failed", reason=f"cannot renew: {broken}", pid=status.pid
+                )
                 continue
             checks = check_certificates(plan[name].service, root=root, now=now)
             errors = [f"{c.path}: {c.error}" for c in checks if c.error]

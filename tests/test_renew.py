@@ -44,26 +44,27 @@ CERT = "/var/lib/proxy/tls.crt"
 
 
 def _plugin(sans: list[str]) -> types.ModuleType:
-    """``proxy`` mints a serving certificate (SANs read from ``sans`` at each call); ``db`` mints
-    nothing; both in role ``r``."""
+    """``proxy`` mints a serving certificate (SANs read from ``sans`` at each call; none at all,
+    as the konnectivity plugin does when its input file is gone: a Fail step instead); ``db``
+    mints nothing; both in role ``r``."""
     module = types.ModuleType("certplugin")
 
     def noderole_services() -> list[noderole.Service]:
+        last: noderole.Step = noderole.Fail(message="/etc/proxy.env is missing: restore it")
+        if sans:
+            last = noderole.MintCertificate(
+                directory="/var/lib/proxy",
+                ca_cert=K3S_CA_CERT,
+                ca_key=K3S_CA_KEY,
+                common_name="proxy",
+                sans=list(sans),
+            )
         return [
             noderole.Service(
                 name="proxy",
                 roles=["r"],
                 command=["/bin/proxy"],
-                pre_start=[
-                    noderole.MakeDirectories(paths=["/var/lib/proxy"], mode=0o700),
-                    noderole.MintCertificate(
-                        directory="/var/lib/proxy",
-                        ca_cert=K3S_CA_CERT,
-                        ca_key=K3S_CA_KEY,
-                        common_name="proxy",
-                        sans=list(sans),
-                    ),
-                ],
+                pre_start=[noderole.MakeDirectories(paths=["/var/lib/proxy"], mode=0o700), last],
             ),
             noderole.Service(name="db", roles=["r"], command=["/bin/db"]),
         ]
@@ -219,6 +220,29 @@ class TestRenew:
         assert "cannot renew" in proxy.reason
         assert "does not exist" in proxy.reason
         assert len(app.recorder.started) == 2
+
+    def test_a_service_whose_inputs_are_gone_fails_its_renewal(
+        self, app: _App, sans: list[str], fake_clock: FakeClock
+    ) -> None:
+        """The konnectivity plugin fails its pre-start when first-boot.env is gone, in place
+        of the mint: renew said "0 of 0 services renewed", exit 0, every day, while the
+        running process's certificate expired. It fails, with the plugin's words; the process
+        runs on, untouched."""
+        sans.clear()
+        fake_clock.advance(400 * DAY)
+        proxy = _renew(app)["proxy"]
+        assert proxy.status == "failed"
+        assert proxy.reason == (
+            "cannot renew: its pre-start fails: /etc/proxy.env is missing: restore it"
+        )
+        assert len(app.recorder.started) == 2
+        result = CliRunner().invoke(cli, ["renew"], obj=app)
+        assert result.exit_code == 1, result.output
+        checked = CliRunner().invoke(cli, ["cert", "check", "--role", "r", "--json"], obj=app)
+        assert checked.exit_code == 1, checked.output
+        (check,) = json.loads(checked.stdout)
+        assert (check["service"], check["due"]) == ("proxy", True)
+        assert check["error"] == "its pre-start fails: /etc/proxy.env is missing: restore it"
 
     def test_cli_json_and_exit_status(self, app: _App, fake_clock: FakeClock) -> None:
         """`renew --json` prints apply's report shape; exit 0 when the renewed service is up."""
