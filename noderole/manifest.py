@@ -49,7 +49,14 @@ from typing import TYPE_CHECKING, Any, Literal
 from noderole import recordclass
 from noderole.digest import sha256
 from noderole.errors import NoderoleError
-from noderole.paths import LOCK_FILE, RUN_DIR, STATE_DIR
+from noderole.paths import (
+    APPLIED_FILE,
+    LAST_APPLY_FILE,
+    LOCK_FILE,
+    ROLE_FILE,
+    RUN_DIR,
+    STATE_DIR,
+)
 from noderole.reading import RECORD_LIMIT, loads_json, read_regular
 from noderole.root import NodeRoot
 from noderole.supervisor._safeopen import UnsafePathError, open_dir
@@ -101,6 +108,16 @@ _VOLATILE: frozenset[str] = frozenset({"runtime", "log"})
 
 _STAMPS = "/var/lib/noderole/certs"
 """Certificate stamps (:mod:`noderole.certstamp`): a cache of verified checks, all noderole's."""
+
+_OWN_RECORDS = (
+    ROLE_FILE,
+    APPLIED_FILE,
+    LAST_APPLY_FILE,
+    f"{STATE_DIR}/plan.json",  # noderole.recorded.PLAN_FILE
+    f"{STATE_DIR}/init-fingerprints.json",  # noderole.backends._initsystem.FINGERPRINTS
+)
+"""noderole's own records in its state directory, whatever the manifest says: an older
+noderole wrote them before there was a manifest, and they are rewritten only when they change."""
 
 _OWN_DIRECTORIES = (RUN_DIR, _STAMPS, STATE_DIR)
 """noderole's own directories: removed by a reset that leaves them empty (deepest first)."""
@@ -410,6 +427,10 @@ def plan_reset(root: NodeRoot, *, purge: bool) -> list[Removal]:
             )
         else:
             removals.append(Removal(path=entry.path, kind=entry.kind, action="remove"))
+    recorded = {removal.path for removal in removals}
+    for path in _OWN_RECORDS:
+        if path not in recorded and os.path.lexists(root.resolve(path)):
+            removals.append(Removal(path=path, kind="state", action="remove"))
     # Certificate stamps are written on the boot's critical path without a manifest record (a
     # lost one costs only a full check): every file in their directory is noderole's.
     with contextlib.suppress(OSError):

@@ -184,6 +184,28 @@ class TestReset:
         assert node_root.exists(CERT)
         assert node_root.exists(KEY)
 
+    def test_noderoles_own_records_go_though_an_older_noderole_wrote_them(
+        self, app: _App, node_root: ScratchRoot
+    ) -> None:
+        """A node first applied by a noderole older than the record of what it writes: its
+        role, plan and fingerprints are rewritten only when they change, so they never entered
+        the record, and reset left them: the node still had a role, and the next apply with
+        none applied it instead of asking the first-boot inputs. noderole's own records are
+        removed whatever the record says."""
+        from noderole import manifest
+        from noderole.backends._initsystem import FINGERPRINTS
+        from noderole.manifest import forget
+        from noderole.paths import APPLIED_FILE, LAST_APPLY_FILE, ROLE_FILE
+        from noderole.recorded import PLAN_FILE
+
+        assert {PLAN_FILE, FINGERPRINTS} <= set(manifest._OWN_RECORDS)  # the same paths
+        own = [ROLE_FILE, APPLIED_FILE, LAST_APPLY_FILE, PLAN_FILE]
+        assert all(node_root.exists(path) for path in own)
+        forget(NodeRoot(node_root.path), own)
+        report = app.reset(None, app.recorder)
+        assert set(own) <= set(report.removed)
+        assert not any(node_root.exists(path) for path in own)
+
     def test_second_reset_is_a_no_op(self, app: _App, node_root: ScratchRoot) -> None:
         """After a reset, another one removes nothing and leaves the tree as it was."""
         first = app.reset(None, app.recorder)
