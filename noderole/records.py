@@ -1308,5 +1308,23 @@ class SettingsTable(RecordBase):
     """The settings, in the order the reference lists them."""
     description: str = ""
     """What the table configures."""
+
+    @settings.validator
+    def _check_settings(
+        self, attribute: recordclass.Attribute[Any], value: tuple[Setting, ...]
+    ) -> None:
+        seen: set[str] = set()
+        for setting in value:
+            name = getattr(setting, "name", None)
+            if name in seen:
+                raise _fail(
+                    "SettingsTable",
+                    "settings",
+                    f"declares {name!r} twice: one key of [{self.table}] is one setting; "
+                    "remove one of them",
+                )
+            if isinstance(name, str):
+                seen.add(name)
+
     origin: str = recordclass.field(default="", eq=False, repr=False)
     """The plugin that returned this record; stamped by the plugin manager."""

@@ -79,6 +79,17 @@ class TestInspect:
         absent = tmp_path / "new-root"
         assert CliRunner().invoke(cli, ["--root", str(absent), "--help"]).exit_code == 0
 
+    def test_an_empty_root_is_refused(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """`--root "$ROOT"` with ROOT unset meant the current directory: `plan` there made
+        ./var/cache/noderole. It is a usage error saying what to give; nothing is written."""
+        monkeypatch.chdir(tmp_path)
+        done = CliRunner().invoke(cli, ["--root", "", "plan", "server"])
+        assert done.exit_code == ExitCode.USAGE, done.output
+        assert "--root is empty: name the node's root directory" in done.output
+        assert list(tmp_path.iterdir()) == []
+
     def test_root_completes_directories(self) -> None:
         """--root asks the shell for directories, as click.Path(file_okay=False) did."""
         from noderole.cli import RootDirectory

@@ -490,6 +490,19 @@ class TestFieldMessages:
                 "SettingsTable: field 'table' must be lower case letters, digits, '_' and '-', "
                 "starting with a letter, got 't\\n'",
             ),
+            # Two settings of one name: the later one won silently, and a value was refused
+            # naming the other's type and range.
+            (
+                lambda: SettingsTable(
+                    table="t",
+                    settings=[
+                        Setting(name="port", type=int, default=9100),
+                        Setting(name="port", type=str, default="oops"),
+                    ],
+                ),
+                "SettingsTable: field 'settings' declares 'port' twice: one key of [t] is one "
+                "setting; remove one of them",
+            ),
         ],
     )
     def test_the_form_is_named(self, build: Callable[[], object], message: str) -> None:

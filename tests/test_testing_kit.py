@@ -531,6 +531,16 @@ class TestCallHook:
         with pytest.raises(PluginError, match=r"plugin 'broken' hook noderole_services raised"):
             call_hook(("broken", broken), "noderole_services", node_root=scratch)
 
+    @pytest.mark.parametrize("returned", ["oops", {"name": "x"}, [None]])
+    def test_what_a_record_hook_returns_is_checked_as_plan_checks_it(
+        self, scratch: ScratchRoot, returned: object
+    ) -> None:
+        """A services hook returning a string or a dict gave ['oops'] or ['name'] back, where
+        `plan` fails with a PluginError: the kit said a broken plugin was fine."""
+        wrong = _plugin("wrong", noderole_services=lambda node: returned)
+        with pytest.raises(PluginError, match=r"plugin 'wrong' hook noderole_services returned"):
+            call_hook(("wrong", wrong), "noderole_services", node_root=scratch)
+
     def test_a_hook_the_plugin_lacks_is_named(self, scratch: ScratchRoot) -> None:
         """Asking for a hook the plugin does not implement is a LookupError naming both."""
         with pytest.raises(

@@ -246,6 +246,8 @@ class RootDirectory(click.ParamType[str]):
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
         path = os.fsdecode(value)
+        if not path:  # `--root "$ROOT"` with ROOT unset: not the current directory
+            self.fail("--root is empty: name the node's root directory (/ for this machine)")
         try:
             regular = stat.S_ISREG(os.stat(path).st_mode)
         except (OSError, ValueError):

@@ -113,10 +113,29 @@ def _call(node: NodeContext, plugin: PluginArg | str, hook_name: str, kwargs: An
     impls = [] if hook is None else [i for i in hook.get_hookimpls() if i.plugin_name == name]
     if not impls:
         raise LookupError(f"call_hook: plugin {name!r} does not implement {hook_name}")
+    kinds = _record_kinds(hook_name)
     results: list[Any] = []
     for impl in impls:
-        for item in plugin_set._call(impl, name, hook_name, {"node": node, **kwargs}):
+        items = plugin_set._call(impl, name, hook_name, {"node": node, **kwargs})
+        if kinds is not None:  # noderole's record hooks: checked as `plan` checks them
+            expected = " or ".join(kind.__name__ for kind in kinds)
+            results.extend(plugin_set._checked(items, name, hook_name, kinds, expected))
+            continue
+        for item in items:
             if recordclass.has(type(item)) and hasattr(item, "origin"):
                 item = recordclass.evolve(item, origin=name)
             results.append(item)
     return results
+
+
+def _record_kinds(hook_name: str) -> tuple[type[Any], ...] | None:
+    """The records noderole's own record hook ``hook_name`` must return (None: another hook,
+    whose results its caller checks: a plugin's own hooks, ``noderole_resolve_role``)."""
+    from noderole.records import Service, SettingsTable
+    from noderole.rehearsal_records import REHEARSAL_INPUTS
+
+    return {
+        "noderole_services": (Service,),
+        "noderole_settings": (SettingsTable,),
+        "noderole_standins": REHEARSAL_INPUTS,
+    }.get(hook_name)
