@@ -769,6 +769,10 @@ def main(argv: list[str]) -> int:
     except OSError:
         os.chdir("/")
     os.umask(0o022)
+    # Children are reaped by this daemon alone, never by the kernel (as an inherited SIGCHLD
+    # ignore would have it): a child not reaped yet keeps its pid, and so its process group's
+    # number, from being reused, which is what lets the daemon signal that group (_unit).
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     # A pidfd, a pipe and a log file for each service: past the usual soft limit (1,024) within
     # a few hundred services. The services themselves get the limit given (see _fdlimit).
     _fdlimit.raise_limit()

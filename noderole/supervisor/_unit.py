@@ -11,12 +11,19 @@ A process that exits takes its process group with it (SIGKILL to the group): a l
 grandchild would hold the port the respawned process needs. A service whose stop scope is
 ``"process"`` (k3s, whose containers must outlive it) has its process alone signalled, on stop
 and on exit; what it started runs on. Standard library only.
+
+A group is signalled by its number only while the unit's process is not yet reaped: until then
+its pid, and so the number of the group it leads, cannot be given to another process. So the
+group of a process that exited is killed before the process is reaped, a stop keeps the exited
+process unreaped (a zombie) until its group is empty, and a unit waiting to respawn (backoff),
+its process reaped, signals nothing: by then the number may lead anyone's group.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import select
 import signal
 import subprocess
 import time
@@ -302,12 +309,38 @@ class Unit:
         self.popen = None
         return code
 
+    def _leader(self) -> str:
+        """Where the unit's process is, without reaping it: ``"running"``; ``"exited"`` (a
+        zombie, not reaped: its pid, and so its group's number, cannot be reused yet); or
+        ``"gone"`` (none, or reaped: the number may be anyone's now)."""
+        popen = self.popen
+        if popen is None or popen.returncode is not None:
+            return "gone"
+        try:
+            exited = os.waitid(os.P_PID, popen.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:  # reaped behind our back (SIGCHLD ignored)
+            return "gone"
+        return "running" if exited is None else "exited"
+
+    def _unwatch(self) -> None:
+        """Stop waiting on the pidfd (it stays readable while the zombie is kept)."""
+        if self.pidfd is not None:
+            self.host.loop.remove_reader(self.pidfd)
+            os.close(self.pidfd)
+            self.pidfd = None
+
     def on_exit(self) -> None:
         """The pidfd is readable: the process exited."""
-        if self._reap() is None:
+        if self.popen is None:
+            return  # reaped already (an event of the same batch)
+        leader = self._leader()
+        if leader == "running":
             return
         self._end_check()
         if self.stopping:
+            # Not reaped yet: the stop's poll reaps it once the group is empty, so that the
+            # group's number cannot be reused while the stop may still signal it.
+            self._unwatch()
             if self.stop_poll is not None:
                 self.stop_poll()  # at once: no wait for the next tick (a stop of 1,000 in a row)
             return
@@ -315,9 +348,11 @@ class Unit:
             self.timer.cancel()
         pgid = self.pid
         ran_for = time.monotonic() - self.started_mono
-        if pgid is not None and self.spec.supervision.whole_group:
-            # Processes meant to outlive it (containerd shims) leave the group with setsid.
+        if pgid is not None and leader == "exited" and self.spec.supervision.whole_group:
+            # Before the reap: the zombie keeps the number ours. Processes meant to outlive it
+            # (containerd shims) leave the group with setsid.
             _proc.kill_group(pgid, signal.SIGKILL)
+        self._reap()
         self.host.record_group(self.name, None, None)
         self._after_exit(ran_for)
         # Logged after the respawn so that the write is not part of the respawn latency.
@@ -362,7 +397,12 @@ class Unit:
 
     def stop(self, then: Callable[[], None]) -> None:
         """stop_signal to the group, SIGKILL after stop_timeout, until no member is left (the
-        process alone, and until it has exited, when the stop scope is ``"process"``)."""
+        process alone, and until it has exited, when the stop scope is ``"process"``).
+
+        Only while the process is not reaped: a unit waiting to respawn (backoff) has no
+        process, and its group was killed when the process exited (:meth:`on_exit`); the
+        number it had may by now lead another program's group, which must not be signalled.
+        """
         self.stop_waiters.append(then)
         if self.stopping:
             return
@@ -370,7 +410,9 @@ class Unit:
             self.timer.cancel()
             self.timer = None
         self._end_check()
-        pgid = self.pid if self.popen is not None or self.state in ACTIVE else None
+        if self.popen is not None and self._leader() == "gone":
+            self._reap()  # reaped behind our back: its number is no longer known to be ours
+        pgid = self.pid if self.popen is not None else None
         if pgid is None:
             self._stopped([])
             return
@@ -379,12 +421,10 @@ class Unit:
         ticks = self.start_ticks
         sup = self.spec.supervision
         whole = sup.whole_group
-        # A process already gone (backoff) leaves nothing to signal; its group may hold some.
-        leader = self.popen is not None
         kill = _proc.kill_group if whole else _proc.kill_process
-        if whole or leader:
-            kill(pgid, sup.stop_signum)
-            kill(pgid, signal.SIGCONT)  # a stopped (T) process cannot act on SIGTERM
+        # The process is not reaped (and is not until the group is empty): the number is ours.
+        kill(pgid, sup.stop_signum)
+        kill(pgid, signal.SIGCONT)  # a stopped (T) process cannot act on SIGTERM
         kill_at = time.monotonic() + sup.stop_timeout
         give_up_at = kill_at + KILL_GRACE
         killed = [False]
@@ -393,16 +433,19 @@ class Unit:
             if self.timer is not None:
                 self.timer.cancel()
                 self.timer = None
-            self._reap()
-            leader_alive = self.popen is not None and _proc.is_alive(pgid)
+            leader = self._leader()
+            if leader == "exited":
+                self._unwatch()  # readable until reaped: no wake-up from it any more
             # While the leader lives there is no need to list the group (a scan of /proc, tens
             # of ms with a thousand processes): its exit wakes this poll through on_exit.
-            if leader_alive or not whole:
-                left = [pgid] if leader_alive else []
+            if leader == "running":
+                left = [pgid]
+            elif leader == "gone" or not whole:
+                left = []  # reaped behind our back: the number is no longer known to be ours
             else:
                 left = _proc.group_members(pgid, started_since=ticks)
             if not left:
-                self._reap_blocking()
+                self._reap()  # a zombie (or nothing): reaped at once
                 self._stopped([])
                 return
             now = time.monotonic()
@@ -411,11 +454,15 @@ class Unit:
                 log(f"{self.name}: still running {sup.stop_timeout:g}s after stop: SIGKILL")
                 kill(pgid, signal.SIGKILL)
             elif now >= give_up_at:
-                self._reap_blocking()
-                if whole:
-                    left = _proc.group_members(pgid, started_since=ticks) or left
-                else:
-                    left = [pgid] if self.popen is not None else []
+                self._await_leader(1.0)
+                leader = self._leader()
+                if leader != "gone" and whole:
+                    left = _proc.group_members(pgid, started_since=ticks)
+                elif leader != "gone":
+                    left = [pgid] if leader == "running" else []
+                # Reaped only now that the survivors are listed; a leader still running is not
+                # (its pidfd stays watched: its exit is still seen).
+                self._reap()
                 self._stopped(left)
                 return
             self.timer = self.host.loop.call_later(GROUP_POLL, poll)
@@ -423,11 +470,10 @@ class Unit:
         self.stop_poll = poll
         poll()
 
-    def _reap_blocking(self) -> None:
-        if self.popen is not None:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.popen.wait(timeout=1.0)
-            self._reap()
+    def _await_leader(self, timeout: float) -> None:
+        """Wait up to ``timeout`` for the process to exit, without reaping it (blocking)."""
+        if self.pidfd is not None:
+            select.select([self.pidfd], [], [], timeout)
 
     def _stopped(self, survivors: list[int]) -> None:
         _pidfile.remove(self.spec.pidfile, self.pid)
