@@ -44,12 +44,20 @@ if TYPE_CHECKING:
 else:
     Protocol = object  # Host is a structural type for the checker; a plain class at run time
 
-__all__ = ["GROUP_POLL", "KILL_GRACE", "Host", "Unit"]
+__all__ = ["GROUP_POLL", "GROUP_POLL_MAX", "GROUP_WATCH", "KILL_GRACE", "Host", "Unit"]
 
 KILL_GRACE = 5.0
 """Seconds to wait for a group to vanish after SIGKILL before reporting survivors."""
 GROUP_POLL = 0.01
-"""Seconds between two looks at a stopping process group."""
+"""Seconds before the second look at a stopping process group (and after a SIGKILL to it); each
+later pause is twice the one before, up to :data:`GROUP_POLL_MAX`."""
+GROUP_POLL_MAX = 0.25
+"""The longest pause between two looks at a stopping group. Once its leader has exited, a look
+lists ``/proc`` (tens of ms with a thousand processes): every 10 ms for a member that ignores
+the stop signal was a third of a core for the whole ``stop_timeout``."""
+GROUP_WATCH = 16
+"""Members of a stopping group watched through a pidfd, at most: the exit of one prompts the
+next look at once, so the stop ends as soon as the group is empty, without waiting for a look."""
 
 
 class Host(Protocol):
@@ -428,11 +436,38 @@ class Unit:
         kill_at = time.monotonic() + sup.stop_timeout
         give_up_at = kill_at + KILL_GRACE
         killed = [False]
+        pause = [GROUP_POLL]
+        # Looks taken: a member's pidfd prompts a look only if none was taken since it was
+        # opened (several members ending at once make one look, not one each).
+        looks = [0]
+        watched: list[int] = []
+
+        def unwatch() -> None:
+            for fd in watched:
+                self.host.loop.remove_reader(fd)
+                os.close(fd)
+            watched.clear()
+
+        def member_exited(look: int) -> None:
+            if look == looks[0]:
+                poll()
+
+        def watch(members: list[int]) -> None:
+            look = looks[0]
+            for pid in members[:GROUP_WATCH]:
+                try:
+                    fd = _fdlimit.keep(os.pidfd_open(pid))
+                except OSError:
+                    continue  # gone already, or no descriptor to spare: the next look sees it
+                watched.append(fd)
+                self.host.loop.add_reader(fd, lambda: member_exited(look))
 
         def poll() -> None:
             if self.timer is not None:
                 self.timer.cancel()
                 self.timer = None
+            unwatch()
+            looks[0] += 1
             leader = self._leader()
             if leader == "exited":
                 self._unwatch()  # readable until reaped: no wake-up from it any more
@@ -453,6 +488,7 @@ class Unit:
                 killed[0] = True
                 log(f"{self.name}: still running {sup.stop_timeout:g}s after stop: SIGKILL")
                 kill(pgid, signal.SIGKILL)
+                pause[0] = GROUP_POLL  # what SIGKILL reaches is gone within milliseconds
             elif now >= give_up_at:
                 self._await_leader(1.0)
                 leader = self._leader()
@@ -465,7 +501,14 @@ class Unit:
                 self._reap()
                 self._stopped(left)
                 return
-            self.timer = self.host.loop.call_later(GROUP_POLL, poll)
+            if leader == "exited":
+                watch(left)  # a member's exit prompts the next look at once
+            # Looked at again after a pause that grows while the group lingers, and at the
+            # deadline of the next step whatever the pause.
+            deadline = give_up_at if killed[0] else kill_at
+            delay = min(pause[0], max(0.0, deadline - now))
+            pause[0] = min(2 * pause[0], GROUP_POLL_MAX)
+            self.timer = self.host.loop.call_later(delay, poll)
 
         self.stop_poll = poll
         poll()
