@@ -924,13 +924,14 @@ class Operations:
             held = set(milestones([plan[n].service for n in names]))
             stopping = [n for n in names if n in held or plan[n].service.command is not None]
         with node_lock(self.root, timeout=lock_timeout, clock=self.clock, what="stop"):
+            outside: list[str] = []
             if strays and backend.name == "native":
                 before = _supervised(backend)
-                processes = sorted(n for n in before if n not in plan) + processes
-                stopping = processes
+                outside = sorted(n for n in before if n not in plan)
             else:
                 before = backend.status(processes)
-            backend.stop(stopping)
+            _stop(backend, plan, stopping, first=outside)
+            processes = outside + processes
         self.publish_metrics(plan, backend, None)
         return [n for n in processes if n in before and before[n].state in ACTIVE]
 
@@ -1286,3 +1287,13 @@ def _kept_by(failures: Sequence[ServiceReport]) -> tuple[list[str], list[str]]:
 def _supervised(backend: Backend) -> Mapping[str, Any]:
     """Every service the native ``backend``'s supervisor knows, by name, with its status."""
     return cast("NativeBackend", backend).status(None)
+
+
+def _stop(backend: Backend, plan: Plan, names: Sequence[str], *, first: Sequence[str] = ()) -> None:
+    """Stop ``first`` (together), then ``names`` of ``plan`` in stop order: under the native
+    backend, the services of a wave together (one ``stop_timeout`` per wave, not one per
+    service that ignores its stop signal)."""
+    from noderole.backends import stop_in_waves
+
+    waves = plan.stop_waves(names)
+    stop_in_waves(backend, [*first, *names], [list(first), *waves] if first else waves)

@@ -207,6 +207,13 @@ class Plan(RecordBase):
         """Service names in stop order: start order reversed, so dependents stop first."""
         return tuple(reversed(self.names()))
 
+    def stop_waves(self, names: Iterable[str]) -> list[list[str]]:
+        """``names`` (services of the plan) in groups, in stop order: the waves reversed, so
+        that a group's services depend on none of each other and may stop together."""
+        wanted = set(names)
+        waves = ([n for n in reversed(wave) if n in wanted] for wave in reversed(self.waves))
+        return [wave for wave in waves if wave]
+
     def subset(self, names: Iterable[str]) -> Plan:
         """A plan of just ``names``, for acting on some services of an applied role (``restart``).
 

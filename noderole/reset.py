@@ -125,7 +125,12 @@ def reset(
     with node_lock(root, timeout=lock_timeout, clock=clock, what="reset"):
         if stopping and backend is not None:
             running = _running(backend, reported)
-            backend.stop(stopping)
+            if plan is not None:
+                from noderole.backends import stop_in_waves
+
+                stop_in_waves(backend, stopping, plan.stop_waves(stopping))
+            else:
+                backend.stop(stopping)
             # As `stop` reports: only what had a process; a second reset stopped nothing.
             stopped = running
         supervisor = getattr(backend, "supervisor", None)

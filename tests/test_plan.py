@@ -539,6 +539,20 @@ class TestPlanMethods:
         plan = build_plan([svc("a", roles=["r"], before=["b"]), svc("b", roles=["r"])], "r")
         assert plan.dependents("a") == ("b",)
 
+    def test_stop_waves_are_the_waves_reversed(self) -> None:
+        """The groups a stop may end together: dependents first, a group's services free of
+        each other, only the names asked for, no empty group."""
+        services = [
+            svc("a", roles=["r"], need=["b"]),
+            svc("b", roles=["r"]),
+            svc("c", roles=["r"]),
+            svc("d", roles=["r"], after=["a"]),
+        ]
+        plan = build_plan(services, "r")
+        assert [list(w) for w in plan.waves] == [["b", "c"], ["a"], ["d"]]
+        assert plan.stop_waves(plan.stop_order()) == [["d"], ["a"], ["c", "b"]]
+        assert plan.stop_waves(["b", "d"]) == [["d"], ["b"]]
+
     def test_stop_order_reverses_start_order(self, plan: Plan) -> None:
         """Dependents stop before what they depend on."""
         assert plan.stop_order() == ("konnectivity-server", "k3s", "net", "cgroups")

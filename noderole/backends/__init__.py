@@ -15,16 +15,29 @@ This package's ``__init__`` imports nothing: importing a backend stays cheap, an
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, cast
 
 if TYPE_CHECKING:
     from noderole.backends._protocol import Backend, BackendStatus
+    from noderole.backends.native import NativeBackend
 
-__all__ = ["Backend", "BackendStatus"]
+__all__ = ["Backend", "BackendStatus", "stop_in_waves"]
+
+
+def stop_in_waves(backend: Backend, names: Sequence[str], waves: Sequence[Sequence[str]]) -> None:
+    """Stop ``names`` in the order given; the native backend stops the services of each of
+    ``waves`` (``names`` in groups that depend on none of each other) together: one
+    ``stop_timeout`` per wave, not one per service that ignores its stop signal. An init
+    system orders a stop of several units itself."""
+    if backend.name == "native":
+        cast("NativeBackend", backend).stop(names, waves=waves)
+    else:
+        backend.stop(names)
 
 
 def __getattr__(name: str) -> Any:
-    if name not in __all__:
+    if name not in ("Backend", "BackendStatus"):
         raise AttributeError(f"module 'noderole.backends' has no attribute {name!r}")
     from noderole.backends import _protocol
 

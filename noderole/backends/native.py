@@ -151,7 +151,10 @@ class NativeBackend:
                 self.supervisor.not_answering = str(e)
                 raise
 
-    def stop(self, names: Sequence[str]) -> list[ServiceStatus]:
-        """Stop in the given order; returns when every process is gone."""
+    def stop(
+        self, names: Sequence[str], *, waves: Sequence[Sequence[str]] | None = None
+    ) -> list[ServiceStatus]:
+        """Stop in the given order (with ``waves``, each group of services that depend on none
+        of each other together); returns when every process is gone."""
         with _as_backend_error():
-            return self.supervisor.stop(list(names))
+            return self.supervisor.stop(list(names), waves=waves)

@@ -477,9 +477,16 @@ class Supervisor:
         assert answer is not None
         return self._statuses(answer)[0]
 
-    def stop(self, names: Sequence[str]) -> list[ServiceStatus]:
-        """Stop services in the given order; return once every process of each group is gone."""
-        request = {"op": "stop", "names": list(names)}
+    def stop(
+        self, names: Sequence[str], *, waves: Sequence[Sequence[str]] | None = None
+    ) -> list[ServiceStatus]:
+        """Stop services in the given order; return once every process of each group is gone.
+
+        ``waves``: ``names`` in groups, in stop order, whose services depend on none of each
+        other: each group is stopped together (one ``stop_timeout`` per group at most)."""
+        request: dict[str, Any] = {"op": "stop", "names": list(names)}
+        if waves is not None:
+            request["waves"] = [list(wave) for wave in waves]
         try:
             answer = self._request(request, start=False)
         except OtherVersion as e:

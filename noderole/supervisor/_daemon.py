@@ -458,40 +458,52 @@ class Daemon:
         self.start(spec, bool(request.get("wait_ready")), True, done)
 
     def op_stop(self, request: dict[str, Any], done: Reply) -> None:
+        """Stop ``names`` one after another, or, given ``waves`` (lists of names that depend on
+        none of each other, in stop order), each wave's services together: a wave ends when its
+        slowest service is gone, so a stop takes one ``stop_timeout`` per wave, not one per
+        service that ignores its stop signal."""
         names = request["names"]
         if not isinstance(names, list):
             raise TypeError(f"names must be a list, got {names!r}")
+        waves = request.get("waves")
+        if waves is not None and not (
+            isinstance(waves, list)
+            and all(isinstance(w, list) and all(isinstance(n, str) for n in w) for w in waves)
+        ):
+            raise TypeError(f"waves must be a list of lists of names, got {waves!r}")
+        groups = [list(w) for w in waves if w] if waves is not None else [[str(n)] for n in names]
         results: list[dict[str, Any]] = []
-        queue = [str(n) for n in names]
 
-        def next_one() -> None:
-            # A loop, not a chain of calls: stops that finish at once must not recurse once per
-            # service; a stop that waits for its processes resumes the loop when it is done.
-            while queue:
-                name = queue.pop(0)
-                unit = self.units.get(name)
-                if unit is None:
-                    results.append(self.status_of(name).to_wire())
-                    continue
-                waiting, finished = [True], [False]
+        def next_wave() -> None:
+            # A loop, not a chain of calls: waves that finish at once must not recurse once per
+            # wave; a wave that waits for its processes resumes the loop when it is done.
+            while groups:
+                units = []
+                for name in groups.pop(0):
+                    unit = self.units.get(name)
+                    if unit is None:
+                        results.append(self.status_of(name).to_wire())
+                    else:
+                        units.append(unit)
+                left, looping = [len(units)], [True]
 
-                def stopped(
-                    unit: Unit = unit,
-                    waiting: list[bool] = waiting,
-                    finished: list[bool] = finished,
-                ) -> None:
-                    results.append(unit.status().to_wire())
-                    finished[0] = True
-                    if not waiting[0]:
-                        next_one()
+                def stopper(unit: Unit, left: list[int], looping: list[bool]) -> Callable[[], None]:
+                    def stopped() -> None:
+                        results.append(unit.status().to_wire())
+                        left[0] -= 1
+                        if left[0] == 0 and not looping[0]:
+                            next_wave()
 
-                unit.stop(stopped)
-                waiting[0] = False
-                if not finished[0]:
+                    return stopped
+
+                for unit in units:
+                    unit.stop(stopper(unit, left, looping))
+                looping[0] = False
+                if left[0]:
                     return
             done({"ok": True, "statuses": results})
 
-        next_one()
+        next_wave()
 
     def op_shutdown(self, request: dict[str, Any], done: Reply) -> None:
         def all_stopped() -> None:
