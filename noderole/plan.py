@@ -336,7 +336,35 @@ def _build_plan(services: Iterable[Service], role: str, plugins: Sequence[str]) 
     if levels is None:
         cycle = _find_cycle(graph.predecessor_names(member, providing, befores))
         raise PlanError(graph.describe_cycle(cycle, role))
-    return graph.plan(role, member, pulled_in_by, providing, befores, levels)
+    plan = graph.plan(role, member, pulled_in_by, providing, befores, levels)
+    _check_pidfiles(plan)
+    return plan
+
+
+def _check_pidfiles(plan: Plan) -> None:
+    """PlanError for a pidfile two planned services share, or one that is also a log: the
+    supervisor replaced the other's pidfile ("names a running process that is not ours"), and
+    two OpenRC runscripts of one pidfile signal each other's process."""
+    owner: dict[str, str] = {}
+    for entry in plan.services:
+        pidfile = entry.service.pidfile
+        if pidfile is not None:
+            other = owner.setdefault(pidfile, entry.name)
+            if other != entry.name:
+                raise PlanError(
+                    f"services {other!r} and {entry.name!r} both have pidfile {pidfile}: each "
+                    "service needs one of its own; change one of them"
+                )
+    if not owner:
+        return
+    for entry in plan.services:
+        for log in (entry.service.output_log, entry.service.error_log):
+            if log in owner:
+                raise PlanError(
+                    f"{log} is service {owner[log]!r}'s pidfile and service {entry.name!r}'s "
+                    "log: the pid would be written into the log, or the log into the pidfile; "
+                    "change one of them"
+                )
 
 
 _Names: TypeAlias = Mapping[str, tuple[str, ...]]

@@ -539,6 +539,25 @@ class TestPlanMethods:
         plan = build_plan([svc("a", roles=["r"], before=["b"]), svc("b", roles=["r"])], "r")
         assert plan.dependents("a") == ("b",)
 
+    def test_a_pidfile_is_one_services_own(self) -> None:
+        """Two services with one pidfile, or a pidfile that is a log, passed plan: the
+        supervisor then replaced the other service's pidfile as "not ours", and two OpenRC
+        runscripts of one pidfile signal each other's process."""
+        shared = [
+            svc("a", roles=["r"], command=["/bin/a"], pidfile="/run/x.pid"),
+            svc("b", roles=["r"], command=["/bin/b"], pidfile="/run/x.pid"),
+        ]
+        assert plan_error(shared, "r") == (
+            "services 'a' and 'b' both have pidfile /run/x.pid: each service needs one of its "
+            "own; change one of them"
+        )
+        logged = [
+            svc("a", roles=["r"], command=["/bin/a"], pidfile="/var/log/a", output_log="/var/log/a")
+        ]
+        assert plan_error(logged, "r").startswith(
+            "/var/log/a is service 'a''s pidfile and service 'a''s log"
+        )
+
     def test_stop_waves_are_the_waves_reversed(self) -> None:
         """The groups a stop may end together: dependents first, a group's services free of
         each other, only the names asked for, no empty group."""
