@@ -8,8 +8,9 @@ pluggy's call order: services are ordered by their declared dependencies (:mod:`
 :func:`noderole.plugins.resolve_role`).
 
 Hooks are called once per invocation with keyword arguments; a hook implementation may declare
-any subset of them. Record hooks do not support ``wrapper=True`` implementations: they are called
-one plugin at a time so that any failure names its plugin.
+any subset of them. Record hooks do not support ``wrapper=True`` (or ``hookwrapper=True``)
+implementations: they are called one plugin at a time so that any failure names its plugin, and
+such an implementation is refused with a :class:`~noderole.errors.PluginError`.
 """
 
 from __future__ import annotations

@@ -193,9 +193,21 @@ class PluginSet:
                         broken[name] = exc
 
         for impl in hook.get_hookimpls():
-            if impl.hookwrapper or impl.wrapper:
-                continue  # wrappers observe other calls; record hooks are called one by one
             plugin = self.manager.get_name(impl.plugin) or repr(impl.plugin)
+            if impl.hookwrapper or impl.wrapper:
+                # Record hooks are called one plugin at a time: a wrapper would never run.
+                settle()
+                kind = "wrapper" if impl.wrapper else "hookwrapper"
+                error = PluginError(
+                    f"{self._describe(plugin)} implements {hook_name} as a wrapper "
+                    f"({kind}=True), which noderole never calls: it calls a record hook one "
+                    "plugin at a time, so that a failure names its plugin; make it a plain "
+                    "@noderole.hookimpl returning records"
+                )
+                if broken is None:
+                    raise error
+                broken[plugin] = error
+                continue
             try:
                 self._check_arguments(impl, plugin, hook_name, kwargs)
             except NoderoleError as exc:

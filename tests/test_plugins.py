@@ -202,6 +202,26 @@ class TestCollect:
         with pytest.raises(PluginError, match=r"plugin 'p' hook noderole_services returned 'oops'"):
             collect(lambda node: ["oops"])
 
+    @pytest.mark.parametrize("kind", ["wrapper", "hookwrapper"])
+    def test_a_wrapper_of_a_record_hook_is_refused(self, tmp_path: Path, kind: str) -> None:
+        """A record hook's wrapper was skipped in silence: its services never came, and the
+        role it added was 'unknown'. It is refused, naming the plugin and what to write."""
+        module = types.ModuleType("w")
+
+        def noderole_services(node: Any) -> Any:
+            return (yield)
+
+        mark = noderole.hookimpl(wrapper=kind == "wrapper", hookwrapper=kind == "hookwrapper")
+        module.noderole_services = mark(noderole_services)  # type: ignore[attr-defined]
+        plugins = load_plugins(autoload=False, plugins=[("w", module)])
+        with pytest.raises(PluginError) as refused:
+            plugins.services(_node(plugins, tmp_path))
+        assert str(refused.value) == (
+            f"plugin 'w' implements noderole_services as a wrapper ({kind}=True), which "
+            "noderole never calls: it calls a record hook one plugin at a time, so that a "
+            "failure names its plugin; make it a plain @noderole.hookimpl returning records"
+        )
+
     def test_raising_hook_names_plugin_and_hook(
         self, collect: Callable[..., list[Service]]
     ) -> None:
