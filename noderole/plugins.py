@@ -232,11 +232,13 @@ class PluginSet:
         records: list[Any] = []
         for item in items:
             if not isinstance(item, kinds):
+                shown = f"{item!r} ({type(item).__name__})"
+                if len(items) > 1 or item is None:
+                    shown = f"a list holding {shown}"
                 raise PluginError(
-                    f"{self._describe(plugin)} hook {hook_name} returned {item!r} "
-                    f"({type(item).__name__}); it must return {expected} records "
-                    f"(a single one, a list, or None). Fix the plugin, or disable it with "
-                    f"--disable-plugin {plugin}"
+                    f"{self._describe(plugin)} hook {hook_name} returned {shown}; it must "
+                    f"return {expected} records (a single one, a list of them, or None). Fix "
+                    f"the plugin, or disable it with --disable-plugin {plugin}"
                 )
             if recordclass.has(type(item)) and hasattr(item, "origin"):
                 item = recordclass.evolve(item, origin=plugin)
@@ -344,8 +346,8 @@ def _flatten(result: Any) -> list[Any]:
     """None → [], one record → [it], any iterable (a generator too: consumed here) → list."""
     if result is None:
         return []
-    if recordclass.has(type(result)) or isinstance(result, str | bytes):
-        return [result]
+    if recordclass.has(type(result)) or isinstance(result, str | bytes | Mapping):
+        return [result]  # a mapping's keys are no records: the error names the mapping
     if isinstance(result, Iterable):
         return list(result)
     return [result]

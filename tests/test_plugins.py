@@ -202,6 +202,25 @@ class TestCollect:
         with pytest.raises(PluginError, match=r"plugin 'p' hook noderole_services returned 'oops'"):
             collect(lambda node: ["oops"])
 
+    @pytest.mark.parametrize(
+        ("returned", "shown"),
+        [
+            ({"name": "a"}, "returned {'name': 'a'} (dict)"),
+            ([None, Service(name="a")], "returned a list holding None (NoneType)"),
+            (["oops"], "returned 'oops' (str)"),
+        ],
+    )
+    def test_what_was_returned_is_shown_as_returned(
+        self, collect: Callable[..., list[Service]], returned: object, shown: str
+    ) -> None:
+        """A dict was reported as its first key ("returned 'name' (str)"), and a None in a
+        list as "returned None", beside "(a single one, a list, or None)"."""
+        with pytest.raises(PluginError) as refused:
+            collect(lambda node: returned)
+        assert f"hook noderole_services {shown}; it must return Service records" in str(
+            refused.value
+        )
+
     @pytest.mark.parametrize("kind", ["wrapper", "hookwrapper"])
     def test_a_wrapper_of_a_record_hook_is_refused(self, tmp_path: Path, kind: str) -> None:
         """A record hook's wrapper was skipped in silence: its services never came, and the
