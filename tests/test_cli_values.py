@@ -218,6 +218,14 @@ class TestShippedSettings:
                 "egress.yaml",
                 "ConfigFile: field 'path' must be an absolute path",
             ),
+            # a bare file name, whose directory (made before the socket) is "": blamed on the
+            # plugin (exit 5, "got ''"), the key never named
+            (
+                "konnectivity",
+                "uds_name",
+                "k.sock",
+                "MakeDirectories: field 'paths' must be an absolute path",
+            ),
         ],
     )
     def test_a_relative_path_a_plugin_refuses_names_its_key(

@@ -332,7 +332,8 @@ def pre_start(cfg: Mapping[str, Any], env: Mapping[str, str], unreadable: str | 
     """The script's ``start_pre``, step for step, with its checks where it made them."""
     source = cfg["first_boot_env"]
     steps: list[Step] = [
-        noderole.MakeDirectories(paths=[posixpath.dirname(cfg["uds_name"])]),
+        # A bare name's directory is "": the name itself is then refused, traced to its key.
+        noderole.MakeDirectories(paths=[posixpath.dirname(cfg["uds_name"]) or cfg["uds_name"]]),
         # The key lives here: private to root.
         noderole.MakeDirectories(paths=[cfg["cert_dir"]], mode=0o700),
     ]
