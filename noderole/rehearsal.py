@@ -100,8 +100,17 @@ def _owners(records: Iterable[Any]) -> str:
     return " and ".join(f"plugin {r.origin!r}" for r in records)
 
 
-def merge_inputs(records: Sequence[Any], *, pick_port: Callable[[], int] = free_port) -> Staging:
-    """Merge the records: programs, joined input files, settings per table and key, ports."""
+def merge_inputs(
+    records: Sequence[Any],
+    *,
+    pick_port: Callable[[], int] = free_port,
+    declared: Mapping[str, Iterable[str]] | None = None,
+) -> Staging:
+    """Merge the records: programs, joined input files, settings per table and key, ports.
+
+    ``declared``: the settings the loaded plugins declare, by table; a rehearsal setting or
+    port of another table or key is the plugin's error (written into config.toml, it was
+    reported as the operator's, in a file he never wrote)."""
     programs: dict[str, list[StandIn]] = {}
     inputs: dict[str, list[Any]] = {}
     settings: dict[tuple[str, str], list[Any]] = {}
@@ -140,6 +149,21 @@ def merge_inputs(records: Sequence[Any], *, pick_port: Callable[[], int] = free_
         for other in group[1:]:
             mode &= other.mode
         files[path] = (text, mode)
+    if declared is not None:
+        for (table, key), group in sorted(settings.items()):
+            if key not in declared.get(table, ()):
+                from noderole.records import did_you_mean
+
+                where = (
+                    f"table [{table}] has no setting {key!r}{did_you_mean(key, declared[table])}"
+                    if table in declared
+                    else f"no plugin declares a table [{table}]{did_you_mean(table, declared)}"
+                )
+                raise PluginError(
+                    f"{_owners(group)} gives the rehearsal a value for [{table}] {key}, but "
+                    f"{where}: fix the plugin's noderole_standins, or disable it with "
+                    "--disable-plugin NAME"
+                )
     tables: dict[str, dict[str, Any]] = {}
     for (table, key), group in sorted(settings.items()):
         # Keyed by type too: TOML's true and 1 are different values (Python's True == 1).
@@ -198,7 +222,8 @@ def stage_rehearsal(
     ``node`` is a context over ``root`` (hooks may read the settings a stand-in depends on).
     Everything is merged, and every conflict raised, before the first file is written.
     """
-    staging = merge_inputs(collect_inputs(plugins, node), pick_port=pick_port)
+    declared = {t.table: {s.name for s in t.settings} for t in plugins.settings_tables()}
+    staging = merge_inputs(collect_inputs(plugins, node), pick_port=pick_port, declared=declared)
     files = {**staging.files, CONFIG_PATH: (render_config(staging.settings), 0o644)}
     for path, (content, mode) in sorted(files.items()):
         target = root.resolve(path)

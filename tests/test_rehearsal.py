@@ -201,6 +201,34 @@ class TestStage:
         assert (tmp_path / "etc/two.env").stat().st_mode & 0o777 == 0o600
         assert (tmp_path / "usr/local/bin/two").stat().st_mode & 0o777 == 0o755
 
+    @pytest.mark.parametrize(
+        ("record", "where"),
+        [
+            (FreePort(table="nope", key="port"), "no plugin declares a table [nope]"),
+            (
+                RehearsalSetting(table="noderole", key="net_chek", value=True),
+                "table [noderole] has no setting 'net_chek' (did you mean 'net_check'?)",
+            ),
+        ],
+    )
+    def test_a_setting_no_plugin_declares_is_the_plugins_error(
+        self, tmp_path: Path, record: Any, where: str
+    ) -> None:
+        """A plugin's rehearsal value for a table or key nobody declares was written into
+        config.toml and reported as the operator's error in it (exit 4), the plugin unnamed.
+        It is the plugin's (exit 3), named, and nothing is written."""
+        hunt = _plugin("hunt", [record])
+        node = node_context(("hunt", hunt), node_root=tmp_path)
+        plugins = load_plugins(autoload=False, plugins=[("hunt", hunt)])
+        with pytest.raises(PluginError) as refused:
+            stage_rehearsal(node.root, plugins, node, pick_port=ports())
+        assert str(refused.value).startswith(
+            f"plugin 'hunt' gives the rehearsal a value for [{record.table}] {record.key}, "
+            f"but {where}"
+        )
+        assert refused.value.exit_code == ExitCode.PLUGIN
+        assert sorted(p.name for p in tmp_path.rglob("*")) == []
+
     def test_a_conflict_writes_nothing(self, tmp_path: Path) -> None:
         """Every conflict is found before the first file is written."""
         one = _plugin(

@@ -578,7 +578,14 @@ class TestStandInRunner:
                 FreePort(table="demo", key="port"),
             ]
 
-        plugin = _plugin("demo", noderole_standins=noderole_standins)
+        def noderole_settings() -> SettingsTable:  # the port the rehearsal fills is declared
+            return SettingsTable(
+                table="demo", settings=[noderole.Setting(name="port", type=int, default=1)]
+            )
+
+        plugin = _plugin(
+            "demo", noderole_standins=noderole_standins, noderole_settings=noderole_settings
+        )
         staged = stage_standins(("demo", plugin), node_root=scratch, pick_port=lambda: 4321)
         assert staged.settings["demo"] == {"port": 4321}
         assert scratch.mode("/usr/bin/demo") == 0o755
