@@ -150,7 +150,14 @@ def _service_data(service: Service) -> dict[str, Any]:
     data["readiness"] = (
         None
         if readiness is None
-        else {"kind": type(readiness).__name__, "fields": recordclass.asdict(readiness)}
+        else {
+            "kind": type(readiness).__name__,
+            # Lists, as JSON reads them back: write_plan compares the record it reads with this.
+            "fields": {
+                key: list(value) if isinstance(value, tuple) else value
+                for key, value in recordclass.asdict(readiness).items()
+            },
+        }
     )
     return data
 
@@ -287,15 +294,25 @@ def _left_out_items(
 
 def write_plan(root: NodeRoot, data: Mapping[str, Any]) -> bool:
     """Record ``data`` (from :func:`plan_data`) unless it is already recorded; True if written."""
+    from noderole.reading import loads_json
     from noderole.state import write_state_file
 
-    text = json.dumps(data, indent=1, sort_keys=True).encode()
     try:
         # Not through pathlib: an apply imports none. A FIFO or a device there is replaced.
-        if read_regular(root.local(PLAN_FILE), limit=PLAN_LIMIT) == text:
-            return False
+        held: bytes | None = read_regular(root.local(PLAN_FILE), limit=PLAN_LIMIT)
     except OSError:
-        pass
+        held = None
+    if held is not None:
+        # Compared as data: parsing is C, the indented text is written by Python's own encoder
+        # (every re-apply, which changes nothing, paid for it).
+        try:
+            if loads_json(held) == data:
+                return False
+        except ValueError:
+            pass
+    text = json.dumps(data, indent=1, sort_keys=True).encode()
+    if held == text:
+        return False
     write_state_file(root, PLAN_FILE, text)
     return True
 

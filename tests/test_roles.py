@@ -292,6 +292,31 @@ class TestRecordedPlan:
         assert isinstance(token, noderole.Secret)
         assert token.reveal() == ""
 
+    def test_an_unchanged_plan_is_not_written_again(self, tmp_path: Path) -> None:
+        """Every re-apply records its plan: the same data (a readiness check's paths
+        included, a tuple in the record and a list in JSON) is not written again, whatever the
+        layout of the file that holds it; other data is."""
+        from noderole.plan import build_plan
+        from noderole.recorded import PLAN_FILE, plan_data, write_plan
+
+        root = NodeRoot(tmp_path)
+        ready = noderole.WaitForPaths(paths=["/run/a", "/run/b"], timeout=3)
+
+        def data(*args: str) -> dict[str, object]:
+            service = noderole.Service(
+                name="a", roles=["demo"], command=["/x", *args], readiness=ready
+            )
+            return plan_data(build_plan([service], "demo"), backend="native", noderole_path="/n")
+
+        assert write_plan(root, data()) is True
+        path = tmp_path / PLAN_FILE.lstrip("/")
+        path.write_text(json.dumps(json.loads(path.read_text())))  # another layout, same data
+        held = path.read_text()
+        assert write_plan(root, data()) is False
+        assert path.read_text() == held
+        assert write_plan(root, data("--v2")) is True
+        assert "--v2" in path.read_text()
+
     def test_the_same_record_is_read_once(self, tmp_path: Path) -> None:
         """Reading an unchanged plan.json again gives the plan already built; a changed file,
         another role or a removed file are read afresh."""
