@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import types
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from noderole.cli._app import App
 from noderole.root import NodeRoot
 from noderole.supervisor import SchemaError, ServiceStatus
 from noderole.supervisor._state import State, load_state, parse_state, write_state
+from noderole.supervisor._status import ServiceState
 from noderole.testing import end_node_processes
 from tests.strategies import state_documents
 
@@ -173,3 +175,42 @@ class TestThroughTheCli:
         assert state.services["db"].state == "running"
         stopped = _run(root, "stop", "back")
         assert stopped.exit_code == 0, stopped.output
+
+
+class TestLeftovers:
+    @pytest.mark.parametrize("state", ["backoff", "crashed", "stopped"])
+    def test_a_service_without_a_process_leaves_its_old_group_number_alone(
+        self, state: ServiceState
+    ) -> None:
+        """A daemon killed while a service waits to respawn: its state still names the dead
+        process, whose group the daemon killed as it exited. The watchdog, or the next daemon,
+        SIGKILLed any group of that number whose leader had gone and whose members started
+        later: an unrelated program's, once the number was reused. Only a service recorded
+        with a process has a group left to end."""
+        import subprocess
+        import time
+
+        from noderole.supervisor._proc import is_alive, proc_stat
+        from noderole.supervisor._state import leftover_groups
+
+        # An unrelated group whose leader is gone and whose member lives on: the number a
+        # reused pid of the dead service could lead.
+        script = "sleep 1000 >/dev/null 2>&1 & echo $!"
+        done = subprocess.run(["setsid", "sh", "-c", script], capture_output=True, text=True)
+        member = int(done.stdout)
+        try:
+            group = os.getpgid(member)
+            found = proc_stat(member)
+            assert found is not None
+            assert not is_alive(group)
+            older = found.start_ticks - 100  # the dead service started before it
+            recorded = ServiceStatus(
+                name="a", state=state, pid=group, start_ticks=older, started_at=time.time()
+            )
+            assert leftover_groups(State(services={"a": recorded})) == {}
+            running = ServiceStatus(
+                name="a", state="running", pid=group, start_ticks=older, started_at=time.time()
+            )
+            assert leftover_groups(State(services={"a": running})) == {"a": (group, [member])}
+        finally:
+            os.kill(member, 9)

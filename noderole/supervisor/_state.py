@@ -191,17 +191,24 @@ def write_state(path: str, state: State, encoded: Encoded | None = None) -> None
     _safeopen.replace_file(path, raw, mode=0o600, create_dirs=False)
 
 
+_WITH_PROCESS = frozenset(("starting", "running", "ready"))
+"""States of a service whose process the daemon had not seen exit."""
+
+
 def leftover_groups(state: State) -> dict[str, tuple[int, list[int]]]:
     """Recorded process groups that still have running members: name -> (pgid, pids).
 
     A group counts as ours only if its leader is the recorded process (same start ticks) or, the
     leader being dead, its members started no earlier than the leader did. A live process with the
     group's number but another start time means the number was reused: not ours, left alone.
+    A service recorded without a process (waiting to respawn, crashed, stopped) has no group
+    left: the daemon ended it when the process exited, and the number it names may since lead
+    another program's group.
     """
     found: dict[str, tuple[int, list[int]]] = {}
     for name, status in state.services.items():
         pgid, ticks = status.pid, status.start_ticks
-        if pgid is None or ticks is None or pgid <= 1:
+        if pgid is None or ticks is None or pgid <= 1 or status.state not in _WITH_PROCESS:
             continue
         leader = _proc.proc_stat(pgid)
         if leader is not None and leader.start_ticks != ticks:
