@@ -347,6 +347,14 @@ class TestApply:
         assert rows["a"]["why"] == "command line: added x"
 
 
+def _applied_with_another_role(node: Node) -> int:
+    """Role demo (service old) applied, role other (service new) defined; old's pid."""
+    node.services.append(sleeper("old", roles=["demo"]))
+    node.services.append(sleeper("new", roles=["other"]))
+    assert node.run("apply", "demo").exit_code == 0
+    return node.pid("old")
+
+
 class TestServicesThatLeaveThePlan:
     """A service the last apply started is not in the plan any more: the role changed
     (`apply agent` on a node applied as `server`), a plugin no longer defines it (renamed,
@@ -354,10 +362,7 @@ class TestServicesThatLeaveThePlan:
     and a node changed from server to agent ran both k3s server and k3s agent."""
 
     def test_a_role_change_stops_the_old_roles_services(self, node: Node) -> None:
-        node.services.append(sleeper("old", roles=["demo"]))
-        node.services.append(sleeper("new", roles=["other"]))
-        assert node.run("apply", "demo").exit_code == 0
-        old = node.pid("old")
+        old = _applied_with_another_role(node)
         changed = node.run("apply", "other")
         assert changed.exit_code == 0, changed.output
         assert "stopped old: no longer in the plan of role other" in changed.stderr
@@ -386,10 +391,7 @@ class TestServicesThatLeaveThePlan:
         out of reach. Both are now about the role last applied, with a warning."""
         from noderole.state import write_role
 
-        node.services.append(sleeper("old", roles=["demo"]))
-        node.services.append(sleeper("new", roles=["other"]))
-        assert node.run("apply", "demo").exit_code == 0
-        old = node.pid("old")
+        old = _applied_with_another_role(node)
         write_role(NodeRoot(node.root), "other")  # what `enable other` records
         status = node.run("status", "--json")
         assert status.exit_code == 0, status.output
@@ -409,10 +411,7 @@ class TestServicesThatLeaveThePlan:
         noderole, damaged, removed, or of another backend): the native supervisor itself knows
         what it runs. Before, `apply other` went on beside the old role's service, which no
         `status` or `stop` reached any more."""
-        node.services.append(sleeper("old", roles=["demo"]))
-        node.services.append(sleeper("new", roles=["other"]))
-        assert node.run("apply", "demo").exit_code == 0
-        old = node.pid("old")
+        old = _applied_with_another_role(node)
         plan = node.root / "var/lib/noderole/plan.json"
         if damage == "absent":
             plan.unlink()

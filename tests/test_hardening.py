@@ -637,17 +637,22 @@ print(json.dumps(out))
 """
 
 
-_RESPAWN_FULL = (
-    """
+_TINY_RUN = """
 import json, os, signal, subprocess, sys, time
 from pathlib import Path
 from noderole.records import Supervision
-from noderole.supervisor import Supervisor
+from noderole.supervisor import Supervisor, _log
 from tests.supervisor_fixtures import Harness, wait_for
 root = Path(sys.argv[1])
 (root / "run").mkdir(parents=True)
 subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(root / "run")], check=True)
 """
+"""A script's start: a supervisor's run directory on a 64 KB tmpfs (in the caller's mount
+namespace), and ``fill`` to fill it."""
+
+
+_RESPAWN_FULL = (
+    _TINY_RUN
     + _FILL
     + """
 h = Harness(root=root, supervisor=Supervisor(root / "run/noderole", timeout=30))
@@ -677,16 +682,7 @@ print(json.dumps({"first": first.pid, "second": second.pid, "recorded": recorded
 
 
 _CRASH_LOOP_FULL = (
-    """
-import json, os, subprocess, sys
-from pathlib import Path
-from noderole.records import Supervision
-from noderole.supervisor import Supervisor, _log
-from tests.supervisor_fixtures import Harness, wait_for
-root = Path(sys.argv[1])
-(root / "run").mkdir(parents=True)
-subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(root / "run")], check=True)
-"""
+    _TINY_RUN
     + _FILL
     + """
 h = Harness(root=root, supervisor=Supervisor(root / "run/noderole", timeout=30))
