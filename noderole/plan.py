@@ -27,6 +27,7 @@ from __future__ import annotations
 import gc
 import itertools
 import operator
+import posixpath
 import types
 from array import array
 from collections import deque
@@ -338,7 +339,27 @@ def _build_plan(services: Iterable[Service], role: str, plugins: Sequence[str]) 
         raise PlanError(graph.describe_cycle(cycle, role))
     plan = graph.plan(role, member, pulled_in_by, providing, befores, levels)
     _check_pidfiles(plan)
+    _check_written(plan)
     return plan
+
+
+def _check_written(plan: Plan) -> None:
+    """PlanError for a file two planned services' WriteFile steps write with different contents
+    (or modes): which one it holds, and which one each service read at its start, would hang on
+    the order their steps ran in."""
+    from noderole.records import WriteFile
+
+    writers: dict[str, tuple[str, WriteFile]] = {}
+    for entry in plan.services:
+        for step in entry.service.pre_start:
+            if isinstance(step, WriteFile):
+                name, first = writers.setdefault(posixpath.normpath(step.path), (entry.name, step))
+                if name != entry.name and (first.content, first.mode) != (step.content, step.mode):
+                    raise PlanError(
+                        f"services {name!r} and {entry.name!r} both write {step.path}, with "
+                        "different contents: what it holds, and what each reads, would hang on "
+                        "the order they ran in; let one service write it"
+                    )
 
 
 def _check_pidfiles(plan: Plan) -> None:
@@ -349,7 +370,7 @@ def _check_pidfiles(plan: Plan) -> None:
     for entry in plan.services:
         pidfile = entry.service.pidfile
         if pidfile is not None:
-            other = owner.setdefault(pidfile, entry.name)
+            other = owner.setdefault(posixpath.normpath(pidfile), entry.name)
             if other != entry.name:
                 raise PlanError(
                     f"services {other!r} and {entry.name!r} both have pidfile {pidfile}: each "
@@ -359,9 +380,10 @@ def _check_pidfiles(plan: Plan) -> None:
         return
     for entry in plan.services:
         for log in (entry.service.output_log, entry.service.error_log):
-            if log in owner:
+            if log is not None and posixpath.normpath(log) in owner:
                 raise PlanError(
-                    f"{log} is service {owner[log]!r}'s pidfile and service {entry.name!r}'s "
+                    f"{log} is service {owner[posixpath.normpath(log)]!r}'s pidfile and service "
+                    f"{entry.name!r}'s "
                     "log: the pid would be written into the log, or the log into the pidfile; "
                     "change one of them"
                 )
@@ -431,6 +453,9 @@ class _Graph:
                 # A real service of the same name wins: the virtual spelling is never consulted.
                 if virtual not in ids:
                     providers.setdefault(virtual, []).append(number)
+        for reserved in RESERVED_NAMES:  # an alias is a unit or runscript of that name too
+            for number in providers.get(reserved, ()):
+                _check_reserved(records[number], alias=True)
         name_of = self.names.__getitem__
         self.providers: dict[str, tuple[str, ...]] = {}
         self.provider_ids: list[tuple[int, ...]] = []
@@ -936,12 +961,18 @@ def _unique(services: Sequence[Service]) -> list[Service]:
     return list(seen.values())
 
 
-def _check_reserved(service: Service) -> None:
-    """PlanError for a plugin's service that takes a name of noderole's own units."""
+def _check_reserved(service: Service, *, alias: bool = False) -> None:
+    """PlanError for a plugin's service that takes a name of noderole's own units, as its
+    name or (``alias``) as a name it provides: render makes an alias a unit link too."""
     if service.origin != "builtin":
         who = f"plugin {service.origin!r}" if service.origin else "an unnamed plugin"
+        taken = (
+            f"provides {sorted(RESERVED_NAMES & set(service.provide))[0]!r}, a name"
+            if alias
+            else "takes a name"
+        )
         raise PlanError(
-            f"service {service.name!r} of {who} takes a name reserved for noderole's own boot "
+            f"service {service.name!r} of {who} {taken} reserved for noderole's own boot "
             "entry and renew job (their unit and runscript files are named so): rename the "
             "service in the plugin, or disable it with --disable-plugin NAME"
         )

@@ -127,6 +127,11 @@ class TestDuplicates:
         )
         builtin = svc("noderole-renew", origin="builtin", roles=["server"])
         assert "noderole-renew" in build_plan([*server_services(), builtin], "server")
+        # An alias is a unit link of that name too: render put one over the renew job's unit.
+        alias = svc("prov", origin="hunt", roles=["server"], provide=[name])
+        assert plan_error([*server_services(), alias], "server").startswith(
+            f"service 'prov' of plugin 'hunt' provides {name!r}, a name reserved for "
+        )
 
     def test_same_plugin_twice(self) -> None:
         """One plugin returning a name twice is named once, as the culprit."""
@@ -551,12 +556,32 @@ class TestPlanMethods:
             "services 'a' and 'b' both have pidfile /run/x.pid: each service needs one of its "
             "own; change one of them"
         )
+        for spelling in ("/run//x.pid", "/run/./x.pid", "/run/y/../x.pid"):  # the same file
+            other = [shared[0], svc("b", roles=["r"], command=["/bin/b"], pidfile=spelling)]
+            assert "both have pidfile" in plan_error(other, "r")
         logged = [
             svc("a", roles=["r"], command=["/bin/a"], pidfile="/var/log/a", output_log="/var/log/a")
         ]
         assert plan_error(logged, "r").startswith(
             "/var/log/a is service 'a''s pidfile and service 'a''s log"
         )
+
+    def test_a_file_two_services_write_holds_one_content(self) -> None:
+        """Two services writing one file with different contents passed plan; which one it
+        held, and which each read, hung on the order their steps ran in. The same content
+        twice is fine."""
+        from noderole.records import WriteFile
+
+        def writer(name: str, text: str) -> Service:
+            step = WriteFile(path="/etc/shared.conf", content=text)
+            return svc(name, roles=["r"], command=["/bin/x"], pre_start=[step])
+
+        assert plan_error([writer("a", "A"), writer("b", "B")], "r") == (
+            "services 'a' and 'b' both write /etc/shared.conf, with different contents: what "
+            "it holds, and what each reads, would hang on the order they ran in; let one "
+            "service write it"
+        )
+        assert "b" in build_plan([writer("a", "A"), writer("b", "A")], "r")
 
     def test_stop_waves_are_the_waves_reversed(self) -> None:
         """The groups a stop may end together: dependents first, a group's services free of
