@@ -285,6 +285,16 @@ class TestStop:
         assert started.pid is not None
         assert not is_alive(started.pid)
 
+    def test_every_name_asked_is_stopped_whatever_the_waves(self, harness: Harness) -> None:
+        """Waves that leave out a name asked for stopped only what they held, and answered ok:
+        the names no wave holds are stopped last; a name given twice is stopped once."""
+        for name in ("a", "b", "c"):
+            harness.supervisor.start(harness.spec(name, SLEEP))
+        statuses = harness.supervisor.stop(["a", "b"], waves=[["a", "a"]])
+        assert sorted(s.name for s in statuses) == ["a", "b"]
+        assert {s.state for s in statuses} == {"stopped"}
+        assert harness.supervisor.stop(["c"], waves=[])[0].state == "stopped"
+
     @pytest.mark.parametrize("together", [True, False], ids=["one wave", "one by one"])
     def test_the_services_of_a_wave_stop_together(self, harness: Harness, together: bool) -> None:
         """Two services that ignore SIGTERM and depend on none of each other: given as one
@@ -523,6 +533,69 @@ class TestDaemon:
         finally:
             for sock in stuck:
                 sock.close()
+
+    def test_a_client_that_reads_slowly_gets_its_answer(self, harness: Harness) -> None:
+        """A client reading its large answer steadily but slowly (32 KB every half second):
+        a stream socket is reported writable only once most of its buffer is read, so the
+        daemon sent nothing for 2 s and dropped it as one that read nothing, after about
+        220 KB. It gets its answer on as long as it keeps taking some."""
+        harness.supervisor.start(harness.spec("a", SLEEP))
+        names = [f"made-up-{i:05d}-" + "x" * 40 for i in range(20000)]
+        large = encode({"v": _protocol.PROTOCOL_VERSION, "op": "status", "names": names})
+        slow = _connect(harness)
+        try:
+            slow.sendall(large)
+            received = 0
+            while received < 600_000:  # far past where it was dropped
+                time.sleep(0.5)
+                chunk = slow.recv(32 * 1024)
+                assert chunk, f"dropped after {received} bytes"
+                received += len(chunk)
+        finally:
+            slow.close()
+        harness.supervisor.stop(["a"])
+
+    def test_exit_gives_slow_readers_a_short_while(self, harness: Harness) -> None:
+        """At exit the daemon let answers still going out run to their 30 s limit, the
+        abstract name unanswered meanwhile: every client said the supervisor hung, with its
+        services unsupervised. The drain now gives them ANSWER_STALL seconds in all."""
+        import threading
+
+        from noderole.supervisor._server import ANSWER_STALL
+
+        harness.supervisor.start(harness.spec("a", SLEEP))
+        daemon = harness.supervisor.daemon_pid()
+        assert daemon is not None
+        names = [f"made-up-{i:05d}-" + "x" * 60 for i in range(20000)]
+        large = encode({"v": _protocol.PROTOCOL_VERSION, "op": "status", "names": names})
+        readers = [_connect(harness) for _ in range(3)]
+        stop = threading.Event()
+
+        def trickle(sock: socket.socket) -> None:  # takes what is there now and then
+            sock.setblocking(False)
+            while not stop.is_set():
+                try:
+                    if not sock.recv(1 << 20):
+                        return
+                except BlockingIOError:
+                    stop.wait(1.0)
+                except OSError:
+                    return
+
+        threads = [threading.Thread(target=trickle, args=(r,), daemon=True) for r in readers]
+        try:
+            for reader in readers:
+                reader.sendall(large)
+            for thread in threads:
+                thread.start()
+            time.sleep(0.5)
+            os.kill(daemon, signal.SIGTERM)
+            # Before: about 29 s; the wait below is bounded far below that.
+            wait_for(lambda: not is_alive(daemon), "the daemon to exit", timeout=4 * ANSWER_STALL)
+        finally:
+            stop.set()
+            for reader in readers:
+                reader.close()
 
     def test_socket_is_private(self, harness: Harness) -> None:
         """The control socket is mode 0600."""

@@ -471,7 +471,18 @@ class Daemon:
             and all(isinstance(w, list) and all(isinstance(n, str) for n in w) for w in waves)
         ):
             raise TypeError(f"waves must be a list of lists of names, got {waves!r}")
-        groups = [list(w) for w in waves if w] if waves is not None else [[str(n)] for n in names]
+        if waves is None:
+            groups = [[str(n)] for n in names]
+        else:
+            # Each name once; a name asked for that no wave holds is stopped last, alone.
+            seen: set[str] = set()
+            groups = []
+            for wave in waves:
+                group = [n for n in dict.fromkeys(wave) if n not in seen]
+                seen.update(group)
+                if group:
+                    groups.append(group)
+            groups += [[str(n)] for n in dict.fromkeys(names) if str(n) not in seen]
         results: list[dict[str, Any]] = []
 
         def next_wave() -> None:

@@ -275,13 +275,27 @@ class Server:
         if time.monotonic() < out.due():
             self._watch(out)  # it took some meanwhile
             return
+        # A stream socket is reported writable only once most of its buffer is read: a
+        # client that reads, slowly, may have room all the same.
+        before = len(out.data)
+        if out.send():
+            self._drop(out)
+            return
+        if len(out.data) < before:
+            self._watch(out)
+            return
+        self._gave_up(out, "dropped a client")
+
+    def _gave_up(self, out: _Outgoing, what: str) -> None:
+        """Close the connection of a client that took none of its answer for too long."""
         try:
             pid = _protocol.peer_credentials(out.conn)[0]
         except OSError:
             pid = 0
         log_limited(
             "unread answer",
-            f"dropped a client (pid {pid}) that left {len(out.data)} bytes of its answer unread",
+            f"{what} (pid {pid}) that took none of its answer for {ANSWER_STALL:g}s: "
+            f"{len(out.data)} bytes of it were not sent",
         )
         self._drop(out)
 
@@ -297,22 +311,24 @@ class Server:
         self._close(out.conn)
 
     def _drain(self) -> None:
-        """At exit: the answers still being written get the rest of their time, then the
-        process ends (nothing is left to supervise: waiting here holds up nobody)."""
+        """At exit: the answers still being written get :data:`ANSWER_STALL` seconds in all,
+        then the process ends. Not more: the next daemon (and every client, which would take
+        a daemon that does not answer for a hung one) waits for this one to be gone."""
         if not self.outgoing:
             return
+        end = time.monotonic() + ANSWER_STALL
         with selectors.DefaultSelector() as selector:
             for fd, pending in self.outgoing.items():
                 self.loop.remove_reader(fd)
                 selector.register(fd, selectors.EVENT_WRITE, pending)
             while self.outgoing:
                 now = time.monotonic()
-                for late in [o for o in self.outgoing.values() if now >= o.due()]:
+                for late in [o for o in self.outgoing.values() if now >= min(o.due(), end)]:
                     selector.unregister(late.conn)
-                    self._drop(late)
+                    self._gave_up(late, "exiting, dropped a client")
                 if not self.outgoing:
                     break
-                wait = min(o.due() for o in self.outgoing.values()) - now
+                wait = min(min(o.due(), end) for o in self.outgoing.values()) - now
                 for key, _ in selector.select(max(0.0, wait)):
                     ready: _Outgoing = key.data
                     if ready.send():
