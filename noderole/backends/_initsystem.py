@@ -209,7 +209,9 @@ class InitSystemBackend:
         """
         from noderole.render import write_rendered
 
-        write_rendered(self.render(service), root=self.root)
+        changed = write_rendered(self.render(service), root=self.root)
+        if changed:
+            self.written()
 
     def retire(self, services: Sequence[Service]) -> list[str]:
         """Take ``services``, which an apply left out of the plan, off the init system: stop
@@ -248,8 +250,12 @@ class InitSystemBackend:
         return found
 
     def removed(self, paths: Sequence[str]) -> None:
-        """Tell the init system that the files at ``paths`` (node paths) are gone; nothing by
-        default (OpenRC reads ``/etc/init.d`` again by itself)."""
+        """Tell the init system that the files at ``paths`` (node paths) are gone; by default
+        as :meth:`written`."""
+        self.written()
+
+    def written(self) -> None:
+        """Tell the init system that rendered files changed; nothing by default."""
 
     def launch(self, name: str, verb: str) -> None:
         """Ask the init system to ``start`` or ``restart`` ``name`` (rendered already)."""
@@ -318,7 +324,8 @@ class InitSystemBackend:
         from noderole.render import write_rendered
 
         self._checks[service.name] = service.readiness
-        write_rendered(self.render(service), root=self.root)
+        if write_rendered(self.render(service), root=self.root):
+            self.written()
         current = self.query(service.name)
         running = current.state in ("running", "ready", "starting", "backoff")
         launched = time.time(), time.monotonic()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import TYPE_CHECKING
 
@@ -47,6 +48,14 @@ class OpenRCBackend(InitSystemBackend):
     def launch(self, name: str, verb: str) -> None:
         """``rc-service NAME start|restart``: blocks until start_pre and the start are done."""
         self.run("rc-service", name, verb)
+
+    def written(self) -> None:
+        """``rc-update -u``: OpenRC rebuilds its dependency tree only when ``/etc/init.d`` is
+        newer than the tree, to the second; a runscript written or removed within the second
+        the tree was built (an apply of another role right after the last) left a tree that
+        still named the old one ("cannot start worker as gate-one would not start")."""
+        with contextlib.suppress(OSError):  # no rc-update: the tree is left to OpenRC
+            self.run("rc-update", "-u", check=False)
 
     def halt(self, name: str) -> None:
         """``rc-service NAME stop``; then ``zap`` for a service OpenRC still marks failed (a
