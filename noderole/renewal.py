@@ -133,16 +133,17 @@ def role_certificates(plan: Plan, *, root: NodeRoot, clock: Clock) -> list[Certi
 
 
 def failing(service: Service) -> str:
-    """Why ``service``'s pre-start fails whatever the node holds, or "": a plugin that cannot
-    define it from today's inputs (konnectivity without its first-boot file) gives it a
-    :class:`~noderole.records.Fail` step in place of its other steps, its certificate's
-    included. Only a service with a process counts: a milestone mints nothing."""
+    """Why ``service``'s pre-start ends in failure whatever the node holds, or "": a plugin
+    that cannot define it from today's inputs (konnectivity without its first-boot file) ends
+    its steps with a :class:`~noderole.records.Fail` in place of the rest, its certificate's
+    included. A failing step followed by others (node-exporter checks its port first and keeps
+    its steps) is no sign of a certificate left out; nor is a milestone's, which mints nothing."""
     from noderole.records import Fail
 
-    if service.command is None:
+    if service.command is None or not service.pre_start:
         return ""
-    fails = [step.message for step in service.pre_start if isinstance(step, Fail)]
-    return f"its pre-start fails: {fails[0]}" if fails else ""
+    last = service.pre_start[-1]
+    return f"its pre-start fails: {last.message}" if isinstance(last, Fail) else ""
 
 
 # --------------------------------------------------------------------------- renewing

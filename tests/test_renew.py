@@ -50,6 +50,7 @@ def _plugin(sans: list[str]) -> types.ModuleType:
     module = types.ModuleType("certplugin")
 
     def noderole_services() -> list[noderole.Service]:
+        db_steps = [noderole.MakeDirectories(paths=["/var/lib/db"])]
         last: noderole.Step = noderole.Fail(message="/etc/proxy.env is missing: restore it")
         if sans:
             last = noderole.MintCertificate(
@@ -66,7 +67,14 @@ def _plugin(sans: list[str]) -> types.ModuleType:
                 command=["/bin/proxy"],
                 pre_start=[noderole.MakeDirectories(paths=["/var/lib/proxy"], mode=0o700), last],
             ),
-            noderole.Service(name="db", roles=["r"], command=["/bin/db"]),
+            # A check that fails in front of its other steps (node-exporter's port): no sign
+            # of a certificate left out; renew leaves it alone.
+            noderole.Service(
+                name="db",
+                roles=["r"],
+                command=["/bin/db"],
+                pre_start=[] if sans else [noderole.Fail(message="bad port"), *db_steps],
+            ),
         ]
 
     module.noderole_services = noderole.hookimpl(noderole_services)  # type: ignore[attr-defined]
@@ -230,7 +238,9 @@ class TestRenew:
         runs on, untouched."""
         sans.clear()
         fake_clock.advance(400 * DAY)
-        proxy = _renew(app)["proxy"]
+        renewed = _renew(app)
+        assert list(renewed) == ["proxy"]  # not db, whose failing step is not its last
+        proxy = renewed["proxy"]
         assert proxy.status == "failed"
         assert proxy.reason == (
             "cannot renew: its pre-start fails: /etc/proxy.env is missing: restore it"
