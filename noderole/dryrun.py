@@ -180,7 +180,8 @@ def dry_run_report(
             digests = definition_digests(service)
             changed = [DEFINITION_PARTS[k] for k in sorted(digests) if before.get(k) != digests[k]]
             started = status.fingerprint if status is not None else ""
-            stale = stale_files(started, written_files(service), _rewrites(service, root))
+            since = getattr(status, "started_at", None)
+            stale = stale_files(started, written_files(service), _rewrites(service, root, since))
             if changed or minting or stale:
                 shown = (
                     definition_diff(before[SHOWN_KEY], definition_shown(service))
@@ -201,17 +202,20 @@ def dry_run_report(
     return rows
 
 
-def _rewrites(service: Service, root: NodeRoot) -> list[str]:
-    """The paths the service's ``WriteFile`` steps would rewrite: what is there differs."""
-    from noderole.reading import read_regular
+def _rewrites(service: Service, root: NodeRoot, started_at: float | None) -> list[str]:
+    """The paths the service's ``WriteFile`` steps would rewrite (what is there differs, its
+    mode included), as the steps judge it; and, for a process an older noderole started
+    (``started_at``), those changed since it started (:func:`~noderole.engine.changed_since`)."""
+    from noderole.engine import changed_since, written_files
+    from noderole.steps import holds
 
     paths = []
     for step in service.pre_start:
         if isinstance(step, WriteFile):
             try:
-                same = read_regular(root.local(step.path), limit=len(step.content.encode()) + 1)
-            except (OSError, ValueError):
-                same = None
-            if same != step.content.encode():
+                same = holds(step, root)
+            except OSError:
+                same = False
+            if not same:
                 paths.append(step.path)
-    return paths
+    return [*paths, *changed_since(root, written_files(service), started_at)]

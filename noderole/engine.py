@@ -47,6 +47,7 @@ __all__ = [
     "ServiceReport",
     "StepTiming",
     "apply_plan",
+    "changed_since",
     "definition_diff",
     "definition_digests",
     "definition_shown",
@@ -307,6 +308,25 @@ def stale_files(running: str, files: Mapping[str, str], rewritten: Iterable[str]
         return sorted(path for path in files if path in written)
     started = dict(item.partition("=")[::2] for item in tail.split(";") if item)
     return sorted(path for path, digest in files.items() if started.get(_file_key(path)) != digest)
+
+
+def changed_since(root: NodeRoot, files: Mapping[str, str], started_at: float | None) -> list[str]:
+    """Those of ``files`` (node paths) modified after ``started_at`` (the wall-clock start of a
+    process an older noderole started, whose fingerprint does not say what it read): an apply
+    killed between rewriting one and the restart, or an older noderole that rewrote a drop-in
+    and kept k3s running, left it reading another content. None: nothing is known."""
+    import os
+
+    if started_at is None:
+        return []
+    changed = []
+    for path in files:
+        try:
+            if os.stat(root.local(path)).st_mtime > started_at:
+                changed.append(path)
+        except OSError:
+            continue
+    return changed
 
 
 def _file_key(path: str) -> str:
@@ -697,6 +717,9 @@ class _Run:
         if running and current is not None:
             same = fingerprint_base(current.fingerprint) == fingerprint_base(fingerprint)
             rewritten = [r.step.path for r in results if r.kind == "file" and r.detail == "written"]  # type: ignore[union-attr]
+            if same and ";" not in current.fingerprint:  # started by an older noderole
+                since = getattr(current, "started_at", None)
+                rewritten += changed_since(self.root, files, since)
             stale = stale_files(current.fingerprint, files, rewritten) if same else []
             if same and not stale:
                 return report("running", timings, "already running", pid=current.pid)

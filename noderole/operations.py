@@ -323,11 +323,11 @@ class Operations:
             raise next(iter(broken.values()))
         return build_plan(kept, role, plugins=self.plugins.names()), failures
 
-    def recorded_plan(self, role: str | None = None) -> Plan:
+    def recorded_plan(self, role: str | None = None, *, note: bool = True) -> Plan:
         """The plan of ``role`` (default: the recorded role) for ``status`` and ``stop``: the
         one the last apply recorded, without loading any plugin, when it is of that role;
-        otherwise planned from the plugins."""
-        recorded = self._recorded(role)
+        otherwise planned from the plugins. ``note``: as :meth:`_recorded`'s."""
+        recorded = self._recorded(role, note=note)
         if recorded is not None:
             return recorded.plan
         return self.plan(self.recorded_role(role))
@@ -335,7 +335,7 @@ class Operations:
     def recorded_backend(self, requested: str = "auto") -> Backend:
         """:meth:`backend` for ``status`` and ``stop``: with ``auto`` and a recorded plan, the
         backend that applied it, without loading the plugins or their settings."""
-        recorded = self._recorded(None)
+        recorded = self._recorded(None, note=False)
         if recorded is None:
             return self.backend(requested)
         from noderole.backends.detect import backend_named
@@ -371,22 +371,22 @@ class Operations:
         view = read_view(self.root, None)
         if view is None or (view.backend if requested == "auto" else requested) != "native":
             return None
-        self._note_next_role(recorded_role, view.role)
         if not name or name == view.role:
             only = None
         elif name in view:
             only = name
         else:
             return None  # another role: planned from the plugins
+        self._note_next_role(recorded_role, view.role)
         from noderole.backends.detect import backend_named
 
         return view, backend_named("native", self.root, noderole_path=view.noderole_path), only
 
-    def _recorded(self, role: str | None) -> RecordedPlan | None:
+    def _recorded(self, role: str | None, *, note: bool = True) -> RecordedPlan | None:
         """The recorded plan: of ``role``, or (None) the one the last apply started, whatever
         role is recorded for the next (``enable`` or ``render`` of another role records that
         one, while the services of the last apply still run: those are what ``status`` and
-        ``stop`` are about)."""
+        ``stop`` are about). With ``note``, a warning says so when the two differ."""
         from noderole.recorded import read_plan
         from noderole.state import read_role
 
@@ -394,9 +394,15 @@ class Operations:
         if recorded_role is None or (role and role != recorded_role):
             return None
         recorded = read_plan(self.root, role)
-        if recorded is not None and not role:
+        if recorded is not None and not role and note:
             self._note_next_role(recorded_role, recorded.plan.role)
         return recorded
+
+    def next_role(self) -> str | None:
+        """The role recorded for the next apply (the role file), or None."""
+        from noderole.state import read_role
+
+        return read_role(self.root)
 
     def _note_next_role(self, next_role: str, applied: str) -> None:
         """Warn when the role recorded for the next apply is not the one last applied."""
@@ -578,13 +584,15 @@ class Operations:
             if record_plan:
                 left = self._left_out(plan, backend, failures)
                 retiring = self._retiring(plan, backend, failures)
-                # Before anything starts: the role does not change because a service failed,
-                # and the next boot applies the same one (status and stop read the plan).
-                self._record_role(plan, backend, failures)
+                # What left the plan goes before the plan is recorded: an apply killed in
+                # between finds them in the record again, and ends them then.
                 if left:
                     self._stop_left_out(plan, backend, left)
                 if retiring:
                     self._retire(plan, backend, retiring)
+                # Before anything starts: the role does not change because a service failed,
+                # and the next boot applies the same one (status and stop read the plan).
+                self._record_role(plan, backend, failures)
             previous = read_applied(self.root)
             recorded: dict[str, dict[str, str]] = {}
             report = apply_plan(

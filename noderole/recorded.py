@@ -188,6 +188,14 @@ def _recorded(root: NodeRoot) -> dict[str, Any] | None:
     return data if isinstance(data, dict) and data.get("version") == _VERSION else None
 
 
+def applied_role(root: NodeRoot) -> str | None:
+    """The role the recorded plan was applied (or rendered) with, or None: what runs, where
+    the role file may already name the next one (``enable``)."""
+    data = _recorded(root)
+    role = data.get("role") if data is not None else None
+    return role if isinstance(role, str) else None
+
+
 def recorded_backend(root: NodeRoot) -> str | None:
     """The backend the recorded plan was applied (or rendered) with, or None."""
     data = _recorded(root)

@@ -80,9 +80,11 @@ def reset(
     a role (a :class:`~noderole.errors.PlanError` when no plugin knows it any more)."""
     from noderole.errors import PlanError
     from noderole.paths import LOCK_FILE, RUN_DIR
+    from noderole.recorded import applied_role
     from noderole.state import node_lock, read_role
 
-    chosen = role or read_role(root)
+    # What runs is the role last applied; the role file may already name the next (enable).
+    chosen = role or applied_role(root) or read_role(root)
     stopping: list[str] = []
     processes: list[str] | None = None  # of stopping, those with a process (None: all)
     if chosen is not None:

@@ -38,7 +38,7 @@ from noderole.stepcontext import StepContext
 if TYPE_CHECKING:
     from noderole.certstamp import CertOutcome
 
-__all__ = ["StepContext", "StepResult", "run_step", "run_steps", "warm_certificates"]
+__all__ = ["StepContext", "StepResult", "holds", "run_step", "run_steps", "warm_certificates"]
 
 
 @recordclass.frozen(kw_only=True)
@@ -230,24 +230,35 @@ def _make_directories(step: MakeDirectories, ctx: StepContext) -> str:
     return f"created {', '.join(created)}" if created else "already present"
 
 
-def _write_file(step: WriteFile, ctx: StepContext) -> str:
-    from noderole.atomic import write_atomic
+def holds(step: WriteFile, root: NodeRoot) -> bool:
+    """True when the file ``step`` writes holds its content and mode already (the step then
+    writes nothing). Raises OSError for what the step cannot read (a FIFO, a device), but
+    not for a missing or longer file."""
     from noderole.reading import read_regular
 
-    local = ctx.root.local(step.path)
+    local = root.local(step.path)
     data = step.content.encode()
     try:
         # What is there now, read only as far as the content goes: a longer file differs, and a
         # FIFO or a device at the path (mistyped in config.toml) fails the step, naming it,
         # instead of waiting for a writer or reading /dev/zero for ever.
         same = read_regular(local, limit=len(data)) == data
-        if same and (os.stat(local).st_mode & 0o7777) == step.mode:
-            return "unchanged"
+        return same and (os.stat(local).st_mode & 0o7777) == step.mode
     except FileNotFoundError:
-        pass
+        return False
     except OSError as exc:
         if exc.errno != errno.EFBIG:
             raise
+        return False
+
+
+def _write_file(step: WriteFile, ctx: StepContext) -> str:
+    from noderole.atomic import write_atomic
+
+    local = ctx.root.local(step.path)
+    data = step.content.encode()
+    if holds(step, ctx.root):
+        return "unchanged"
     from noderole.supervisor._safeopen import open_dir
 
     # Its directory made and reached as _make_directories does: never through a link a

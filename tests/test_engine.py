@@ -257,6 +257,32 @@ class TestApply:
         data = report(node.run("apply", "demo", "--json"))
         assert data["a"]["reason"] == "restarted: file /etc/a/config.yaml changed"
 
+    def test_a_file_rewritten_under_an_older_process_restarts_it(self, node: Node) -> None:
+        """A process an older noderole started, whose file was rewritten after it started (an
+        apply killed between the rewrite and the restart; an older noderole that rewrote a
+        drop-in and kept k3s running): the steps now find the file as they would write it,
+        and the process ran on the old content for good. A file modified since the process
+        started counts as changed; `--dry-run` says the same, its mode included."""
+        from noderole.engine import definition_digests, fingerprint_base, process_fingerprint
+
+        def service(text: str) -> noderole.Service:
+            step = noderole.WriteFile(path="/etc/a/config.yaml", content=text, mode=0o600)
+            return sleeper("a", pre_start=[step])
+
+        node.services.append(service("one: 1\n"))
+        node.run("apply", "demo")
+        older = fingerprint_base(process_fingerprint(definition_digests(node.services[0]), []))
+        node.app().backend("native").start(node.services[0], fingerprint=older)
+        config = node.root / "etc/a/config.yaml"
+        config.write_text("one: 2\n")  # the interrupted apply's rewrite, after the start
+        node.services[0] = service("one: 2\n")
+        dry = json.loads(node.run("apply", "demo", "--dry-run", "--json").stdout)["services"]
+        assert [(row["action"], row["why"]) for row in dry] == [
+            ("restart", "file /etc/a/config.yaml changed")
+        ]
+        data = report(node.run("apply", "demo", "--json"))
+        assert data["a"]["reason"] == "restarted: file /etc/a/config.yaml changed"
+
     def test_report_has_step_timings(self, node: Node) -> None:
         """--json reports each step's kind, description and time, and the start."""
         node.services.append(sleeper("a", pre_start=[noderole.MakeDirectories(paths=["/run/a"])]))
@@ -401,6 +427,40 @@ class TestServicesThatLeaveThePlan:
         assert stopped.exit_code == 0, stopped.output
         assert stopped.stdout.splitlines() == [" * Stopped old"]
         assert not is_alive(old)
+        wait_until(lambda: not node.processes(), "everything to end, the supervisor too")
+
+    def test_reset_stops_what_runs_after_the_next_role_changed(self, node: Node) -> None:
+        """`enable other` on a node running role demo: reset stopped other's services (none
+        running) and said nothing of demo's, which the supervisor's shutdown ended unreported
+        (under an init system, they ran on). It resets the role last applied."""
+        from noderole.state import write_role
+
+        old = _applied_with_another_role(node)
+        write_role(NodeRoot(node.root), "other")  # what `enable other` records
+        dry = json.loads(node.run("reset", "--dry-run", "--json").stdout)
+        assert dry["role"] == "demo"
+        assert dry["stopped"] == ["old"]
+        done = node.run("reset", "--json")
+        assert done.exit_code == 0, done.output
+        assert json.loads(done.stdout)["stopped"] == ["old"]
+        assert not is_alive(old)
+        wait_until(lambda: not node.processes(), "everything to end, the supervisor too")
+
+    def test_status_of_a_service_of_the_next_role(self, node: Node) -> None:
+        """`status SERVICE` for a service of the role recorded for the next apply (not of the
+        one last applied) said "unknown role"; it shows the service, and no warning that the
+        last applied role is shown."""
+        from noderole.state import write_role
+
+        _applied_with_another_role(node)
+        write_role(NodeRoot(node.root), "other")
+        shown = node.run("status", "new", "--json")
+        assert [row["name"] for row in json.loads(shown.stdout)["services"]] == ["new"]
+        assert "recorded for the next apply" not in shown.stderr
+        whole = node.run("status", "other", "--json")
+        assert [row["name"] for row in json.loads(whole.stdout)["services"]] == ["new"]
+        assert "recorded for the next apply" not in whole.stderr
+        assert node.run("stop").exit_code == 0
         wait_until(lambda: not node.processes(), "everything to end, the supervisor too")
 
     @pytest.mark.parametrize("damage", ["newer", "not json", "absent", "other backend"])

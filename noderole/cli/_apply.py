@@ -182,9 +182,16 @@ def _full_status_plan(app: App, role: str | None, backend: str) -> tuple[Plan, B
     if role:
         # SERVICE of the applied role? Asked of the recorded plan: no plugin is imported.
         with contextlib.suppress(NoderoleError):
-            recorded = app.recorded_plan()
+            recorded = app.recorded_plan(note=False)
             if role != recorded.role and role in recorded:
-                plan, only = recorded, role
+                plan, only = app.recorded_plan(), role  # shown: say whose it is
+            elif role != recorded.role:
+                # SERVICE of the role recorded for the next apply (enable)?
+                upcoming = app.next_role()
+                if upcoming is not None and upcoming not in (role, recorded.role):
+                    next_plan = app.plan(upcoming)
+                    if role in next_plan:
+                        plan, only = next_plan, role
     if plan is None:
         # From the plan the last apply recorded: status imports no plugin (a broken one cannot
         # hide what runs). Another role is planned from the plugins.
