@@ -130,6 +130,20 @@ def sleeper(name: str, **kwargs: Any) -> noderole.Service:
     )
 
 
+def _config_writer(text: str) -> noderole.Service:
+    """Service ``a``, whose pre-start writes ``text`` to /etc/a/config.yaml."""
+    step = noderole.WriteFile(path="/etc/a/config.yaml", content=text, mode=0o600)
+    return sleeper("a", pre_start=[step])
+
+
+def _started_by_an_older_noderole(node: Node) -> None:
+    """Start the node's first service again as a noderole whose fingerprints had no files."""
+    from noderole.engine import definition_digests, fingerprint_base, process_fingerprint
+
+    older = fingerprint_base(process_fingerprint(definition_digests(node.services[0]), []))
+    node.app().backend("native").start(node.services[0], fingerprint=older)
+
+
 def report(result: Result) -> dict[str, Any]:
     data: dict[str, Any] = json.loads(result.stdout)
     return {s["name"]: s for s in data["services"]} | {"_": data}
@@ -192,15 +206,11 @@ class TestApply:
         k3s ran on with the old one, "already running". A change to what a service's own
         WriteFile steps write restarts it, naming the file; the same content keeps it."""
 
-        def service(text: str) -> noderole.Service:
-            step = noderole.WriteFile(path="/etc/a/config.yaml", content=text, mode=0o600)
-            return sleeper("a", pre_start=[step])
-
-        node.services.append(service("one: 1\n"))
+        node.services.append(_config_writer("one: 1\n"))
         node.run("apply", "demo")
         old = node.pid("a")
         assert report(node.run("apply", "demo", "--json"))["a"]["status"] == "running"
-        node.services[0] = service("one: 2\n")
+        node.services[0] = _config_writer("one: 2\n")
         dry = json.loads(node.run("apply", "demo", "--dry-run", "--json").stdout)["services"]
         assert [(row["action"], row["why"]) for row in dry] == [
             ("restart", "file /etc/a/config.yaml changed")
@@ -239,21 +249,14 @@ class TestApply:
         """A process an older noderole started has no files in its fingerprint: an apply of
         this one keeps it while its steps find their files as they are (again and again), and
         restarts it once one of them rewrites a file."""
-        from noderole.engine import definition_digests, fingerprint_base, process_fingerprint
-
-        def service(text: str) -> noderole.Service:
-            step = noderole.WriteFile(path="/etc/a/config.yaml", content=text, mode=0o600)
-            return sleeper("a", pre_start=[step])
-
-        node.services.append(service("one: 1\n"))
+        node.services.append(_config_writer("one: 1\n"))
         node.run("apply", "demo")
-        older = fingerprint_base(process_fingerprint(definition_digests(node.services[0]), []))
-        node.app().backend("native").start(node.services[0], fingerprint=older)
+        _started_by_an_older_noderole(node)
         pid = node.pid("a")
         for _ in range(2):
             assert report(node.run("apply", "demo", "--json"))["a"]["status"] == "running"
         assert node.pid("a") == pid
-        node.services[0] = service("one: 2\n")
+        node.services[0] = _config_writer("one: 2\n")
         data = report(node.run("apply", "demo", "--json"))
         assert data["a"]["reason"] == "restarted: file /etc/a/config.yaml changed"
 
@@ -263,19 +266,12 @@ class TestApply:
         drop-in and kept k3s running): the steps now find the file as they would write it,
         and the process ran on the old content for good. A file modified since the process
         started counts as changed; `--dry-run` says the same, its mode included."""
-        from noderole.engine import definition_digests, fingerprint_base, process_fingerprint
-
-        def service(text: str) -> noderole.Service:
-            step = noderole.WriteFile(path="/etc/a/config.yaml", content=text, mode=0o600)
-            return sleeper("a", pre_start=[step])
-
-        node.services.append(service("one: 1\n"))
+        node.services.append(_config_writer("one: 1\n"))
         node.run("apply", "demo")
-        older = fingerprint_base(process_fingerprint(definition_digests(node.services[0]), []))
-        node.app().backend("native").start(node.services[0], fingerprint=older)
+        _started_by_an_older_noderole(node)
         config = node.root / "etc/a/config.yaml"
         config.write_text("one: 2\n")  # the interrupted apply's rewrite, after the start
-        node.services[0] = service("one: 2\n")
+        node.services[0] = _config_writer("one: 2\n")
         dry = json.loads(node.run("apply", "demo", "--dry-run", "--json").stdout)["services"]
         assert [(row["action"], row["why"]) for row in dry] == [
             ("restart", "file /etc/a/config.yaml changed")
