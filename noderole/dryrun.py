@@ -150,6 +150,7 @@ def dry_run_report(
         definition_diff,
         definition_digests,
         definition_shown,
+        files_changed,
         stale_files,
         written_files,
     )
@@ -179,9 +180,13 @@ def dry_run_report(
             before = previous.get(entry.name, {})
             digests = definition_digests(service)
             changed = [DEFINITION_PARTS[k] for k in sorted(digests) if before.get(k) != digests[k]]
-            started = status.fingerprint if status is not None else ""
-            since = getattr(status, "started_at", None)
-            stale = stale_files(started, written_files(service), _rewrites(service, root, since))
+            stale = stale_files(
+                status.fingerprint if status is not None else "",
+                written_files(service),
+                _rewrites(service, root),
+                root=root,
+                started_at=getattr(status, "started_at", None),
+            )
             if changed or minting or stale:
                 shown = (
                     definition_diff(before[SHOWN_KEY], definition_shown(service))
@@ -191,8 +196,7 @@ def dry_run_report(
                 reasons = shown or ([f"{', '.join(changed)} changed"] if changed else [])
                 reasons += [f"certificate {c['path']} would be re-minted" for c in minting]
                 if stale:
-                    said = "file" if len(stale) == 1 else "files"
-                    reasons.append(f"{said} {', '.join(stale)} changed")
+                    reasons.append(files_changed(stale))
                 action, why = "restart", "; ".join(reasons)
             else:
                 action, why = "keep", "running, unchanged"
@@ -202,11 +206,9 @@ def dry_run_report(
     return rows
 
 
-def _rewrites(service: Service, root: NodeRoot, started_at: float | None) -> list[str]:
-    """The paths the service's ``WriteFile`` steps would rewrite (what is there differs, its
-    mode included), as the steps judge it; and, for a process an older noderole started
-    (``started_at``), those changed since it started (:func:`~noderole.engine.changed_since`)."""
-    from noderole.engine import changed_since, written_files
+def _rewrites(service: Service, root: NodeRoot) -> list[str]:
+    """The paths the service's ``WriteFile`` steps would rewrite: what is there differs, its
+    mode included, as the steps themselves judge it (:func:`~noderole.steps.holds`)."""
     from noderole.steps import holds
 
     paths = []
@@ -218,4 +220,4 @@ def _rewrites(service: Service, root: NodeRoot, started_at: float | None) -> lis
                 same = False
             if not same:
                 paths.append(step.path)
-    return [*paths, *changed_since(root, written_files(service), started_at)]
+    return paths

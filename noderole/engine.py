@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -31,7 +32,7 @@ from noderole.clock import Clock
 from noderole.digest import sha256
 from noderole.errors import NoderoleError, StepError
 from noderole.plan import Plan, PlannedService
-from noderole.records import Service
+from noderole.records import Service, WriteFile
 from noderole.root import NodeRoot
 from noderole.stepcontext import StepContext
 from noderole.steps import StepResult, run_steps, warm_certificates
@@ -47,10 +48,10 @@ __all__ = [
     "ServiceReport",
     "StepTiming",
     "apply_plan",
-    "changed_since",
     "definition_diff",
     "definition_digests",
     "definition_shown",
+    "files_changed",
     "fingerprint_base",
     "stale_files",
     "written_files",
@@ -265,8 +266,6 @@ DEFINITION_PARTS = {  # digest key -> what a restart reason calls it
 def written_files(service: Service) -> dict[str, str]:
     """What the service's own ``WriteFile`` steps write, a short digest (of mode and content)
     by path: its program reads them at start (k3s its config drop-ins)."""
-    from noderole.records import WriteFile
-
     return {
         step.path: sha256(f"{step.mode:o}\0{step.content}".encode()).hexdigest()[:16]
         for step in service.pre_start
@@ -297,36 +296,40 @@ def fingerprint_base(fingerprint: str) -> str:
     return fingerprint.partition(";")[0]
 
 
-def stale_files(running: str, files: Mapping[str, str], rewritten: Iterable[str]) -> list[str]:
+def stale_files(
+    running: str,
+    files: Mapping[str, str],
+    rewritten: Iterable[str],
+    *,
+    root: NodeRoot,
+    started_at: float | None,
+) -> list[str]:
     """The files (of ``files``, as :func:`written_files` gives them) a process with the
-    fingerprint ``running`` was started without, or with another content. A process an older
-    noderole started has no files in its fingerprint: those this apply rewrote (``rewritten``)
-    count, the others are taken as it read them."""
+    fingerprint ``running`` was started without, or with another content.
+
+    A process an older noderole started has no files in its fingerprint: those this apply
+    rewrites (``rewritten``) count, and those modified since it started (``started_at``, its
+    wall-clock start; ``root`` holds them): an apply killed between a rewrite and the restart,
+    or an older noderole that rewrote a drop-in and kept k3s running, left it reading another
+    content. The others are taken as it read them."""
     _, files_known, tail = running.partition(";")
-    if not files_known:
-        written = set(rewritten)
-        return sorted(path for path in files if path in written)
-    started = dict(item.partition("=")[::2] for item in tail.split(";") if item)
-    return sorted(path for path, digest in files.items() if started.get(_file_key(path)) != digest)
+    if files_known:
+        started = dict(item.partition("=")[::2] for item in tail.split(";") if item)
+        return sorted(p for p, digest in files.items() if started.get(_file_key(p)) != digest)
+    changed = set(rewritten)
+    if started_at is not None:
+        for path in files.keys() - changed:
+            try:
+                if os.stat(root.local(path)).st_mtime > started_at:
+                    changed.add(path)
+            except OSError:
+                continue
+    return sorted(path for path in files if path in changed)
 
 
-def changed_since(root: NodeRoot, files: Mapping[str, str], started_at: float | None) -> list[str]:
-    """Those of ``files`` (node paths) modified after ``started_at`` (the wall-clock start of a
-    process an older noderole started, whose fingerprint does not say what it read): an apply
-    killed between rewriting one and the restart, or an older noderole that rewrote a drop-in
-    and kept k3s running, left it reading another content. None: nothing is known."""
-    import os
-
-    if started_at is None:
-        return []
-    changed = []
-    for path in files:
-        try:
-            if os.stat(root.local(path)).st_mtime > started_at:
-                changed.append(path)
-        except OSError:
-            continue
-    return changed
+def files_changed(paths: Sequence[str]) -> str:
+    """A restart's reason for files its process read that changed since it started."""
+    return f"{'file' if len(paths) == 1 else 'files'} {', '.join(paths)} changed"
 
 
 def _file_key(path: str) -> str:
@@ -716,11 +719,19 @@ class _Run:
         stale: list[str] = []
         if running and current is not None:
             same = fingerprint_base(current.fingerprint) == fingerprint_base(fingerprint)
-            rewritten = [r.step.path for r in results if r.kind == "file" and r.detail == "written"]  # type: ignore[union-attr]
-            if same and ";" not in current.fingerprint:  # started by an older noderole
-                since = getattr(current, "started_at", None)
-                rewritten += changed_since(self.root, files, since)
-            stale = stale_files(current.fingerprint, files, rewritten) if same else []
+            if same:
+                rewritten = [
+                    r.step.path
+                    for r in results
+                    if isinstance(r.step, WriteFile) and r.detail == "written"
+                ]
+                stale = stale_files(
+                    current.fingerprint,
+                    files,
+                    rewritten,
+                    root=self.root,
+                    started_at=getattr(current, "started_at", None),
+                )
             if same and not stale:
                 return report("running", timings, "already running", pid=current.pid)
         reason = ""
@@ -781,7 +792,7 @@ class _Run:
         elif changed:
             reasons.append(f"{', '.join(changed)} changed")
         if stale:
-            reasons.append(f"{'file' if len(stale) == 1 else 'files'} {', '.join(stale)} changed")
+            reasons.append(files_changed(stale))
         elif before and not reasons:
             # The definition is as the last apply recorded it, and this apply minted nothing:
             # what differs from the start is a certificate replaced since (by the init

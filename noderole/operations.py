@@ -665,8 +665,8 @@ class Operations:
                 f"{', '.join(running)} {'runs' if len(running) == 1 else 'run'} under the "
                 f"native supervisor outside the plan of role {plan.role}, and noderole's record "
                 f"of the last apply cannot be read: kept, as {'they' if len(running) > 1 else 'it'}"
-                f" may be plugin {', '.join(sorted(origins))}'s, which failed to load; once it "
-                "loads, apply again (or `noderole reset` ends everything the supervisor runs)"
+                f" may be plugin {', '.join(sorted(origins))}'s, which failed to load; "
+                "`noderole stop` stops them with the whole role"
             )
             return []
         return running

@@ -369,6 +369,17 @@ class TestApply:
         assert rows["a"]["why"] == "command line: added x"
 
 
+def _apply_stops(node: Node, role: str, name: str, pid: int) -> None:
+    """`apply ROLE` stops service ``name`` (``pid``), which left the plan, saying so; then a
+    stop ends everything."""
+    done = node.run("apply", role)
+    assert done.exit_code == 0, done.output
+    assert f"stopped {name}: no longer in the plan of role {role}" in done.stderr
+    wait_until(lambda: not is_alive(pid), f"{name} to end")
+    assert node.run("stop").exit_code == 0
+    wait_until(lambda: not node.processes(), "everything to end, the supervisor too")
+
+
 def _applied_with_another_role(node: Node) -> int:
     """Role demo (service old) applied, role other (service new) defined; old's pid."""
     node.services.append(sleeper("old", roles=["demo"]))
@@ -399,12 +410,7 @@ class TestServicesThatLeaveThePlan:
         assert node.run("apply", "demo").exit_code == 0
         b = node.pid("b")
         del node.services[1]
-        again = node.run("apply", "demo")
-        assert again.exit_code == 0, again.output
-        assert "stopped b: no longer in the plan of role demo" in again.stderr
-        wait_until(lambda: not is_alive(b), "the service to end")
-        assert node.run("stop").exit_code == 0
-        wait_until(lambda: not node.processes(), "everything to end, the supervisor too")
+        _apply_stops(node, "demo", "b", b)
 
     def test_status_and_stop_follow_what_runs_after_the_next_role_changed(self, node: Node) -> None:
         """`enable agent` (or `render agent`) on a node running role server records agent for
@@ -477,12 +483,7 @@ class TestServicesThatLeaveThePlan:
             data = json.loads(plan.read_text())
             data.update({"newer": {"version": 2}, "other backend": {"backend": "openrc"}}[damage])
             plan.write_text(json.dumps(data))
-        changed = node.run("apply", "other")
-        assert changed.exit_code == 0, changed.output
-        assert "stopped old: no longer in the plan of role other" in changed.stderr
-        wait_until(lambda: not is_alive(old), "the old role's service to end")
-        assert node.run("stop").exit_code == 0
-        wait_until(lambda: not node.processes(), "everything to end, the supervisor too")
+        _apply_stops(node, "other", "old", old)
 
     def test_without_a_usable_record_a_broken_plugins_services_are_kept(self, node: Node) -> None:
         """No usable record and a plugin that failed to load: nothing tells which of the
@@ -497,6 +498,7 @@ class TestServicesThatLeaveThePlan:
         node.broken_plugin = True
         changed = node.run("apply", "other")
         assert "old runs under the native supervisor" in changed.stderr, changed.output
+        assert "`noderole stop` stops them with the whole role" in changed.stderr
         assert is_alive(old)
         stopped = node.run("stop")
         assert stopped.exit_code == 0, stopped.output
