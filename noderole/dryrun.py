@@ -150,9 +150,10 @@ def dry_run_report(
         definition_diff,
         definition_digests,
         definition_shown,
+        file_writers,
         files_changed,
+        files_read,
         stale_files,
-        written_files,
     )
     from noderole.state import read_applied
 
@@ -182,8 +183,8 @@ def dry_run_report(
             changed = [DEFINITION_PARTS[k] for k in sorted(digests) if before.get(k) != digests[k]]
             stale = stale_files(
                 status.fingerprint if status is not None else "",
-                written_files(service),
-                _rewrites(service, root),
+                files_read(plan, entry.name),
+                [p for writer in file_writers(plan, entry.name) for p in _rewrites(writer, root)],
                 root=root,
                 started_at=getattr(status, "started_at", None),
             )

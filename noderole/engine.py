@@ -51,7 +51,9 @@ __all__ = [
     "definition_diff",
     "definition_digests",
     "definition_shown",
+    "file_writers",
     "files_changed",
+    "files_read",
     "fingerprint_base",
     "stale_files",
     "written_files",
@@ -273,6 +275,35 @@ def written_files(service: Service) -> dict[str, str]:
     }
 
 
+def file_writers(plan: Plan, name: str) -> list[Service]:
+    """The services whose ``WriteFile`` steps write what ``name``'s process reads at start: the
+    milestones (services without a command) it needs, directly or through other milestones,
+    then the service itself. k3s reads the role drop-in ``k3s-cluster-init`` or
+    ``k3s-cluster-join`` writes: a role change rewrites it, and k3s must start again, as
+    ``Requires=`` restarts it under systemd."""
+    writers: list[Service] = []
+    seen = {name}
+    pending = list(plan[name].needs)
+    while pending:
+        needed = pending.pop()
+        if needed in seen or needed not in plan:
+            continue
+        seen.add(needed)
+        entry = plan[needed]
+        if entry.service.command is None:
+            writers.append(entry.service)
+            pending.extend(entry.needs)
+    return [*reversed(writers), plan[name].service]
+
+
+def files_read(plan: Plan, name: str) -> dict[str, str]:
+    """:func:`written_files` of every :func:`file_writers` service (a service's own step wins)."""
+    files: dict[str, str] = {}
+    for service in file_writers(plan, name):
+        files.update(written_files(service))
+    return files
+
+
 def process_fingerprint(
     digests: Mapping[str, str],
     certificates: Sequence[str],
@@ -304,27 +335,37 @@ def stale_files(
     root: NodeRoot,
     started_at: float | None,
 ) -> list[str]:
-    """The files (of ``files``, as :func:`written_files` gives them) a process with the
+    """The files (of ``files``, as :func:`files_read` gives them) a process with the
     fingerprint ``running`` was started without, or with another content.
 
-    A process an older noderole started has no files in its fingerprint: those this apply
-    rewrites (``rewritten``) count, and those modified since it started (``started_at``, its
-    wall-clock start; ``root`` holds them): an apply killed between a rewrite and the restart,
-    or an older noderole that rewrote a drop-in and kept k3s running, left it reading another
-    content. The others are taken as it read them."""
-    _, files_known, tail = running.partition(";")
-    if files_known:
-        started = dict(item.partition("=")[::2] for item in tail.split(";") if item)
-        return sorted(p for p, digest in files.items() if started.get(_file_key(p)) != digest)
+    A file the fingerprint names counts when its digest differs. A file it does not name (a
+    process an older noderole started names none; one started before a milestone's file
+    counted names only its own) counts when this apply rewrites it (``rewritten``) or when it
+    was modified since the process started (``started_at``, its wall-clock start; ``root``
+    holds them): an apply killed between a rewrite and the restart, or an older noderole that
+    rewrote a drop-in and kept k3s running, left it reading another content. The others are
+    taken as it read them."""
+    _, _, tail = running.partition(";")
+    started = dict(item.partition("=")[::2] for item in tail.split(";") if item)
     changed = set(rewritten)
-    if started_at is not None:
-        for path in files.keys() - changed:
-            try:
-                if os.stat(root.local(path)).st_mtime > started_at:
-                    changed.add(path)
-            except OSError:
-                continue
-    return sorted(path for path in files if path in changed)
+    stale = []
+    for path, digest in files.items():
+        known = started.get(_file_key(path))
+        if known is not None:
+            if known != digest:
+                stale.append(path)
+        elif path in changed or _modified_since(root.local(path), started_at):
+            stale.append(path)
+    return sorted(stale)
+
+
+def _modified_since(path: str, started_at: float | None) -> bool:
+    if started_at is None:
+        return False
+    try:
+        return os.stat(path).st_mtime > started_at
+    except OSError:
+        return False
 
 
 def files_changed(paths: Sequence[str]) -> str:
@@ -712,7 +753,7 @@ class _Run:
         digests = definition_digests(service)
         self.digests[entry.name] = {**digests, SHOWN_KEY: definition_shown(service)}
         certificates = [r.certificate.fingerprint for r in results if r.certificate is not None]
-        files = written_files(service)
+        files = files_read(self.plan, entry.name)
         fingerprint = process_fingerprint(digests, certificates, files)
         current = self.current.get(entry.name)
         running = current is not None and current.state in ("starting", "running", "ready")

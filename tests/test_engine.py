@@ -136,11 +136,20 @@ def _config_writer(text: str) -> noderole.Service:
     return sleeper("a", pre_start=[step])
 
 
-def _started_by_an_older_noderole(node: Node) -> None:
-    """Start the node's first service again as a noderole whose fingerprints had no files."""
-    from noderole.engine import definition_digests, fingerprint_base, process_fingerprint
+def _started_by_an_older_noderole(node: Node, *, files_counted: bool = False) -> None:
+    """Start the node's first service again as a noderole whose fingerprints had no files
+    (or, ``files_counted``, only those of the service's own steps)."""
+    from noderole.engine import (
+        definition_digests,
+        fingerprint_base,
+        process_fingerprint,
+        written_files,
+    )
 
-    older = fingerprint_base(process_fingerprint(definition_digests(node.services[0]), []))
+    first = node.services[0]
+    older = process_fingerprint(definition_digests(first), [], written_files(first))
+    if not files_counted:
+        older = fingerprint_base(older)
     node.app().backend("native").start(node.services[0], fingerprint=older)
 
 
@@ -278,6 +287,37 @@ class TestApply:
         ]
         data = report(node.run("apply", "demo", "--json"))
         assert data["a"]["reason"] == "restarted: file /etc/a/config.yaml changed"
+
+    def test_a_role_change_that_rewrites_a_needed_milestones_file_restarts_it(
+        self, node: Node
+    ) -> None:
+        """server -> server-join: k3s needs k3s-cluster, which k3s-cluster-init (server) and
+        k3s-cluster-join (server-join) provide, each writing the role drop-in k3s reads at
+        start. k3s ran on as its own cluster, "already running": only its own steps' files
+        counted. A milestone's file the service needs counts too; the same content keeps it,
+        and a milestone file first counted by this noderole keeps a process started before."""
+
+        def milestone(name: str, role: str, text: str) -> noderole.Service:
+            step = noderole.WriteFile(path="/etc/a/role.yaml", content=text, mode=0o600)
+            return noderole.Service(
+                name=name, roles=[role], provide=["cluster"], before=["a"], pre_start=[step]
+            )
+
+        node.services.append(sleeper("a", roles=["demo", "other"], need=["cluster"]))
+        node.services.append(milestone("cluster-init", "demo", "cluster-init: true\n"))
+        node.services.append(milestone("cluster-join", "other", "server: https://h:6443\n"))
+        assert node.run("apply", "demo").exit_code == 0
+        assert report(node.run("apply", "demo", "--json"))["a"]["status"] == "running"
+        for files_counted in (False, True):  # no file, or only a's own files, as before
+            _started_by_an_older_noderole(node, files_counted=files_counted)
+            old = node.pid("a")
+            assert report(node.run("apply", "demo", "--json"))["a"]["status"] == "running"
+        dry = json.loads(node.run("apply", "other", "--dry-run", "--json").stdout)["services"]
+        assert {row["name"]: row["why"] for row in dry}["a"] == "file /etc/a/role.yaml changed"
+        data = report(node.run("apply", "other", "--json"))
+        assert data["a"]["reason"] == "restarted: file /etc/a/role.yaml changed"
+        assert wait_until(lambda: node.pid("a") != old, "a new pid")
+        assert report(node.run("apply", "other", "--json"))["a"]["status"] == "running"
 
     def test_report_has_step_timings(self, node: Node) -> None:
         """--json reports each step's kind, description and time, and the start."""
