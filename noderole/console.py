@@ -91,9 +91,11 @@ class ConsoleProgress:
             text = f" {star} {report.name}: already running"
         else:
             text = f" {star} {verb} {report.name}"
-            if report.reason:
+            # The verb is said once: a restart's reason begins "restarted: " (as --json has it).
+            reason = report.reason.removeprefix(f"{report.status}: ")
+            if reason:
                 # A reason may quote what a service wrote (its #! line, a check's output).
-                text += f": {inert(report.reason)}"
+                text += f": {inert(reason)}"
         bracket = f"[ {self._paint(code, mark)} ]"
         pad = max(1, self.width - len(text) - 6)
         self._line(

@@ -774,6 +774,7 @@ class _Run:
                     started_at=getattr(current, "started_at", None),
                 )
             if same and not stale:
+                self._backend_ready(entry.name, current.state)
                 return report("running", timings, "already running", pid=current.pid)
         reason = ""
         if running:
@@ -790,6 +791,7 @@ class _Run:
         )
         if status.state in ("crashed", "stopped"):
             return report("failed", timings, f"exited at start: {status.reason or status.state}")
+        self._backend_ready(entry.name, status.state)
         if status.state == "starting" and status.reason:
             # Still under way when the backend let go (a systemd job queued behind its After=
             # units): the report says so, and why.
@@ -849,6 +851,13 @@ class _Run:
                     f"{said} {', '.join(paths)} changed since it was started, not by this apply"
                 )
         return "restarted: " + ("; ".join(reasons) if reasons else "definition changed")
+
+    def _backend_ready(self, name: str, state: str) -> None:
+        """The backend found ``name`` ready (its supervisor's or init system's run of the same
+        readiness check passed, or a test's :class:`~noderole.testing.RecordingBackend` says
+        so): its dependents need not check again."""
+        if state == "ready":
+            self._ready[name] = None
 
     def _wait_ready(
         self,

@@ -209,6 +209,18 @@ class TestApply:
         assert data["a"]["reason"] == "restarted: command line: removed --v1, added --v2"
         assert wait_until(lambda: node.pid("a") != old, "a new pid")
 
+    def test_a_restart_says_restarted_once(self, node: Node) -> None:
+        """The reason of a restart begins "restarted: " (as --json has it): apply's line said
+        `Restarted a: restarted: ...`, and status `last apply (...): restarted: restarted: ...`."""
+        node.services.append(sleeper("a", args=["--v1"]))
+        node.run("apply", "demo")
+        node.services[0] = sleeper("a", args=["--v2"])
+        applied = node.run("apply", "demo")
+        assert "Restarted a: command line: removed --v1, added --v2" in applied.stdout
+        shown = node.run("status", "a").stdout
+        assert "): restarted: command line: removed --v1, added --v2" in shown
+        assert "restarted: restarted" not in applied.stdout + shown
+
     def test_a_file_its_pre_start_writes_changed_restarts_it(self, node: Node) -> None:
         """k3s reads its config drop-ins once, at start: a plugin removed or reconfigured
         (konnectivity's egress selector gone from 50-noderole.yaml) rewrote the drop-in, and

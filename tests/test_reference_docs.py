@@ -78,3 +78,35 @@ class TestTutorialPin:
                 f"tutorial pins noderole>={low}; the package is {__version__}"
             )
             assert high == f"{major}.{int(minor) + 1}", f"upper bound <{high} for {__version__}"
+
+
+class TestTutorialRun:
+    def test_the_shown_run_counts_the_example_tests(self) -> None:
+        """The run the tutorial shows passes as many tests as the example holds: it said
+        7 passed for a file of 8."""
+        import re
+        import subprocess
+        import sys
+
+        text = (REPO / "docs/tutorial.md").read_text()
+        shown = re.search(r"\n([.]+) +\[100%\]\n(\d+) passed\n", text)
+        assert shown, "the tutorial shows no run of the example's tests"
+        example = str(REPO / "docs/examples/node-exporter/tests")
+        collected = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "--collect-only",
+                "-q",
+                "-p",
+                "no:cacheprovider",
+                example,
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        count = re.search(r"(\d+) tests? collected", collected)
+        assert count, collected
+        assert int(shown.group(2)) == len(shown.group(1)) == int(count.group(1))

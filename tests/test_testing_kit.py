@@ -430,6 +430,30 @@ class TestRecordingBackend:
         assert reasons["app"][0] == "skipped"
         assert backend.started == []
 
+    @pytest.mark.parametrize("ready", [True, False])
+    def test_a_dependency_it_says_is_ready_is_not_checked_again(
+        self, scratch: ScratchRoot, ready: bool
+    ) -> None:
+        """A service needing one with a readiness check: the backend says it is ready, and the
+        apply took the check to the scratch root, where no socket is bound, so the dependent
+        was `not started: it needs db, which is not ready after 20s`. A backend that says
+        `running` still has its dependency checked."""
+        socket = noderole.WaitForSocket(path="/run/db.sock", timeout=20)
+        plugin = _services_plugin(
+            "p",
+            Service(name="db", roles=["r"], command=["/usr/bin/db"], readiness=socket),
+            Service(name="app", roles=["r"], need=["db"], command=["/usr/bin/app"]),
+        )
+        plan = plan_from_plugins("r", plugin, builtin=False)
+        backend = RecordingBackend(scratch, ready=ready)
+        report, _ = apply_recorded(plan, scratch, backend=backend)
+        app = next(r for r in report.services if r.name == "app")
+        if ready:
+            assert (app.status, backend.names()) == ("started", ["db", "app"])
+        else:
+            assert app.status == "skipped"
+            assert "it needs db, which is not ready after 20s" in app.reason
+
     def test_stop_and_status(self, scratch: ScratchRoot) -> None:
         """stop() records the order and removes the services from status()."""
         _, backend = apply_recorded(self._plan(), scratch)

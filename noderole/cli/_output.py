@@ -123,7 +123,8 @@ def echo_status(
         up = r["state"] in ("running", "ready", "starting")
         if last and (detail or last["outcome"] in ("failed", "skipped") or not up):
             when = dt.datetime.fromtimestamp(last["at"]).strftime("%Y-%m-%d %H:%M:%S")
-            because = f": {last['reason']}" if last["reason"] else ""
+            reason = (last["reason"] or "").removeprefix(f"{last['outcome']}: ")
+            because = f": {reason}" if reason else ""
             notes.append(f"last apply ({when}): {last['outcome']}{because}")
         if r.get("next_attempt"):
             notes.append(f"no process: {r['next_attempt']}")

@@ -30,7 +30,9 @@ class RecordingBackend:
 
     ``fail`` maps service names to a reason: starting one raises
     :class:`~noderole.errors.BackendError` with it, as a refusing init system would. Started
-    services report ``ready`` (``ready=False``: ``running``) until stopped. Thread-safe: the engine
+    services report ``ready`` until stopped, which satisfies their dependents as a supervisor's
+    passed readiness check does (``ready=False``: ``running``, and the apply runs the service's
+    readiness check itself, under the root). Thread-safe: the engine
     starts independent services from several threads.
     """
 
