@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from noderole.errors import BackendError
-from noderole.records import Secret, Service, Supervision, WaitForPaths
+from noderole.records import Fail, Secret, Service, Supervision, WaitForPaths
 from noderole.render import (
     RenderedFile,
     RenderedLink,
@@ -453,6 +453,16 @@ class TestMapping:
         assert "Type=simple\n" in plain
         assert "TimeoutStartSec=210\n" in plain
         assert "NotifyAccess" not in plain
+
+    def test_a_pre_start_that_fails_at_render_leaves_the_start_unbounded(self) -> None:
+        """An image rendered before the launcher writes first-boot.env: konnectivity's
+        pre-start is a Fail step then, and its unit had no TimeoutStartSec, so systemd's
+        90 s killed the boot's 120 s wait for k3s's CA. The waits the boot brings are unknown
+        at render: infinity (noderole bounds them itself)."""
+        failing = Service(
+            name="s", command=["/bin/true"], pre_start=[Fail(message="first-boot.env missing")]
+        )
+        assert "TimeoutStartSec=infinity\n" in render_unit(failing)
 
     def test_milestone_is_oneshot(self) -> None:
         """A service without a command is a oneshot that stays active after its hook."""

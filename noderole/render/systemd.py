@@ -18,7 +18,7 @@ import math
 from collections.abc import Sequence
 
 from noderole.errors import BackendError
-from noderole.records import WAIT_TYPES, Secret, Service
+from noderole.records import WAIT_TYPES, Fail, Secret, Service
 from noderole.render._envfile import env_file_path, secret_env_file, secret_keys
 from noderole.render._files import Rendered, RenderedFile, RenderedLink
 from noderole.render._quote import (
@@ -222,7 +222,14 @@ def _dependency_lines(service: Service) -> list[str]:
 
 
 def _start_timeout(service: Service) -> str | None:
-    """Room for the pre-start waits, which are bounded by noderole itself."""
+    """Room for the pre-start waits, which are bounded by noderole itself.
+
+    A pre-start that fails now (its inputs are not there yet: an image rendered before the
+    launcher writes ``first-boot.env``) says nothing of the waits the boot's run of the hook
+    will have, whose inputs are there by then: ``infinity``, the waits still bounded by
+    noderole. systemd's default 90 s killed konnectivity's 120 s wait for k3s's CA."""
+    if any(isinstance(step, Fail) for step in service.pre_start):
+        return "infinity"
     waits = sum(step.timeout for step in service.pre_start if isinstance(step, WAIT_TYPES))
     if not waits:
         return None
