@@ -756,7 +756,13 @@ class _Run:
         files = files_read(self.plan, entry.name)
         fingerprint = process_fingerprint(digests, certificates, files)
         current = self.current.get(entry.name)
-        running = current is not None and current.state in ("starting", "running", "ready")
+        # A stop under way (one whose client was interrupted goes on in the supervisor) is no
+        # process to keep: the start is queued behind it.
+        running = (
+            current is not None
+            and current.state in ("starting", "running", "ready")
+            and not getattr(current, "stopping", False)
+        )
         stale: list[str] = []
         if running and current is not None:
             same = fingerprint_base(current.fingerprint) == fingerprint_base(fingerprint)

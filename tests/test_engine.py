@@ -209,6 +209,38 @@ class TestApply:
         assert data["a"]["reason"] == "restarted: command line: removed --v1, added --v2"
         assert wait_until(lambda: node.pid("a") != old, "a new pid")
 
+    def test_a_stop_under_way_is_no_process_to_keep(self, node: Node) -> None:
+        """A `stop` interrupted (Ctrl-C, its client killed) goes on in the supervisor, the
+        service's state still `ready` while it stops. The next apply said `already running`
+        and exited 0, and the supervisor killed it seconds later: nothing ran. The apply now
+        starts it, queued behind the stop."""
+        stubborn = node.root / "usr/local/bin/stubborn"
+        stubborn.write_text("#!/bin/sh\ntrap '' TERM\nwhile :; do sleep 1; done\n")
+        stubborn.chmod(0o755)
+        slow = noderole.Supervision(respawn_delay=0.05, stop_timeout=3)
+        node.services.append(
+            noderole.Service(
+                name="a",
+                roles=["demo"],
+                command=["/usr/local/bin/stubborn"],
+                pidfile="/run/a.pid",
+                supervision=slow,
+            )
+        )
+        assert node.run("apply", "demo").exit_code == 0
+        old = node.pid("a")
+        native = node.app().backend("native")
+        stopper = threading.Thread(target=native.stop, args=(["a"],), daemon=True)
+        stopper.start()
+        try:
+            wait_until(lambda: native.status(["a"])["a"].reason == "stopping", "a stop under way")
+            data = report(node.run("apply", "demo", "--json"))
+            assert data["a"]["status"] == "started", data["a"]
+        finally:
+            stopper.join(timeout=30)
+        assert wait_until(lambda: native.status(["a"])["a"].state == "running", "a running")
+        assert node.pid("a") != old
+
     def test_a_restart_says_restarted_once(self, node: Node) -> None:
         """The reason of a restart begins "restarted: " (as --json has it): apply's line said
         `Restarted a: restarted: ...`, and status `last apply (...): restarted: restarted: ...`."""

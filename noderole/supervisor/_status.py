@@ -13,7 +13,7 @@ import math
 
 from noderole.supervisor._record import record, replace
 
-__all__ = ["ACTIVE", "STATES", "SchemaError", "ServiceState", "ServiceStatus"]
+__all__ = ["ACTIVE", "STATES", "STOPPING", "SchemaError", "ServiceState", "ServiceStatus"]
 
 TYPE_CHECKING = False  # typing is not imported at run time: the daemon stays small
 if TYPE_CHECKING:
@@ -28,6 +28,8 @@ else:
 STATES: tuple[ServiceState, ...] = ("starting", "running", "ready", "backoff", "crashed", "stopped")
 ACTIVE: frozenset[str] = frozenset(("starting", "running", "ready", "backoff"))
 """States in which the service has (or is about to have) a process."""
+STOPPING = "stopping"
+"""The reason of a service whose stop is under way: its state is still the one it had."""
 
 _MAX_PID = 1 << 22
 """pid_max's ceiling on Linux (PID_MAX_LIMIT)."""
@@ -73,6 +75,11 @@ class ServiceStatus:
     def active(self) -> bool:
         """It has, or is about to have, a process."""
         return self.state in ACTIVE
+
+    @property
+    def stopping(self) -> bool:
+        """Its process is being stopped (a stop whose client left goes on in the daemon)."""
+        return self.reason == STOPPING
 
     def but(self, **changes: Any) -> ServiceStatus:
         """A copy with ``changes``."""

@@ -36,7 +36,7 @@ from noderole.supervisor._policy import RespawnPolicy
 from noderole.supervisor._readiness import INTERVAL, ReadinessCheck
 from noderole.supervisor._sinks import Sinks
 from noderole.supervisor._spec import ProcessSpec
-from noderole.supervisor._status import ACTIVE, ServiceState, ServiceStatus
+from noderole.supervisor._status import ACTIVE, STOPPING, ServiceState, ServiceStatus
 
 TYPE_CHECKING = False  # typing is not imported at run time: the daemon stays small
 if TYPE_CHECKING:
@@ -425,7 +425,7 @@ class Unit:
             self._stopped([])
             return
         self.stopping = True
-        self.reason = "stopping"
+        self.reason = STOPPING
         ticks = self.start_ticks
         sup = self.spec.supervision
         whole = sup.whole_group
