@@ -64,13 +64,23 @@ class Config(RecordBase):
     """Tables of the file left unchecked: those of plugins disabled for this command."""
 
     def table(self, name: str) -> Mapping[str, Any]:
-        """Effective values of one table; an undeclared table is a :class:`ConfigError`."""
+        """Effective values of one table; an undeclared table is a :class:`PluginError`.
+
+        The name comes from code (a plugin's ``node.settings("...")``), never from the file:
+        config.toml cannot fix it. Asked from a hook, the error is reported naming the plugin
+        and the hook that asked.
+        """
         try:
             entries = self.values[name]
         except KeyError:
+            from noderole.errors import PluginError
+
             known = ", ".join(sorted(self.values)) or "none"
-            raise ConfigError(
-                f"no plugin declares the settings table [{name}] (declared tables: {known})"
+            raise PluginError(
+                f"no plugin declares the settings table [{name}]{did_you_mean(name, self.values)}"
+                f" (declared tables: {known}); node.settings() reads a table some loaded plugin "
+                "declares with noderole_settings: check the name, and that the plugin declaring "
+                "it is installed and enabled"
             ) from None
         return types.MappingProxyType({key: entry.value for key, entry in entries.items()})
 

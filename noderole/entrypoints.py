@@ -20,6 +20,11 @@ A file changed within the file system's timestamp granularity of the scan could 
 a key holding a time less than :data:`SETTLE_SECONDS` old is used but never stored, and a
 directory whose time is that young is listed again next time (git's "racy clean" rule). The
 cache is an optimisation: a cache that cannot be read or written is ignored.
+
+Every entry point is kept, two distributions declaring one name included: which of them to load
+is no choice to make here (the plugin loader refuses the pair, naming both). One distribution
+found twice on the path (an editable install beside a ``.pth``, a directory reachable twice) is
+one distribution: its entry points are kept once, from where the path finds it first.
 """
 
 from __future__ import annotations
@@ -38,7 +43,8 @@ CACHE_FILE = "/var/cache/noderole/entry-points.json"
 """Where the cache lives, as a node path (under ``--root``)."""
 SETTLE_SECONDS = 2.0
 """A key with a time younger than this is not stored: it might change without its time changing."""
-_FORMAT = 4
+_FORMAT = 5
+"""5: every distribution's entry points (4 kept the first of a name alone), with the path."""
 _KEEP = 8
 """Keys kept: ``noderole`` and ``python -m noderole`` (from any directory) see different paths."""
 
@@ -46,9 +52,16 @@ _KEEP = 8
 class FoundEntryPoint:
     """One entry point of the group, as read from its distribution's ``entry_points.txt``."""
 
-    __slots__ = ("distribution", "name", "value", "version")
+    __slots__ = ("distribution", "name", "path", "value", "version")
 
-    def __init__(self, name: str, value: str, distribution: str | None, version: str | None):
+    def __init__(
+        self,
+        name: str,
+        value: str,
+        distribution: str | None,
+        version: str | None,
+        path: str | None = None,
+    ):
         self.name = name
         """Entry-point name (the plugin's name)."""
         self.value = value
@@ -57,13 +70,15 @@ class FoundEntryPoint:
         """The distribution that declared it."""
         self.version = version
         """That distribution's version."""
+        self.path = path
+        """Where that distribution's metadata is (its ``.dist-info``), when known."""
 
     def load(self) -> Any:
         """Import the module and return the object named by :attr:`value`."""
         return load_target(self.value)
 
     def as_list(self) -> list[str | None]:
-        return [self.name, self.value, self.distribution, self.version]
+        return [self.name, self.value, self.distribution, self.version, self.path]
 
     def __repr__(self) -> str:
         return f"FoundEntryPoint({self.name!r}, {self.value!r}, {self.distribution!r})"
@@ -158,18 +173,41 @@ def _settled_directories(stats: Sequence[os.stat_result | None], now: float) -> 
 
 
 def _scan(group: str) -> list[FoundEntryPoint]:
-    """Every entry point of ``group``, first distribution on the path winning a name, by name."""
+    """Every entry point of ``group``, sorted by name (stable: the path's order within a name).
+
+    Two distributions declaring one name both stay (the loader refuses them); one distribution
+    met twice on the path is kept once, the first met.
+    """
     import importlib.metadata
 
-    seen: dict[str, FoundEntryPoint] = {}
+    seen: set[tuple[str, str | None]] = set()
+    found: list[FoundEntryPoint] = []
     for ep in importlib.metadata.entry_points(group=group):
-        if ep.name in seen:
-            continue
         dist = ep.dist
-        seen[ep.name] = FoundEntryPoint(
-            ep.name, ep.value, dist.name if dist else None, dist.version if dist else None
+        identity = _identity(dist.name) if dist is not None and dist.name else None
+        if (ep.name, identity) in seen:
+            continue
+        seen.add((ep.name, identity))
+        path = getattr(dist, "_path", None)  # a PathDistribution's metadata directory
+        found.append(
+            FoundEntryPoint(
+                ep.name,
+                ep.value,
+                dist.name if dist else None,
+                dist.version if dist else None,
+                None if path is None else os.fspath(path),
+            )
         )
-    return [seen[name] for name in sorted(seen)]
+    found.sort(key=lambda item: item.name)
+    return found
+
+
+def _identity(distribution: str) -> str:
+    """A distribution's name as the packaging rules compare it (``Time_Keeper`` is
+    ``time-keeper``): two metadata directories of one name are one distribution."""
+    import re
+
+    return re.sub(r"[-_.]+", "-", distribution).lower()
 
 
 def _read(cache: str) -> list[dict[str, Any]]:
@@ -239,16 +277,17 @@ def discover(group: str, cache: str | os.PathLike[str] | None) -> list[FoundEntr
 
 
 def _stored(items: object) -> list[FoundEntryPoint] | None:
-    """A stored group's entry points, when each is a name and a value (strings) and a
-    distribution and a version (strings or null); None (scan again) when any is not: a name of
-    another type failed every command that loads plugins, far from here."""
+    """A stored group's entry points, when each is a name and a value (strings), a distribution
+    and a version (strings or null) and, optionally, a path (a string or null); None (scan
+    again) when any is not: a name of another type failed every command that loads plugins, far
+    from here."""
     if not isinstance(items, list):
         return None
     found = []
     for item in items:
         if not (
             isinstance(item, list)
-            and len(item) == 4
+            and len(item) in (4, 5)
             and isinstance(item[0], str)
             and isinstance(item[1], str)
             and all(part is None or isinstance(part, str) for part in item[2:])

@@ -125,13 +125,15 @@ class Operations:
         from noderole.entrypoints import CACHE_FILE
         from noderole.plugins import load_plugins
 
-        return load_plugins(
+        plugins = load_plugins(
             disabled=self.disabled_plugins,
             plugins=self.plugin_objects,
             autoload=self.autoload,
             builtin=self.builtin,
             entry_point_cache=self.root.local(CACHE_FILE),
         )
+        self.warnings.extend(plugins.warnings)  # a plugin that implements no hook, ...
+        return plugins
 
     @functools.cached_property
     def config(self) -> Config:

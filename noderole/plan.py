@@ -571,10 +571,11 @@ class _Graph:
             if name not in pulled_in_by
             else f"{name} is in the plan because {' ← '.join(_chain(name, pulled_in_by))}"
         )
+        close = did_you_mean(target, [*self.names, *self.providers])
         message = (
             f"{name} needs {target}, which no installed plugin provides "
-            f"(installed plugins: {self._plugin_list()}). No service is called {target!r} and "
-            f"none provides it; {why}. Install or enable a plugin that defines {target!r}, or "
+            f"(installed plugins: {self._plugin_list()}). No service is called {target!r}{close} "
+            f"and none provides it; {why}. Install or enable a plugin that defines {target!r}, or "
             f"remove {target!r} from the need of {name} (use 'want' if it is optional)."
         )
         others = [f"{n} needs {t}" for n, t in missing[1:]]

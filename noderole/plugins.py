@@ -15,10 +15,11 @@ a :class:`~noderole.errors.PluginError` like any other failure, never an exit of
 
 from __future__ import annotations
 
+import itertools
 import os
 import types
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar, cast
 
 import pluggy
@@ -27,7 +28,7 @@ from noderole import hookspecs, recordclass
 from noderole.bounded import Entry, Late, run_bounded, run_bounded_each
 from noderole.entrypoints import FoundEntryPoint, discover
 from noderole.errors import ConfigError, DefinitionError, NoderoleError, PluginError, UsageError
-from noderole.records import RecordBase, Service, SettingsTable
+from noderole.records import RecordBase, Service, SettingsTable, closest, did_you_mean
 
 __all__ = [
     "AUTOLOAD_ENV",
@@ -46,6 +47,8 @@ AUTOLOAD_ENV = "NODEROLE_DISABLE_PLUGIN_AUTOLOAD"
 HOOK_TIMEOUT_ENV = "NODEROLE_HOOK_TIMEOUT"
 """Seconds a single plugin hook call may take before it is reported as hung (default 60)."""
 DEFAULT_HOOK_TIMEOUT = 60.0
+RESERVED_TABLE = "noderole"
+"""The settings table of noderole's own settings (the built-in plugin's): no other plugin's."""
 
 R = TypeVar("R")
 
@@ -95,6 +98,10 @@ class PluginSet:
         self.hook_timeout = hook_timeout
         """Seconds one hook call may take."""
         self._by_name = {info.name: info for info in self.infos}
+        self.warnings: list[str] = []
+        """What looks like a plugin author's mistake without keeping the plugins from loading
+        (a plugin that implements no hook, an optional hook of a name nothing declares): the
+        command line prints each on stderr, once."""
 
     @classmethod
     def over(cls, manager: pluggy.PluginManager) -> PluginSet:
@@ -120,6 +127,13 @@ class PluginSet:
         tables = self.collect("noderole_settings", SettingsTable, {})
         seen: dict[str, SettingsTable] = {}
         for table in tables:
+            if table.table == RESERVED_TABLE and table.origin != "builtin":
+                raise PluginError(
+                    f"{self._describe(table.origin)} hook noderole_settings declares the settings "
+                    f"table [{RESERVED_TABLE}], which is reserved for noderole's own settings: "
+                    "rename the plugin's table (usually after the plugin, such as "
+                    f"[{table.origin}]) and read it with node.settings() under that name"
+                )
             other = seen.get(table.table)
             if other is not None:
                 raise PluginError(
@@ -235,6 +249,15 @@ class PluginSet:
                 shown = f"{item!r} ({type(item).__name__})"
                 if len(items) > 1 or item is None:
                     shown = f"a list holding {shown}"
+                if isinstance(item, list | tuple | set | frozenset | types.GeneratorType):
+                    # [[Service(...)]]: the inner list shown alone read as an allowed answer.
+                    raise PluginError(
+                        f"{self._describe(plugin)} hook {hook_name} returned a list holding a "
+                        f"{type(item).__name__} ({_cut(repr(item))}): a list inside the list is "
+                        f"not accepted; return {expected} records in one flat list ([a, b], or "
+                        f"[*first, *second] to join lists). Fix the plugin, or disable it with "
+                        f"--disable-plugin {plugin}"
+                    )
                 raise PluginError(
                     f"{self._describe(plugin)} hook {hook_name} returned {shown}; it must "
                     f"return {expected} records (a single one, a list of them, or None). Fix "
@@ -353,6 +376,11 @@ def _flatten(result: Any) -> list[Any]:
     return [result]
 
 
+def _cut(text: str, limit: int = 120) -> str:
+    """``text`` cut to ``limit`` characters for a message."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def _one_line(exc: BaseException) -> str:
     """pluggy's messages span lines; ours are one paragraph."""
     return " ".join(str(exc).split())
@@ -460,21 +488,24 @@ def load_plugins(
             f"--disable-plugin {', '.join(sorted(unknown))}: no such plugin is installed "
             f"(installed: {', '.join(sorted(known)) or 'none'}; noderole list shows them)"
         )
+    _refuse_shared_names(found, skip)
     manager = _Manager(hookspecs.PROJECT)
     manager.add_hookspecs(hookspecs)
     # Historic: every plugin registered from now on gets the call, so plugins can add hookspecs
     # that later plugins implement, whatever the registration order.
     manager.hook.noderole_addhooks.call_historic(kwargs={"pluginmanager": manager})
     infos: list[PluginInfo] = []
+    objects: list[object] = []
 
     def register(obj: object, info: PluginInfo) -> None:
         try:
             manager.register(obj, name=info.name)
         except pluggy.PluginValidationError as exc:
             raise PluginError(
-                f"{info.describe()} cannot be registered: {_one_line(exc)}. Check the hook's "
-                "argument names against the hook reference (docs/reference/hooks.md), or disable "
-                f"it with --disable-plugin {info.name}"
+                f"{info.describe()} cannot be registered: {_one_line(exc)}."
+                f"{_argument_hint(manager, exc)} Check the hook's argument names against the "
+                "hook reference (docs/reference/hooks.md), or disable it with "
+                f"--disable-plugin {info.name}"
             ) from exc
         except ValueError as exc:  # duplicate name or object
             raise PluginError(f"{info.describe()} cannot be registered: {exc}") from exc
@@ -485,6 +516,7 @@ def load_plugins(
                 f"--disable-plugin {info.name}"
             ) from exc
         infos.append(info)
+        objects.append(obj)
 
     if builtin and "builtin" not in skip:
         from noderole import builtin as builtin_module
@@ -503,13 +535,206 @@ def load_plugins(
         name = manager.get_name(exc.plugin) or repr(exc.plugin)
         described = next((i.describe() for i in infos if i.name == name), f"plugin {name!r}")
         raise PluginError(
-            f"{described} implements a hook that does not exist: {_one_line(exc)}. Check the "
-            "spelling against the hook reference; a hook of another plugin that may be absent "
-            "must be marked @noderole.hookimpl(optionalhook=True)"
+            f"{described} implements a hook that does not exist: {_one_line(exc)}"
+            f"{_unknown_hook_hint(manager, exc.plugin)}. Check the spelling against the hook "
+            "reference; a hook of another plugin that may be absent must be marked "
+            "@noderole.hookimpl(optionalhook=True)"
         ) from exc
     plugin_set = PluginSet(manager, infos, hook_timeout=timeout)
+    plugin_set.warnings = _load_warnings(manager, infos, objects, skip)
     _SETS[manager] = plugin_set
     return plugin_set
+
+
+def _refuse_shared_names(found: Sequence[FoundEntryPoint], skip: Collection[str]) -> None:
+    """Two distributions declaring one entry-point name: a :class:`PluginError` naming both.
+
+    Only one of them could be loaded under the name, and which one would depend on the order
+    of ``sys.path``; its services would vanish without a word. ``found`` is sorted by name, so
+    a pair is two neighbours; a name given to ``--disable-plugin`` skips both.
+    """
+    for first, second in itertools.pairwise(found):
+        if first.name != second.name or first.name in skip:
+            continue
+        same = [ep for ep in found if ep.name == first.name]
+
+        def where(ep: FoundEntryPoint) -> str:
+            dist = repr(ep.distribution) if ep.distribution else "an unnamed distribution"
+            version = f" {ep.version}" if ep.version else ""
+            path = f" at {ep.path}" if ep.path else ""
+            return f"entry point '{ep.name} = {ep.value}' of distribution {dist}{version}{path}"
+
+        dists = [ep.distribution for ep in same if ep.distribution]
+        raise PluginError(
+            f"plugin name {first.name!r} is declared by {len(same)} distributions: "
+            f"{'; '.join(map(where, same))}. Only one plugin can have a name, and which one "
+            f"would load depends on the order of sys.path. Uninstall one of them "
+            f"(pip uninstall {dists[-1] if dists else 'DISTRIBUTION'}), or rename the entry "
+            f"point of one in its [project.entry-points.noderole] table; --disable-plugin "
+            f"{first.name} skips them all"
+        )
+
+
+def _argument_hint(manager: pluggy.PluginManager, exc: pluggy.PluginValidationError) -> str:
+    """`` noderole_services takes: node (...)``: the arguments a hook has, when pluggy refused an
+    implementation for an argument the hook does not have; else ``""`` (the error path only)."""
+    import re
+
+    text = str(exc)
+    hook = re.search(r"for hook '([^']+)'", text)
+    caller = getattr(manager.hook, hook.group(1), None) if hook else None
+    spec = getattr(caller, "spec", None)
+    if hook is None or spec is None:
+        return ""
+    names = [*spec.argnames, *spec.kwargnames]
+    given = re.search(r"Argument\(s\) \{(.*?)\}", text)
+    wrong = re.findall(r"'([^']+)'", given.group(1)) if given else []
+    hint = f" The arguments of {hook.group(1)} are: {', '.join(names) or 'none'}"
+    close = [f"{name!r}{did_you_mean(name, names)}" for name in sorted(wrong)]
+    if close:
+        hint += f" (an implementation takes any of them), not {', '.join(close)}"
+    return hint + "."
+
+
+def _known_hooks(manager: pluggy.PluginManager) -> list[str]:
+    return [name for name, caller in vars(manager.hook).items() if caller.has_spec()]
+
+
+def _unknown_hook_hint(manager: pluggy.PluginManager, plugin: object) -> str:
+    """`` (did you mean 'noderole_services'?)`` for the hook ``plugin`` implements that no spec
+    declares (pluggy's message names it), or ``""``."""
+    known = _known_hooks(manager)
+    for name, caller in vars(manager.hook).items():
+        if caller.has_spec() or name.startswith("_"):
+            continue
+        if any(impl.plugin is plugin and not impl.optionalhook for impl in caller.get_hookimpls()):
+            return did_you_mean(name, known)
+    return ""
+
+
+def _load_warnings(
+    manager: pluggy.PluginManager,
+    infos: Sequence[PluginInfo],
+    objects: Sequence[object],
+    disabled: Collection[str],
+) -> list[str]:
+    """What looks like a mistake in the plugins just loaded, though none keeps them from
+    loading: a plugin that implements no hook at all, and an implementation named like one of
+    noderole's hooks (``noderole_*``, marked ``optionalhook``) that matches no hook declared.
+
+    One pass over the hooks, which are few: the messages are only built when there is one.
+    """
+    implementing: set[int] = set()
+    strays: list[tuple[str, Any]] = []
+    for name, caller in vars(manager.hook).items():
+        impls = caller.get_hookimpls()
+        implementing.update(id(impl.plugin) for impl in impls)
+        if impls and not caller.has_spec() and name.startswith("noderole_"):
+            strays.append((name, impls))
+    warnings = [
+        _implements_nothing(info, obj)
+        for info, obj in zip(infos, objects, strict=True)
+        if id(obj) not in implementing
+    ]
+    if strays:
+        warnings.extend(_stray_hooks(manager, infos, strays, disabled))
+    return warnings
+
+
+def _implements_nothing(info: PluginInfo, obj: object) -> str:
+    """The warning for a plugin that registered no hook implementation, with the likely fix."""
+    text = f"{info.describe()} implements no hook, so it contributes nothing: "
+    if isinstance(obj, types.FunctionType | types.BuiltinFunctionType | types.MethodType):
+        entry = f"its entry point ({info.entry_point})" if info.entry_point else "it"
+        return text + (
+            f"{entry} names the function {obj.__name__!r}, not a module; noderole looks for "
+            "hook implementations in the object the entry point names: point the entry point "
+            "at the module that holds them (name = package.module)"
+        )
+    unmarked: list[str] = []
+    foreign: list[str] = []
+    for name in dir(obj):
+        if not name.startswith("noderole_"):
+            continue
+        value = getattr(obj, name, None)
+        if not callable(value):
+            continue
+        markers = [
+            attr
+            for attr in dir(value)
+            if attr.endswith("_impl") and isinstance(getattr(value, attr, None), dict)
+        ]
+        if markers:
+            projects = ", ".join(m.removesuffix("_impl") for m in markers)
+            foreign.append(f"{name} (marked with the hookimpl marker of project {projects!r})")
+        else:
+            unmarked.append(name)
+    if foreign:
+        return text + (
+            f"{', '.join(foreign)}: a marker made by another project's pluggy.HookimplMarker "
+            "is not noderole's; mark the functions with @noderole.hookimpl"
+        )
+    if unmarked:
+        return text + (
+            f"{', '.join(unmarked)} {'is' if len(unmarked) == 1 else 'are'} not marked as a "
+            "hook implementation: mark the functions with @noderole.hookimpl (import noderole)"
+        )
+    return text + (
+        "it holds no function named after a hook. Mark its hook functions with "
+        "@noderole.hookimpl, and point the entry point at the module that holds them"
+    )
+
+
+def _stray_hooks(
+    manager: pluggy.PluginManager,
+    infos: Sequence[PluginInfo],
+    strays: Sequence[tuple[str, Any]],
+    disabled: Collection[str],
+) -> list[str]:
+    """Warnings for optional implementations named ``noderole_*`` that no hook spec declares.
+
+    A close hook name is suggested (matched without the ``noderole_`` prefix every one shares).
+    A name of the shape ``noderole_OWNER_...`` where no loaded plugin declares any
+    ``noderole_OWNER_*`` hook is what ``optionalhook`` is for: the plugin that adds them may not
+    be installed; the warning says so, and is left out when ``OWNER`` was disabled on purpose
+    (``--disable-plugin k3s``).
+    """
+    known = _known_hooks(manager)
+    short = {name.removeprefix("noderole_"): name for name in known}
+    by_name = {info.name: info for info in infos}
+    warnings: list[str] = []
+    for name, impls in strays:
+        rest = name.removeprefix("noderole_")
+        owner, _, tail = rest.partition("_")
+        close = closest(rest, short)
+        owned = [hook for hook in known if hook.startswith(f"noderole_{owner}_")]
+        for impl in impls:
+            plugin = manager.get_name(impl.plugin) or repr(impl.plugin)
+            info = by_name.get(plugin)
+            where = info.describe() if info else f"plugin {plugin!r}"
+            what = f"{where} implements {name} (function {impl.function.__name__!r})"
+            if close is not None:
+                warnings.append(
+                    f"{what}, which is no hook (did you mean {short[close]!r}?): marked "
+                    "optionalhook, it loads, but nothing ever calls it. Fix its name (the hook "
+                    "reference: docs/reference/hooks.md)"
+                )
+            elif tail and not owned:
+                if owner in disabled:
+                    continue
+                warnings.append(
+                    f"{what}, a hook no loaded plugin declares: no loaded plugin adds hooks "
+                    f"named noderole_{owner}_*. The plugin that does (probably {owner!r}) may "
+                    "not be installed, or is disabled; then nothing calls it, as optionalhook "
+                    "allows. If it is installed, check the name against its hook reference"
+                )
+            else:
+                listed = f" (hooks of that family: {', '.join(owned)})" if owned else ""
+                warnings.append(
+                    f"{what}, which is no hook{listed}: marked optionalhook, it loads, but "
+                    "nothing ever calls it. Fix its name (docs/reference/hooks.md)"
+                )
+    return warnings
 
 
 def resolve_role(plugins: PluginSet, node: Any) -> str | None:

@@ -110,13 +110,20 @@ def did_you_mean(word: str, choices: Iterable[str]) -> str:
     Pure and cheap: used by records (a misspelled keyword), configuration (an unknown key) and
     ``plan`` (a dependency on a name no service provides).
     """
+    close = closest(word, choices)
+    return f" (did you mean {close!r}?)" if close is not None else ""
+
+
+def closest(word: str, choices: Iterable[str]) -> str | None:
+    """The closest of ``choices`` to ``word`` (difflib, cutoff 0.6), or None: what
+    :func:`did_you_mean` suggests."""
     candidates = _may_match(word, sorted(set(choices)), cutoff=0.6)
     if not candidates:
-        return ""  # the common case (a name of another role): difflib is not even imported
+        return None  # the common case (a name of another role): difflib is not even imported
     import difflib
 
     close = difflib.get_close_matches(word, candidates, n=1, cutoff=0.6)
-    return f" (did you mean {close[0]!r}?)" if close else ""
+    return close[0] if close else None
 
 
 def in_words(items: Sequence[str]) -> str:
@@ -1293,6 +1300,35 @@ def _matches_type(value: object, kind: SettingType) -> bool:
     return isinstance(value, kind)
 
 
+def _settings_tuple(value: Iterable[Any]) -> tuple[Any, ...]:
+    """A table's settings as a tuple; a mapping (``{"port": 9100}``) is refused, naming it:
+    iterated, it would give its keys, each then refused as no setting, far from the mistake."""
+    if isinstance(value, Mapping):
+        raise _fail_with(
+            value,
+            "SettingsTable",
+            "settings",
+            f"must be a list of noderole.Setting records, got the {type(value).__name__} "
+            f"{_shown(value)}; write settings=[noderole.Setting(name=..., type=..., "
+            "default=..., description=...), ...]",
+        )
+    if not isinstance(value, Iterable):
+        raise _fail_with(
+            value,
+            "SettingsTable",
+            "settings",
+            f"must be a list of noderole.Setting records, got {_shown(value)} "
+            f"({type(value).__name__})",
+        )
+    return tuple(value)
+
+
+def _shown(value: object, limit: int = 80) -> str:
+    """``repr(value)``, cut to ``limit`` characters for a message."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 @_checked
 @recordclass.frozen(kw_only=True, repr=False, eq=False)
 class SettingsTable(RecordBase):
@@ -1304,8 +1340,8 @@ class SettingsTable(RecordBase):
         )
     )
     """Table name in config.toml, usually the plugin's name."""
-    settings: tuple[Setting, ...] = recordclass.field(converter=_tuple, metadata=_LIST)
-    """The settings, in the order the reference lists them."""
+    settings: tuple[Setting, ...] = recordclass.field(converter=_settings_tuple, metadata=_LIST)
+    """The settings, in the order the reference lists them: each a :class:`Setting`."""
     description: str = ""
     """What the table configures."""
 
@@ -1315,7 +1351,15 @@ class SettingsTable(RecordBase):
     ) -> None:
         seen: set[str] = set()
         for setting in value:
-            name = getattr(setting, "name", None)
+            if not isinstance(setting, Setting):
+                raise _fail(
+                    f"SettingsTable {self.table!r}",
+                    "settings",
+                    f"has {_shown(setting)} ({type(setting).__name__}), which is not a "
+                    "noderole.Setting; write each as noderole.Setting(name=..., type=..., "
+                    "default=..., description=...)",
+                )
+            name = setting.name
             if name in seen:
                 raise _fail(
                     "SettingsTable",

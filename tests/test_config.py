@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from noderole.config import check_config, load_config
-from noderole.errors import ConfigError, DefinitionError
+from noderole.errors import ConfigError, DefinitionError, PluginError
 from noderole.records import Setting, SettingsTable
 from noderole.root import KERNEL_PREFIXES, NodeRoot, climbs_out
 
@@ -136,9 +136,14 @@ class TestLoadConfig:
         assert entry.shown() == "***"
 
     def test_undeclared_table_lookup(self, tmp_path: Path) -> None:
-        """Asking for a table nobody declared is an error listing the declared ones."""
-        with pytest.raises(ConfigError, match="declared tables: demo"):
+        """Asking for a table nobody declared is an error listing the declared ones; a plugin
+        error, since only the code that asked can fix the name (config.toml cannot)."""
+        with pytest.raises(PluginError, match="declared tables: demo"):
             load_config(NodeRoot(tmp_path), TABLES).table("nope")
+
+    def test_undeclared_table_lookup_suggests_the_close_one(self, tmp_path: Path) -> None:
+        with pytest.raises(PluginError, match=r"\[dmeo\] \(did you mean 'demo'\?\)"):
+            load_config(NodeRoot(tmp_path), TABLES).table("dmeo")
 
 
 class TestRoot:

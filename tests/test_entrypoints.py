@@ -114,7 +114,7 @@ class TestDiscover:
         cache.write_text("{not json")
         assert "epone" in _names(cache)
         document = json.loads(cache.read_text())
-        assert document["format"] == 4
+        assert document["format"] == 5
         # The key is one string (read back without building its lists).
         assert [type(entry["key"]) for entry in document["entries"]] == [str]
 
@@ -147,24 +147,24 @@ class TestDiscover:
         assert all(isinstance(f.name, str) and isinstance(f.value, str) for f in found)
         assert _names(cache) == {f.name for f in found}  # stored sound, served again
 
-    @pytest.mark.parametrize("old", [2, 3])
+    @pytest.mark.parametrize("old", [2, 3, 4])
     def test_cache_of_a_previous_format_is_replaced(
         self, install_dist: Callable[..., Path], tmp_path: Path, old: int
     ) -> None:
-        """A format-2 (full keys) or format-3 (no listings) cache is not read: scanned over and
-        replaced."""
+        """A format-2 (full keys), format-3 (no listings) or format-4 (the first distribution
+        of a name alone) cache is not read: scanned over and replaced."""
         _age(install_dist("ep-one", "1.0", {"epone": "ep_one"}, {"ep_one": PLUGIN}))
         cache = tmp_path / "cache.json"
         stale = {"format": old, "entries": [{"key": ["x"], "groups": {GROUP: []}}]}
         cache.write_text(json.dumps(stale))
         assert "epone" in _names(cache)
-        assert json.loads(cache.read_text())["format"] == 4
+        assert json.loads(cache.read_text())["format"] == 5
 
     def test_matches_importlib_metadata(self, tmp_path: Path) -> None:
-        """The cached answer is what importlib.metadata says, first distribution per name."""
+        """The cached answer is what importlib.metadata says, every distribution's."""
         import importlib.metadata
 
-        expected = sorted({ep.name for ep in importlib.metadata.entry_points(group=GROUP)})
+        expected = sorted(ep.name for ep in importlib.metadata.entry_points(group=GROUP))
         cache = tmp_path / "cache.json"
         assert [f.name for f in discover(GROUP, cache)] == expected
         assert [f.name for f in discover(GROUP, cache)] == expected

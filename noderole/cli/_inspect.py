@@ -21,6 +21,7 @@ __all__ = ["graph_command", "list_command", "plan_command"]
 def list_command(app: App, as_json: bool) -> None:
     """List installed plugins with their version, distribution, services and roles."""
     services = app.services()
+    _warn_plugins(app)
     rows: list[dict[str, Any]] = []
     for info in app.plugins.infos:
         own = sorted((s for s in services if s.origin == info.name), key=lambda s: s.name)
@@ -48,6 +49,17 @@ def list_command(app: App, as_json: bool) -> None:
     click.echo(f"roles: {', '.join(all_roles) or '(none)'}")
 
 
+def _warn_plugins(app: App) -> None:
+    """Print, on stderr and once, what looked wrong in the plugins as they loaded (a plugin that
+    implements no hook, an optional hook of a name nothing declares)."""
+    for warning in app.plugins.warnings:
+        if warning not in app.warned:
+            app.warned.add(warning)
+            click.echo(f"noderole: warning: {warning}", err=True)
+        if warning in app.warnings:
+            app.warnings.remove(warning)
+
+
 @click.command("plan", cls=Command)
 @role_argument
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
@@ -63,6 +75,7 @@ def plan_command(app: App, role: str, as_json: bool) -> None:
     from noderole.errors import ExitCode
 
     plan = app.plan(role)
+    _warn_plugins(app)
     backend = app.backend_name("auto")
     failures = known_failures(plan, app.root)
     if as_json:

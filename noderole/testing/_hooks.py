@@ -12,6 +12,7 @@ from noderole.clock import Clock
 from noderole.config import CONFIG_PATH, load_config
 from noderole.context import NodeContext
 from noderole.plugins import PluginSet
+from noderole.records import did_you_mean
 from noderole.root import NodeRoot
 from noderole.testing._plan import PluginArg, load_test_plugins
 from noderole.testing._prestart import new_fake_clock
@@ -31,8 +32,10 @@ def node_context(
     """The ``node`` hooks of ``plugins`` receive, over ``node_root``, as ``apply`` builds it.
 
     ``config_text`` is written to ``ROOT/etc/noderole/config.toml`` first; ``role`` is what
-    ``node.role`` says (None: no role, as ``noderole services`` sees). The clock is a fresh fake
-    one unless given. Only ``plugins`` (and the built-in plugin) are loaded, never entry points.
+    ``node.role`` says (None: no role, as ``noderole services`` sees), any string: no plugin
+    needs to define it. The clock is a fresh fake one unless given. Only ``plugins`` (and the
+    built-in plugin) are loaded, never entry points; a bare module is named after the module
+    (see :func:`call_hook`).
     """
     root = as_node_root(node_root)
     plugin_set = load_test_plugins(*plugins, builtin=builtin)
@@ -79,6 +82,14 @@ def call_hook(
     ``node_root`` (an empty temporary root when None), ``config_text`` and ``role``. With
     ``node``, ``plugin`` is one of its plugins, or the name it was loaded under.
 
+    The plugin's name (in ``origin`` and in error messages) is the one you give with a
+    ``(name, object)`` pair; a bare module is named after the module (``__name__``, such as
+    ``noderole_node_exporter.plugin``), not after the entry point ``noderole`` loads it by in
+    production (``node-exporter``). Pass ``("node-exporter", plugin)`` to see what production
+    shows. ``role`` is what ``node.role`` says, whatever it is: it is not checked against the
+    roles the plugins define (``plan_from_plugins`` is, as ``noderole plan`` is). A
+    ``hook_name`` no loaded plugin declares is a ``LookupError`` with the closest hook name.
+
     Example::
 
         (manifest,) = call_hook(("konnectivity", plugin), "noderole_k3s_manifests",
@@ -111,6 +122,13 @@ def _call(node: NodeContext, plugin: PluginArg | str, hook_name: str, kwargs: An
         )
     hook = getattr(manager.hook, hook_name, None)
     impls = [] if hook is None else [i for i in hook.get_hookimpls() if i.plugin_name == name]
+    if not impls and (hook is None or not hook.has_spec()):
+        known = sorted(n for n, caller in vars(manager.hook).items() if caller.has_spec())
+        raise LookupError(
+            f"call_hook: there is no hook {hook_name!r}{did_you_mean(hook_name, known)}: no "
+            f"loaded plugin declares it (hooks: {', '.join(known)}). A plugin's own hooks "
+            "exist once that plugin is loaded too: pass it in with_plugins=(...)"
+        )
     if not impls:
         raise LookupError(f"call_hook: plugin {name!r} does not implement {hook_name}")
     kinds = _record_kinds(hook_name)

@@ -32,14 +32,24 @@ __all__ = [
 
 PluginArg: TypeAlias = "object | tuple[str, object]"
 """A plugin object (a module or an instance with hook implementations), or a ``(name, object)``
-pair to choose the name that ``Service.origin`` and error messages show."""
+pair to choose the name that ``Service.origin`` and error messages show.
+
+A bare module is named after the module (its dotted ``__name__``, such as
+``noderole_node_exporter.plugin``); an instance after its class. In production a plugin is named
+after its entry point (``node-exporter``): pass ``("node-exporter", plugin)`` for the name
+``noderole plan`` shows, ``--disable-plugin`` takes and ``Service.origin`` holds."""
 
 
 def load_test_plugins(*plugins: PluginArg, builtin: bool = True) -> PluginSet:
     """A :class:`PluginSet` of the built-in plugin (unless ``builtin=False``) and ``plugins``.
 
     No entry point is loaded, so the installed distributions do not change the test's outcome.
-    A plugin given without a name is named after its module (``__name__``) or its class.
+    A plugin given without a name is named after its module (``__name__``, dotted) or its class,
+    not after its entry point as in production: give ``(name, plugin)`` for that name.
+
+    Its ``warnings`` are what ``noderole list`` and ``plan`` would print about the plugins as
+    they load (a plugin in which no hook implementation is found, an optional ``noderole_*``
+    implementation that matches no hook): ``assert load_test_plugins(plugin).warnings == []``.
     """
     return load_plugins(plugins=_named(plugins), autoload=False, builtin=builtin)
 
@@ -116,6 +126,10 @@ def plan_from_plugins(
     Raises what ``noderole plan`` would: :class:`~noderole.errors.PlanError` for an unknown role,
     a missing need or a cycle, :class:`~noderole.errors.ConfigError` for a bad ``config_text``,
     :class:`~noderole.errors.PluginError` for a misbehaving hook.
+
+    Each plugin given as a bare module is named after the module (``origin`` is
+    ``"noderole_node_exporter.plugin"``); ``noderole plan`` names it after its entry point. Give
+    ``("node-exporter", plugin)`` to test with the production name.
     """
     with _operations(plugins, config_text, node_root, clock, builtin) as ops:
         return ops.plan(role)
