@@ -541,7 +541,7 @@ def load_plugins(
             "@noderole.hookimpl(optionalhook=True)"
         ) from exc
     plugin_set = PluginSet(manager, infos, hook_timeout=timeout)
-    plugin_set.warnings = _load_warnings(manager, infos, objects, skip)
+    plugin_set.warnings = _load_warnings(manager, infos, objects)
     _SETS[manager] = plugin_set
     return plugin_set
 
@@ -613,10 +613,7 @@ def _unknown_hook_hint(manager: pluggy.PluginManager, plugin: object) -> str:
 
 
 def _load_warnings(
-    manager: pluggy.PluginManager,
-    infos: Sequence[PluginInfo],
-    objects: Sequence[object],
-    disabled: Collection[str],
+    manager: pluggy.PluginManager, infos: Sequence[PluginInfo], objects: Sequence[object]
 ) -> list[str]:
     """What looks like a mistake in the plugins just loaded, though none keeps them from
     loading: a plugin that implements no hook at all, and an implementation named like one of
@@ -637,7 +634,7 @@ def _load_warnings(
         if id(obj) not in implementing
     ]
     if strays:
-        warnings.extend(_stray_hooks(manager, infos, strays, disabled))
+        warnings.extend(_stray_hooks(manager, infos, strays))
     return warnings
 
 
@@ -686,18 +683,14 @@ def _implements_nothing(info: PluginInfo, obj: object) -> str:
 
 
 def _stray_hooks(
-    manager: pluggy.PluginManager,
-    infos: Sequence[PluginInfo],
-    strays: Sequence[tuple[str, Any]],
-    disabled: Collection[str],
+    manager: pluggy.PluginManager, infos: Sequence[PluginInfo], strays: Sequence[tuple[str, Any]]
 ) -> list[str]:
     """Warnings for optional implementations named ``noderole_*`` that no hook spec declares.
 
     A close hook name is suggested (matched without the ``noderole_`` prefix every one shares).
     A name of the shape ``noderole_OWNER_...`` where no loaded plugin declares any
-    ``noderole_OWNER_*`` hook is what ``optionalhook`` is for: the plugin that adds them may not
-    be installed; the warning says so, and is left out when ``OWNER`` was disabled on purpose
-    (``--disable-plugin k3s``).
+    ``noderole_OWNER_*`` hook is what ``optionalhook`` is for (the plugin that adds them is not
+    installed, or disabled: konnectivity without k3s): no warning.
     """
     known = _known_hooks(manager)
     short = {name.removeprefix("noderole_"): name for name in known}
@@ -720,14 +713,10 @@ def _stray_hooks(
                     "reference: docs/reference/hooks.md)"
                 )
             elif tail and not owned:
-                if owner in disabled:
-                    continue
-                warnings.append(
-                    f"{what}, a hook no loaded plugin declares: no loaded plugin adds hooks "
-                    f"named noderole_{owner}_*. The plugin that does (probably {owner!r}) may "
-                    "not be installed, or is disabled; then nothing calls it, as optionalhook "
-                    "allows. If it is installed, check the name against its hook reference"
-                )
+                # No loaded plugin adds noderole_OWNER_* hooks: the plugin that does is not
+                # installed, or disabled (konnectivity without k3s). That is what optionalhook
+                # is for; a typo shows once the owner is loaded.
+                continue
             else:
                 listed = f" (hooks of that family: {', '.join(owned)})" if owned else ""
                 warnings.append(

@@ -820,3 +820,42 @@ def _running_pid(scene: SecretScene) -> int | None:
     rows = json.loads(scene.run("status", "--json").stdout)["services"]
     row = next(x for x in rows if x["name"] == scene.service)
     return int(row["pid"]) if row["pid"] and row["state"] == "running" else None
+
+
+def _defined_tests(path: Path) -> set[str]:
+    """``Class``, ``Class::test`` and ``test`` names a test file defines (by its syntax, not
+    collected)."""
+    import ast
+
+    names: set[str] = set()
+    for statement in ast.parse(path.read_text()).body:
+        if isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef):
+            names.add(statement.name)
+        elif isinstance(statement, ast.ClassDef):
+            names.add(statement.name)
+            names.update(
+                f"{statement.name}::{item.name}"
+                for item in statement.body
+                if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef)
+            )
+    return names
+
+
+def test_every_test_a_row_names_exists() -> None:
+    """Each row's tests column names tests that exist: a row whose test was renamed or moved
+    promised what nothing checked any more."""
+    repo = Path(__file__).resolve().parent.parent
+    text = (repo / "docs/fault-matrix.md").read_text()
+    named = re.findall(
+        r"`((?:tests|plugins/[\w-]+/tests)/[\w/]+\.py)::([\w:]+)(?:\[[^\]]*\])?`", text
+    )
+    assert len(named) > 100, "the fault matrix names no tests"
+    defined: dict[str, set[str]] = {}
+    missing = []
+    for path, test in named:
+        if path not in defined:
+            file = repo / path
+            defined[path] = _defined_tests(file) if file.is_file() else set()
+        if test not in defined[path]:
+            missing.append(f"{path}::{test}")
+    assert missing == [], f"the fault matrix names tests that do not exist: {missing}"
