@@ -28,7 +28,7 @@ from noderole import hookspecs, recordclass
 from noderole.bounded import Entry, Late, run_bounded, run_bounded_each
 from noderole.entrypoints import FoundEntryPoint, discover
 from noderole.errors import ConfigError, DefinitionError, NoderoleError, PluginError, UsageError
-from noderole.records import RecordBase, Service, SettingsTable, closest, did_you_mean
+from noderole.records import RecordBase, Service, SettingsTable
 
 __all__ = [
     "AUTOLOAD_ENV",
@@ -554,62 +554,10 @@ def _refuse_shared_names(found: Sequence[FoundEntryPoint], skip: Collection[str]
     a pair is two neighbours; a name given to ``--disable-plugin`` skips both.
     """
     for first, second in itertools.pairwise(found):
-        if first.name != second.name or first.name in skip:
-            continue
-        same = [ep for ep in found if ep.name == first.name]
+        if first.name == second.name and first.name not in skip:
+            from noderole.pluginhints import shared_name
 
-        def where(ep: FoundEntryPoint) -> str:
-            dist = repr(ep.distribution) if ep.distribution else "an unnamed distribution"
-            version = f" {ep.version}" if ep.version else ""
-            path = f" at {ep.path}" if ep.path else ""
-            return f"entry point '{ep.name} = {ep.value}' of distribution {dist}{version}{path}"
-
-        dists = [ep.distribution for ep in same if ep.distribution]
-        raise PluginError(
-            f"plugin name {first.name!r} is declared by {len(same)} distributions: "
-            f"{'; '.join(map(where, same))}. Only one plugin can have a name, and which one "
-            f"would load depends on the order of sys.path. Uninstall one of them "
-            f"(pip uninstall {dists[-1] if dists else 'DISTRIBUTION'}), or rename the entry "
-            f"point of one in its [project.entry-points.noderole] table; --disable-plugin "
-            f"{first.name} skips them all"
-        )
-
-
-def _argument_hint(manager: pluggy.PluginManager, exc: pluggy.PluginValidationError) -> str:
-    """`` noderole_services takes: node (...)``: the arguments a hook has, when pluggy refused an
-    implementation for an argument the hook does not have; else ``""`` (the error path only)."""
-    import re
-
-    text = str(exc)
-    hook = re.search(r"for hook '([^']+)'", text)
-    caller = getattr(manager.hook, hook.group(1), None) if hook else None
-    spec = getattr(caller, "spec", None)
-    if hook is None or spec is None:
-        return ""
-    names = [*spec.argnames, *spec.kwargnames]
-    given = re.search(r"Argument\(s\) \{(.*?)\}", text)
-    wrong = re.findall(r"'([^']+)'", given.group(1)) if given else []
-    hint = f" The arguments of {hook.group(1)} are: {', '.join(names) or 'none'}"
-    close = [f"{name!r}{did_you_mean(name, names)}" for name in sorted(wrong)]
-    if close:
-        hint += f" (an implementation takes any of them), not {', '.join(close)}"
-    return hint + "."
-
-
-def _known_hooks(manager: pluggy.PluginManager) -> list[str]:
-    return [name for name, caller in vars(manager.hook).items() if caller.has_spec()]
-
-
-def _unknown_hook_hint(manager: pluggy.PluginManager, plugin: object) -> str:
-    """`` (did you mean 'noderole_services'?)`` for the hook ``plugin`` implements that no spec
-    declares (pluggy's message names it), or ``""``."""
-    known = _known_hooks(manager)
-    for name, caller in vars(manager.hook).items():
-        if caller.has_spec() or name.startswith("_"):
-            continue
-        if any(impl.plugin is plugin and not impl.optionalhook for impl in caller.get_hookimpls()):
-            return did_you_mean(name, known)
-    return ""
+            raise PluginError(shared_name([ep for ep in found if ep.name == first.name]))
 
 
 def _load_warnings(
@@ -634,96 +582,28 @@ def _load_warnings(
         if id(obj) not in implementing
     ]
     if strays:
-        warnings.extend(_stray_hooks(manager, infos, strays))
+        from noderole.pluginhints import stray_hooks
+
+        warnings.extend(stray_hooks(manager, infos, strays))
     return warnings
 
 
 def _implements_nothing(info: PluginInfo, obj: object) -> str:
-    """The warning for a plugin that registered no hook implementation, with the likely fix."""
-    text = f"{info.describe()} implements no hook, so it contributes nothing: "
-    if isinstance(obj, types.FunctionType | types.BuiltinFunctionType | types.MethodType):
-        entry = f"its entry point ({info.entry_point})" if info.entry_point else "it"
-        return text + (
-            f"{entry} names the function {obj.__name__!r}, not a module; noderole looks for "
-            "hook implementations in the object the entry point names: point the entry point "
-            "at the module that holds them (name = package.module)"
-        )
-    unmarked: list[str] = []
-    foreign: list[str] = []
-    for name in dir(obj):
-        if not name.startswith("noderole_"):
-            continue
-        value = getattr(obj, name, None)
-        if not callable(value):
-            continue
-        markers = [
-            attr
-            for attr in dir(value)
-            if attr.endswith("_impl") and isinstance(getattr(value, attr, None), dict)
-        ]
-        if markers:
-            projects = ", ".join(m.removesuffix("_impl") for m in markers)
-            foreign.append(f"{name} (marked with the hookimpl marker of project {projects!r})")
-        else:
-            unmarked.append(name)
-    if foreign:
-        return text + (
-            f"{', '.join(foreign)}: a marker made by another project's pluggy.HookimplMarker "
-            "is not noderole's; mark the functions with @noderole.hookimpl"
-        )
-    if unmarked:
-        return text + (
-            f"{', '.join(unmarked)} {'is' if len(unmarked) == 1 else 'are'} not marked as a "
-            "hook implementation: mark the functions with @noderole.hookimpl (import noderole)"
-        )
-    return text + (
-        "it holds no function named after a hook. Mark its hook functions with "
-        "@noderole.hookimpl, and point the entry point at the module that holds them"
-    )
+    from noderole.pluginhints import implements_nothing
+
+    return implements_nothing(info, obj)
 
 
-def _stray_hooks(
-    manager: pluggy.PluginManager, infos: Sequence[PluginInfo], strays: Sequence[tuple[str, Any]]
-) -> list[str]:
-    """Warnings for optional implementations named ``noderole_*`` that no hook spec declares.
+def _argument_hint(manager: pluggy.PluginManager, exc: pluggy.PluginValidationError) -> str:
+    from noderole.pluginhints import argument_hint
 
-    A close hook name is suggested (matched without the ``noderole_`` prefix every one shares).
-    A name of the shape ``noderole_OWNER_...`` where no loaded plugin declares any
-    ``noderole_OWNER_*`` hook is what ``optionalhook`` is for (the plugin that adds them is not
-    installed, or disabled: konnectivity without k3s): no warning.
-    """
-    known = _known_hooks(manager)
-    short = {name.removeprefix("noderole_"): name for name in known}
-    by_name = {info.name: info for info in infos}
-    warnings: list[str] = []
-    for name, impls in strays:
-        rest = name.removeprefix("noderole_")
-        owner, _, tail = rest.partition("_")
-        close = closest(rest, short)
-        owned = [hook for hook in known if hook.startswith(f"noderole_{owner}_")]
-        for impl in impls:
-            plugin = manager.get_name(impl.plugin) or repr(impl.plugin)
-            info = by_name.get(plugin)
-            where = info.describe() if info else f"plugin {plugin!r}"
-            what = f"{where} implements {name} (function {impl.function.__name__!r})"
-            if close is not None:
-                warnings.append(
-                    f"{what}, which is no hook (did you mean {short[close]!r}?): marked "
-                    "optionalhook, it loads, but nothing ever calls it. Fix its name (the hook "
-                    "reference: docs/reference/hooks.md)"
-                )
-            elif tail and not owned:
-                # No loaded plugin adds noderole_OWNER_* hooks: the plugin that does is not
-                # installed, or disabled (konnectivity without k3s). That is what optionalhook
-                # is for; a typo shows once the owner is loaded.
-                continue
-            else:
-                listed = f" (hooks of that family: {', '.join(owned)})" if owned else ""
-                warnings.append(
-                    f"{what}, which is no hook{listed}: marked optionalhook, it loads, but "
-                    "nothing ever calls it. Fix its name (docs/reference/hooks.md)"
-                )
-    return warnings
+    return argument_hint(manager, exc)
+
+
+def _unknown_hook_hint(manager: pluggy.PluginManager, plugin: object) -> str:
+    from noderole.pluginhints import unknown_hook_hint
+
+    return unknown_hook_hint(manager, plugin)
 
 
 def resolve_role(plugins: PluginSet, node: Any) -> str | None:
