@@ -8,7 +8,6 @@ the agent's process is recorded, not started (``apply_recorded``).
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -614,10 +613,8 @@ class TestAgent:
         assert env["K3S_TOKEN"].reveal() == TOKEN
         assert env["K3S_NODE_NAME"] == "w1"
         assert TOKEN not in repr(agent)
-        # The nm-cloud-setup guard, then the (empty) drop-in of what other plugins contribute
-        # to agents.
-        guard, dropin = agent.pre_start
-        assert guard.describe() == "refuse to start while nm-cloud-setup.service is enabled"
+        # The (empty) drop-in of what other plugins contribute to agents, and nothing else.
+        (dropin,) = agent.pre_start
         assert dropin.path == DROPIN  # type: ignore[union-attr]
         assert agent.pidfile == "/run/k3s-agent.pid"
         assert agent.output_log == agent.error_log == "/var/log/k3s-agent.log"
@@ -1055,50 +1052,44 @@ WantedBy=NetworkManager.service
 """NetworkManager's nm-cloud-setup unit, as RHEL's cloud images install it."""
 
 
-@pytest.mark.skipif(shutil.which("systemctl") is None, reason="systemctl reads the unit files")
 class TestNmCloudSetup:
-    """k3s's unit refuses to start while nm-cloud-setup.service is enabled (its ExecStartPre:
-    `! systemctl is-enabled --quiet nm-cloud-setup.service`): it rewrites the node's routing
-    rules under k3s's pod network. noderole asks the same of systemctl, on the node's root."""
+    """An enabled nm-cloud-setup.service, as RHEL 8 and 9 cloud images ship it, is no obstacle:
+    k3s's unit stopped refusing to start then (k3s-io/k3s#12889) once NetworkManager 1.32 had
+    fixed the routing rules it rewrote, and k3s starts there as the stock k3s does."""
 
-    def _install(self, node_root: ScratchRoot, *, enabled: bool) -> None:
+    @pytest.mark.parametrize(("role", "name"), [("server", "k3s"), ("agent", "k3s-agent")])
+    def test_k3s_starts_with_nm_cloud_setup_enabled(
+        self,
+        node_root: ScratchRoot,
+        fake_clock: FakeClock,
+        monkeypatch: pytest.MonkeyPatch,
+        tmp_path: Path,
+        role: str,
+        name: str,
+    ) -> None:
+        """Installed and enabled, with a systemctl that says so: k3s starts, and nothing asks
+        systemctl about the unit (before: the pre-start refused to start k3s)."""
         unit = "/usr/lib/systemd/system/nm-cloud-setup.service"
         node_root.write(unit, NM_CLOUD_SETUP_UNIT)
-        if enabled:
-            wants = node_root.path / "etc/systemd/system/NetworkManager.service.wants"
-            wants.mkdir(parents=True)
-            (wants / "nm-cloud-setup.service").symlink_to(unit)
+        wants = node_root.path / "etc/systemd/system/NetworkManager.service.wants"
+        wants.mkdir(parents=True)
+        (wants / "nm-cloud-setup.service").symlink_to(unit)
         node_root.write_env(AGENT_ENV, {"K3S_URL": "https://s:6443", "K3S_TOKEN": TOKEN})
         node_root.write(CONFIG, "")
+        bin_dir, asked = tmp_path / "bin", tmp_path / "asked"
+        bin_dir.mkdir()
+        systemctl = bin_dir / "systemctl"
+        systemctl.write_text(f'#!/bin/sh\necho "$*" >> {asked}\necho enabled\n')
+        systemctl.chmod(0o755)
+        monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
 
-    @pytest.mark.parametrize("name", ["k3s", "k3s-agent"])
-    def test_an_enabled_nm_cloud_setup_refuses_the_start(
-        self, node_root: ScratchRoot, name: str
-    ) -> None:
-        """Enabled, the pre-start fails with the reason and the fix k3s's documentation gives;
-        before, k3s started and its pods lost their network."""
-        self._install(node_root, enabled=True)
-        message = failed(prestart(node_root, name))
-        assert message.startswith(f"refusing to start {name}: nm-cloud-setup.service is enabled")
-        assert "systemctl disable nm-cloud-setup.service nm-cloud-setup.timer" in message
-        assert "reboot" in message
-
-    @pytest.mark.parametrize("name", ["k3s", "k3s-agent"])
-    def test_installed_but_disabled_it_is_no_obstacle(
-        self, node_root: ScratchRoot, name: str
-    ) -> None:
-        """Installed and disabled (what k3s's documentation asks), the start goes on."""
-        self._install(node_root, enabled=False)
-        succeeded(prestart(node_root, name))
-
-    def test_without_systemctl_nothing_runs_it(
-        self, node_root: ScratchRoot, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-    ) -> None:
-        """A node without systemctl runs no systemd, so no nm-cloud-setup either: the start
-        goes on (an OpenRC node with the unit file left from a package)."""
-        self._install(node_root, enabled=True)
-        monkeypatch.setenv("PATH", str(tmp_path))
-        succeeded(prestart(node_root, "k3s"))
+        plan = plan_from_plugins(
+            role, ("k3s", k3s_plugin), config_text=NO_NET_CHECK, node_root=node_root
+        )
+        report, backend = apply_recorded(plan, node_root, clock=fake_clock)
+        assert report.ok, report.failed
+        assert name in backend.names()
+        assert not asked.exists()
 
 
 class TestResolveRole:

@@ -592,59 +592,6 @@ def _restore_guard(marker: str) -> noderole.Call:
     )
 
 
-NM_CLOUD_SETUP = "nm-cloud-setup.service"
-"""NetworkManager's cloud set-up: it rewrites the routing rules under k3s's pod network."""
-_UNIT_DIRECTORIES = (
-    "/etc/systemd/system",
-    "/run/systemd/system",
-    "/usr/local/lib/systemd/system",
-    "/usr/lib/systemd/system",
-    "/lib/systemd/system",
-)
-"""Where systemd finds a unit file: nm-cloud-setup is looked into only when it is installed."""
-
-
-def _nm_cloud_setup_guard(name: str) -> noderole.Call:
-    """A step failing ``name``'s start while nm-cloud-setup.service is enabled, as k3s's own
-    unit refuses it (``ExecStartPre=/bin/sh -xc '! systemctl is-enabled --quiet
-    nm-cloud-setup.service'``): on RHEL's cloud images it rewrites the node's routing rules,
-    and k3s's pods lose their network. The same question is asked of systemctl, which reads the
-    unit files under the node's root; not at all where the unit is not installed (every other
-    node), nor without systemctl (no systemd runs it there)."""
-
-    def check(ctx: StepContext) -> None:
-        installed = (ctx.root.local(f"{d}/{NM_CLOUD_SETUP}") for d in _UNIT_DIRECTORIES)
-        if not any(map(os.path.lexists, installed)):  # strings: an apply imports no pathlib
-            return
-        import shutil
-        import subprocess
-
-        systemctl = shutil.which("systemctl")
-        if systemctl is None:
-            return
-        argv = [systemctl, f"--root={ctx.root.local('/')}", "is-enabled", NM_CLOUD_SETUP]
-        try:
-            done = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
-        except (OSError, subprocess.TimeoutExpired):
-            # systemctl could not run or did not answer: start, as k3s's unit does when its
-            # `! systemctl is-enabled` cannot run systemctl (the shell's 127, negated).
-            return
-        if done.returncode == 0:
-            state = done.stdout.strip() or "enabled"
-            raise StepError(
-                f"refusing to start {name}: {NM_CLOUD_SETUP} is enabled (systemctl is-enabled: "
-                f"{state}); it rewrites this node's routing rules and k3s's pods lose their "
-                "network, so k3s's own unit refuses to start too. Disable it and reboot: "
-                "systemctl disable nm-cloud-setup.service nm-cloud-setup.timer && reboot"
-            )
-
-    return noderole.Call(
-        function=check,
-        description=f"refuse to start while {NM_CLOUD_SETUP} is enabled",
-        key=NM_CLOUD_SETUP,
-    )
-
-
 _DEFAULTS = {setting.name: setting.default for setting in SETTINGS.settings}
 """Each setting's default, by name."""
 
@@ -710,7 +657,6 @@ def _server(node: NodeContext, cfg: Mapping[str, Any], gathered: Gathered) -> no
     else:
         steps = [
             *warnings,
-            _nm_cloud_setup_guard("k3s"),
             _restore_guard(cfg["restore_block"]),
             *steps,
             *contributed,
@@ -803,7 +749,7 @@ def _agent(node: NodeContext, cfg: Mapping[str, Any], gathered: Gathered) -> nod
             environment["K3S_TOKEN_FILE"] = token_file
         if name:
             environment["K3S_NODE_NAME"] = name
-        steps += [*warnings, _nm_cloud_setup_guard("k3s-agent"), *contributed]
+        steps += [*warnings, *contributed]
     return noderole.Service(
         name="k3s-agent",
         description="k3s agent (Kubernetes worker: kubelet and container runtime)",
