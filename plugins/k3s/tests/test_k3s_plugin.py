@@ -870,13 +870,175 @@ class TestEnvironmentFile:
         assert warning.message.startswith("/etc/default/k3s:2: ")
         assert warning.message.endswith(": the line is not passed to k3s")
 
-    def test_a_file_that_cannot_be_read_fails_the_start(self, node_root: ScratchRoot) -> None:
+    @pytest.mark.parametrize("path", ["/etc/default/k3s", "/etc/sysconfig/k3s"])
+    def test_a_file_that_cannot_be_read_fails_the_start(
+        self, node_root: ScratchRoot, path: str
+    ) -> None:
         """Not UTF-8: k3s would start without its proxy; the pre-start fails naming it."""
-        node_root.resolve("/etc/default").mkdir(parents=True)
-        node_root.resolve("/etc/default/k3s").write_bytes(b"HTTP_PROXY=http://pr\xf6xy:3128\n")
+        node_root.resolve(path).parent.mkdir(parents=True)
+        node_root.resolve(path).write_bytes(b"HTTP_PROXY=http://pr\xf6xy:3128\n")
         message = failed(prestart(node_root))
-        assert "/etc/default/k3s" in message
+        assert path in message
         assert "UTF-8" in message
+
+
+UPSTREAM_FILES = {
+    "k3s": (
+        "/etc/environment",
+        "/etc/default/k3s",
+        "/etc/sysconfig/k3s",
+        "/etc/systemd/system/k3s.service.env",
+        "/etc/rancher/k3s/k3s.env",
+    ),
+    "k3s-agent": (
+        "/etc/environment",
+        "/etc/default/k3s-agent",
+        "/etc/sysconfig/k3s-agent",
+        "/etc/systemd/system/k3s-agent.service.env",
+        "/etc/rancher/k3s/k3s-agent.env",
+    ),
+}
+"""The files k3s's install script has each k3s read its environment from, in the order the
+plugin reads them: /etc/environment (the OpenRC runscript's first), the systemd unit's three
+EnvironmentFile= lines, then the OpenRC runscript's own file."""
+
+
+class TestEnvironmentFiles:
+    """Every file k3s's own unit and runscript read their environment from, not
+    /etc/default/k3s alone: a proxy kept in /etc/sysconfig/k3s (RHEL's habit) or in the file
+    k3s's install script wrote reached no k3s, and behind a proxy no image was pulled."""
+
+    @pytest.fixture(autouse=True)
+    def _inputs(self, node_root: ScratchRoot) -> None:
+        node_root.write(CONFIG, "write-kubeconfig-mode: '0600'\n")
+        node_root.write_env(AGENT_ENV, {"K3S_URL": "https://s:6443", "K3S_TOKEN": TOKEN})
+
+    def _environment(self, node_root: ScratchRoot, name: str) -> dict[str, str]:
+        return dict(services(node_root)[name].revealed_environment())
+
+    @pytest.mark.parametrize("name", ["k3s", "k3s-agent"])
+    @pytest.mark.parametrize("index", range(5))
+    def test_each_file_k3s_reads_reaches_it(
+        self, node_root: ScratchRoot, name: str, index: int
+    ) -> None:
+        path = UPSTREAM_FILES[name][index]
+        node_root.write(path, "HTTPS_PROXY=http://proxy:3128\n")
+        assert self._environment(node_root, name)["HTTPS_PROXY"] == "http://proxy:3128"
+
+    @pytest.mark.parametrize("name", ["k3s", "k3s-agent"])
+    def test_a_later_file_wins(self, node_root: ScratchRoot, name: str) -> None:
+        """Each file sets ORDER and a key of its own: every key arrives, ORDER from the last."""
+        for index, path in enumerate(UPSTREAM_FILES[name]):
+            node_root.write(path, f"ORDER={index}\nONLY_{index}=x\n")
+        environment = self._environment(node_root, name)
+        assert environment["ORDER"] == "4"
+        assert {f"ONLY_{index}" for index in range(5)} <= set(environment)
+        for last in range(4, 0, -1):
+            node_root.resolve(UPSTREAM_FILES[name][last]).unlink()
+            assert self._environment(node_root, name)["ORDER"] == str(last - 1)
+
+    def test_the_agent_reads_the_agents_files_only(self, node_root: ScratchRoot) -> None:
+        node_root.write("/etc/sysconfig/k3s", "HTTPS_PROXY=http://server-only:3128\n")
+        node_root.write("/etc/sysconfig/k3s-agent", "HTTP_PROXY=http://agent:3128\n")
+        assert "HTTPS_PROXY" not in self._environment(node_root, "k3s-agent")
+        assert "HTTP_PROXY" not in self._environment(node_root, "k3s")
+
+    def test_secrets_stay_secrets_in_every_file(self, node_root: ScratchRoot) -> None:
+        node_root.write("/etc/rancher/k3s/k3s.env", "K3S_TOKEN='t0ken'\n")
+        node_root.write("/etc/sysconfig/k3s", "HTTPS_PROXY=http://me:hunter2@proxy:3128\n")
+        k3s = services(node_root)["k3s"]
+        assert isinstance(k3s.environment["K3S_TOKEN"], noderole.Secret)
+        assert isinstance(k3s.environment["HTTPS_PROXY"], noderole.Secret)
+        assert "hunter2" not in repr(k3s)
+        assert "t0ken" not in repr(k3s)
+
+    def test_absent_files_k3s_reads_are_no_warning(self, node_root: ScratchRoot) -> None:
+        for name in ("k3s", "k3s-agent"):
+            steps = services(node_root)[name].pre_start
+            assert not [step for step in steps if isinstance(step, noderole.Warn)]
+
+    def test_environment_files_names_the_files_read(self, node_root: ScratchRoot) -> None:
+        """Set, it replaces the list: an upstream file left out is not read, and a file it names
+        that is absent is a warning naming the key."""
+        node_root.write("/etc/sysconfig/k3s", "HTTPS_PROXY=http://left-out:3128\n")
+        node_root.write("/etc/k3s/proxy.env", "HTTP_PROXY=http://a:3128\n")
+        node_root.write("/etc/k3s/more.env", "HTTP_PROXY=http://b:3128\n")
+        node_root.write_config(
+            '[k3s]\nenvironment_files = "/etc/k3s/proxy.env  /etc/k3s/gone.env\t'
+            '/etc/k3s/more.env"\n'
+        )
+        k3s = services(node_root)["k3s"]
+        assert dict(k3s.revealed_environment()) == {"HTTP_PROXY": "http://b:3128"}
+        (warning,) = [step for step in k3s.pre_start if isinstance(step, noderole.Warn)]
+        assert warning.message.startswith(
+            "/etc/noderole/config.toml:k3s.environment_files names /etc/k3s/gone.env, which "
+            "does not exist: "
+        )
+
+    def test_an_empty_environment_files_reads_none(self, node_root: ScratchRoot) -> None:
+        node_root.write("/etc/default/k3s", "HTTP_PROXY=http://proxy:3128\n")
+        node_root.write_config('[k3s]\nenvironment_files = ""\n')
+        assert dict(services(node_root)["k3s"].environment) == {}
+
+    @pytest.mark.parametrize(
+        ("key", "name", "path"),
+        [
+            ("environment_file", "k3s", "/etc/default/k3s"),
+            ("agent_environment_file", "k3s-agent", "/etc/default/k3s-agent"),
+        ],
+    )
+    def test_environment_file_set_in_config_toml_is_still_the_one_file_read(
+        self, node_root: ScratchRoot, key: str, name: str, path: str
+    ) -> None:
+        """A config.toml written before `environment_files` keeps what it meant: the one file
+        it names is read, and no other."""
+        for other in UPSTREAM_FILES[name]:
+            node_root.write(other, f"FROM={other}\n")
+        node_root.write("/etc/k3s-proxy", "HTTP_PROXY=http://proxy:3128\n")
+        node_root.write_config(f'[k3s]\n{key} = "/etc/k3s-proxy"\n')
+        assert self._environment(node_root, name) == {
+            "HTTP_PROXY": "http://proxy:3128",
+            **({"K3S_URL": "https://s:6443", "K3S_TOKEN": TOKEN} if name == "k3s-agent" else {}),
+        }
+        node_root.write_config(f'[k3s]\n{key} = "{path}"\n')
+        assert self._environment(node_root, name)["FROM"] == path
+
+    @pytest.mark.parametrize("prefix", ["", "agent_"])
+    def test_both_settings_set_is_a_configuration_error(
+        self, node_root: ScratchRoot, prefix: str
+    ) -> None:
+        node_root.write_config(
+            f'[k3s]\n{prefix}environment_file = "/etc/default/k3s"\n'
+            f'{prefix}environment_files = "/etc/default/k3s /etc/sysconfig/k3s"\n'
+        )
+        with pytest.raises(noderole.ConfigError) as excinfo:
+            services(node_root)
+        assert str(excinfo.value).startswith(
+            f"/etc/noderole/config.toml:k3s.{prefix}environment_file and "
+            f"k3s.{prefix}environment_files are both set"
+        )
+
+    def test_an_empty_environment_file_beside_environment_files_is_its_default(
+        self, node_root: ScratchRoot
+    ) -> None:
+        """Every default written out, as the configuration reference prints them, is no error:
+        the list is read."""
+        node_root.write("/etc/sysconfig/k3s", "HTTP_PROXY=http://proxy:3128\n")
+        node_root.write_config(
+            '[k3s]\nenvironment_file = ""\n'
+            'environment_files = "/etc/default/k3s /etc/sysconfig/k3s"\n'
+        )
+        assert self._environment(node_root, "k3s") == {"HTTP_PROXY": "http://proxy:3128"}
+
+    def test_a_relative_path_in_environment_files_names_the_key(
+        self, node_root: ScratchRoot
+    ) -> None:
+        node_root.write_config('[k3s]\nenvironment_files = "/etc/default/k3s default/k3s"\n')
+        with pytest.raises(noderole.ConfigError) as excinfo:
+            services(node_root)
+        assert str(excinfo.value).startswith(
+            "/etc/noderole/config.toml:k3s.environment_files: 'default/k3s' is not an absolute path"
+        )
 
 
 class TestRehearsalInputs:

@@ -81,6 +81,27 @@ def _setting(
     )
 
 
+def _upstream_environment_files(name: str) -> tuple[str, ...]:
+    """The files k3s's install script has the k3s named ``name`` (``k3s``, ``k3s-agent``) read
+    its environment from, in the order this plugin reads them, a later file's value winning.
+
+    Its systemd unit reads ``EnvironmentFile=-/etc/default/%N``, ``-/etc/sysconfig/%N`` and
+    ``-/etc/systemd/system/%N.service.env`` (the file the install script writes), in that order;
+    its OpenRC runscript sources ``/etc/environment``, then ``/etc/rancher/k3s/%N.env`` (the file
+    the install script writes there). noderole reads both sets under every backend, each in its
+    own order: ``/etc/environment``, the whole machine's, first, so that it never overrides a
+    file of k3s's own; the install script's OpenRC file last, after the systemd unit's (a node
+    has one or the other).
+    """
+    return (
+        "/etc/environment",
+        f"/etc/default/{name}",
+        f"/etc/sysconfig/{name}",
+        f"/etc/systemd/system/{name}.service.env",
+        f"/etc/rancher/k3s/{name}.env",
+    )
+
+
 _SECONDS = {"min": 0.1, "max": 86400}
 """Bounds of a timeout setting: a tenth of a second to a day."""
 _DELAY = {"min": 0, "max": 3600}
@@ -152,18 +173,34 @@ SETTINGS = noderole.SettingsTable(
             "K3S_NODE_NAME for agents.",
         ),
         _setting(
+            "environment_files",
+            str,
+            " ".join(_upstream_environment_files("k3s")),
+            "Files of KEY=VALUE lines for the k3s server's environment (HTTP_PROXY...), "
+            "separated by blanks and read in this order, a later file's value winning: by "
+            "default those k3s's systemd unit and OpenRC runscript read. An absent one gives "
+            "nothing; empty: none read.",
+        ),
+        _setting(
+            "agent_environment_files",
+            str,
+            " ".join(_upstream_environment_files("k3s-agent")),
+            "Files of KEY=VALUE lines for the k3s agent's environment, as `environment_files` "
+            "for the server; `agent_env`'s keys win.",
+        ),
+        _setting(
             "environment_file",
             str,
-            "/etc/default/k3s",
-            "KEY=VALUE lines for the k3s server's environment (HTTP_PROXY...), as k3s's "
-            "systemd unit reads /etc/default/k3s; absent: none; empty: not read.",
+            "",
+            'The one file read instead of `environment_files` when set here ("": none), as '
+            "before that setting existed; set to a file beside `environment_files`, an error.",
         ),
         _setting(
             "agent_environment_file",
             str,
-            "/etc/default/k3s-agent",
-            "KEY=VALUE lines for the k3s agent's environment, as `environment_file` for the "
-            "server.",
+            "",
+            'The one file read instead of `agent_environment_files` when set here ("": '
+            "none); set to a file beside `agent_environment_files`, an error.",
         ),
         _setting("pidfile", str, "/run/k3s.pid", "Pidfile of the k3s server."),
         _setting("log", str, "/var/log/k3s.log", "stdout and stderr of the k3s server."),
@@ -592,51 +629,94 @@ def _restore_guard(marker: str) -> noderole.Call:
     )
 
 
-_DEFAULTS = {setting.name: setting.default for setting in SETTINGS.settings}
-"""Each setting's default, by name."""
-
 _SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD")
 """A variable whose name holds one of these is a :class:`noderole.Secret` (``***`` in plan,
 status and logs): K3S_TOKEN, K3S_AGENT_TOKEN, a registry password."""
 
 
-def _environment_file(
-    node: NodeContext, cfg: Mapping[str, Any], key: str
-) -> tuple[dict[str, str | noderole.Secret], list[Step], str | None]:
-    """The variables of the file setting ``key`` names, for k3s's environment, as k3s's systemd
-    unit passes those of ``EnvironmentFile=-/etc/default/k3s``: what k3s and its containerd read
-    from their environment, chiefly HTTP_PROXY, HTTPS_PROXY and NO_PROXY, without which a node
-    behind a proxy pulls no image. An absent file gives none (a warning when config.toml names
-    another file than the default: a typo would otherwise leave the node without its proxy in
-    silence), an empty path is not read. Also a warning step per malformed line, or why the
-    file cannot be read (a failing step)."""
-    path = cfg[key]
-    if not path:
-        return {}, [], None
-    try:
-        env = node.read_env(path)
-    except noderole.EnvFileError as exc:
-        return {}, [], str(exc)
-    if not env.exists:
-        if path == _DEFAULTS[key]:
-            return {}, [], None
-        absent = (
-            f"{noderole.CONFIG_PATH}:{TABLE}.{key} names {path}, which does not exist: k3s "
-            "starts without the variables it would hold (a proxy, say); fix the path, or set it "
-            'to "" if there is no such file'
+def _environment_paths(
+    node: NodeContext, cfg: Mapping[str, Any], files_key: str, file_key: str
+) -> tuple[str, list[str]]:
+    """The setting that names the files of a k3s's environment, and the files, in order.
+
+    ``files_key`` (``environment_files``) lists them, separated by blanks. ``file_key``
+    (``environment_file``), which named the one file read before the list existed, still does
+    when config.toml sets it (``""``: none), so that a configuration written then keeps its
+    meaning. config.toml setting both is a ConfigError, which file it means cannot be told;
+    but ``file_key = ""`` beside ``files_key`` is its default written out (the configuration
+    reference lists every default), and the list is read.
+    """
+    entries = node.config.values[TABLE]
+    from_file = {key: entries[key].source != "default" for key in (files_key, file_key)}
+    if from_file[files_key] and from_file[file_key] and cfg[file_key]:
+        raise noderole.ConfigError(
+            f"{noderole.CONFIG_PATH}:{TABLE}.{file_key} and {TABLE}.{files_key} are both set: "
+            f"{files_key} replaces {file_key}, the one file read before it existed; list that "
+            f"file in {files_key} and remove {file_key}"
         )
-        return {}, [noderole.Warn(message=absent)], None
+    if from_file[file_key] and not from_file[files_key]:
+        return file_key, [cfg[file_key]] if cfg[file_key] else []
+    paths = cfg[files_key].split()
+    for path in paths:
+        if not path.startswith("/"):
+            raise noderole.ConfigError(
+                f"{noderole.CONFIG_PATH}:{TABLE}.{files_key}: {path!r} is not an absolute path; "
+                "list the files by their absolute paths, separated by blanks"
+            )
+    return files_key, paths
+
+
+def _environment_files(
+    node: NodeContext, cfg: Mapping[str, Any], name: str, prefix: str = ""
+) -> tuple[dict[str, str | noderole.Secret], list[Step], str | None]:
+    """The variables of the files k3s's own unit and runscript read for the k3s named
+    ``name``, for its environment (see :func:`_upstream_environment_files`), or those
+    ``[k3s] {prefix}environment_files`` names: what k3s and its containerd read from their
+    environment, chiefly HTTP_PROXY, HTTPS_PROXY and NO_PROXY, without which a node behind a
+    proxy pulls no image. The files are read in order and a later file's value wins, as systemd
+    reads ``EnvironmentFile=`` lines and a shell sources files.
+
+    An absent file gives none, as ``EnvironmentFile=-`` lets it (a warning when it is none of
+    k3s's own files, which config.toml named: a typo would otherwise leave the node without its
+    proxy in silence). Also a warning step per malformed line, or why a file cannot be read
+    (for a failing step)."""
+    key, paths = _environment_paths(
+        node, cfg, f"{prefix}environment_files", f"{prefix}environment_file"
+    )
+    upstream = _upstream_environment_files(name)
+    merged: dict[str, str] = {}
+    warnings: list[Step] = []
+    unreadable: list[str] = []
+    for path in paths:
+        try:
+            env = node.read_env(path)
+        except noderole.EnvFileError as exc:
+            unreadable.append(str(exc))
+            continue
+        if not env.exists:
+            if path not in upstream:
+                fix = 'set it to ""' if key.endswith("_file") else "remove it from the list"
+                absent = (
+                    f"{noderole.CONFIG_PATH}:{TABLE}.{key} names {path}, which does not exist: "
+                    "k3s starts without the variables it would hold (a proxy, say); fix the "
+                    f"path, or {fix} if there is no such file"
+                )
+                warnings.append(noderole.Warn(message=absent))
+            continue
+        merged.update(env.values)
+        warnings += [
+            noderole.Warn(message=f"{warning}: the line is not passed to k3s")
+            for warning in env.warnings
+        ]
+    if unreadable:
+        return {}, [], "; ".join(unreadable)
     values: dict[str, str | noderole.Secret] = {}
-    for key, value in env.values.items():
-        upper = key.upper()
+    for variable, value in merged.items():
+        upper = variable.upper()
         secret = any(word in upper for word in _SECRET_WORDS) or (
             upper.endswith("_PROXY") and "@" in value  # http://user:password@proxy:3128
         )
-        values[key] = noderole.Secret(value) if secret else value
-    warnings: list[Step] = [
-        noderole.Warn(message=f"{warning}: the line is not passed to k3s")
-        for warning in env.warnings
-    ]
+        values[variable] = noderole.Secret(value) if secret else value
     return values, warnings, None
 
 
@@ -648,7 +728,7 @@ def _server(node: NodeContext, cfg: Mapping[str, Any], gathered: Gathered) -> no
     base, steps, problems = _base_config(node, cfg)
     contributed, found = _contributed(gathered, cfg, "server", base)
     problems += found
-    environment, warnings, unreadable = _environment_file(node, cfg, "environment_file")
+    environment, warnings, unreadable = _environment_files(node, cfg, "k3s")
     if unreadable:
         problems.append(unreadable)
     if problems:
@@ -709,7 +789,7 @@ def _agent(node: NodeContext, cfg: Mapping[str, Any], gathered: Gathered) -> nod
     environment: dict[str, str | noderole.Secret] = {}
     steps: list[Step] = []
     base, problems = _agent_base(node, cfg)
-    extra, warnings, unreadable_extra = _environment_file(node, cfg, "agent_environment_file")
+    extra, warnings, unreadable_extra = _environment_files(node, cfg, "k3s-agent", "agent_")
     if unreadable_extra:
         problems.append(unreadable_extra)
     contributed, found = _contributed(gathered, cfg, "agent", base)
@@ -740,7 +820,7 @@ def _agent(node: NodeContext, cfg: Mapping[str, Any], gathered: Gathered) -> nod
     else:
         # Environment, never argv: a command line is world-readable in /proc. Secret keeps the
         # token out of plan, status and logs.
-        # The file's first, as the unit's EnvironmentFile= lines come before the keys k3s's
+        # The files' first, as the unit's EnvironmentFile= lines come before the keys k3s's
         # install script writes: agent.env's win.
         environment = {**extra, "K3S_URL": url}
         if token:
