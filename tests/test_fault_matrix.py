@@ -329,6 +329,36 @@ def _holds_open(pid: int, path: Path) -> bool:
     return False
 
 
+class TestALateNetwork:
+    def test_k3s_starts_under_the_native_supervisor_when_net_fails(
+        self, node: Node, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """`[noderole] net_check` on and no network within `net_timeout` (a network up late,
+        `unshare -n`): `net` fails and k3s starts under the native supervisor all the same, as
+        k3s's own unit and runscript only order it after the network. Before: "cannot start k3s:
+        it needs net, which failed", and nothing started k3s again."""
+        import noderole.builtin
+        from noderole.testing import ScratchRoot, stage_standins
+        from noderole_k3s import plugin as k3s_plugin
+
+        monkeypatch.setattr(noderole.builtin, "network_up", lambda: False)
+        config = "[noderole]\nnet_check = true\nnet_timeout = 0.2\n"
+        scratch = ScratchRoot(node.root)
+        stage_standins(("k3s", k3s_plugin), node_root=scratch, config_text=config)
+        scratch.write_config(config)
+        app = App(root=NodeRoot(node.root), plugin_objects=(("k3s", k3s_plugin),), autoload=False)
+        result = CliRunner().invoke(
+            cli, ["apply", "server", "--backend", "native", "--json"], obj=app,
+            catch_exceptions=False,
+        )  # fmt: skip
+        services = {s["name"]: s for s in json.loads(result.stdout)["services"]}
+        assert services["net"]["status"] == "failed", result.stdout
+        assert services["k3s"]["status"] == "started", services["k3s"]
+        assert result.exit_code == 1  # net failed: the apply says so
+        k3s = int((node.root / "run/k3s.pid").read_text())
+        assert is_alive(k3s)
+
+
 class TestConcurrentApplies:
     def test_two_applies_as_processes_serialise_on_the_node_lock(
         self, node: Node, spawned: Spawned, tmp_path_factory: pytest.TempPathFactory

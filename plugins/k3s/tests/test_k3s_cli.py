@@ -116,12 +116,12 @@ class TestPlan:
 
 class TestGraph:
     def test_server_graph(self, root: ScratchRoot) -> None:
-        """graph server draws k3s's needs and konnectivity-server's order after k3s."""
+        """graph server draws k3s's needs and wants and konnectivity-server's order after k3s."""
         text = invoke(root, "graph", "server")
         lines = {line.split(":")[0].split(" [")[0]: line for line in text.splitlines()}
         assert "konnectivity-server" in lines
         assert "after k3s" in lines["konnectivity-server"]
-        assert "need net, cgroups" in lines["k3s"]
+        assert "need k3s-cluster-init (for k3s-cluster); want net, cgroups" in lines["k3s"]
         assert "pulled in by k3s" in lines["net"]
         assert "pulled in by k3s" in lines["cgroups"]
 

@@ -535,7 +535,8 @@ class TestRoles:
             "/etc/rancher/k3s/config.yaml",
         )
         assert k3s.roles == ("server", "server-join")
-        assert k3s.need == ("net", "cgroups", "k3s-cluster")
+        assert k3s.need == ("k3s-cluster",)
+        assert k3s.want == ("net", "cgroups")
         assert k3s.after == ("firewall",)
         assert k3s.pidfile == "/run/k3s.pid"
         assert k3s.output_log == k3s.error_log == "/var/log/k3s.log"
@@ -1252,6 +1253,84 @@ class TestNmCloudSetup:
         assert report.ok, report.failed
         assert name in backend.names()
         assert not asked.exists()
+
+
+class TestALateNetwork:
+    """k3s's unit and runscript order k3s after the network and do not require it
+    (``Wants=``/``After=network-online.target``; OpenRC ``after network-online; want
+    cgroups``): k3s starts and retries its connections itself. `need net` failed k3s when the
+    network was late, and nothing started it again."""
+
+    @pytest.mark.parametrize(("role", "name"), [("server", "k3s"), ("agent", "k3s-agent")])
+    def test_k3s_wants_the_network_and_cgroups_and_needs_no_more(
+        self, node_root: ScratchRoot, role: str, name: str
+    ) -> None:
+        node_root.write_env(AGENT_ENV, {"K3S_URL": "https://s:6443", "K3S_TOKEN": TOKEN})
+        service = services(node_root)[name]
+        assert service.want == ("net", "cgroups")
+        assert service.need == (("k3s-cluster",) if name == "k3s" else ())
+        plan = plan_from_plugins(role, ("k3s", k3s_plugin))
+        assert_starts_before(plan, "net", name)
+        assert_starts_before(plan, "cgroups", name)
+
+    @pytest.mark.parametrize(("role", "name"), [("server", "k3s"), ("agent", "k3s-agent")])
+    def test_k3s_starts_when_the_network_check_fails(
+        self,
+        node_root: ScratchRoot,
+        fake_clock: FakeClock,
+        monkeypatch: pytest.MonkeyPatch,
+        role: str,
+        name: str,
+    ) -> None:
+        """With [noderole] net_check on and no network within net_timeout, `net` fails and k3s
+        starts all the same (before: "it needs net, which failed", and k3s never started)."""
+        import noderole.builtin
+
+        monkeypatch.setattr(noderole.builtin, "network_up", lambda: False)
+        node_root.write_env(AGENT_ENV, {"K3S_URL": "https://s:6443", "K3S_TOKEN": TOKEN})
+        node_root.write(CONFIG, "")
+        config = "[noderole]\nnet_check = true\nnet_timeout = 1\n"
+        plan = plan_from_plugins(role, ("k3s", k3s_plugin), config_text=config, node_root=node_root)
+        report, backend = apply_recorded(plan, node_root, clock=fake_clock)
+        outcomes = {service.name: service.status for service in report.services}
+        assert outcomes["net"] == "failed"
+        assert outcomes[name] == "started", report.failed
+        assert name in backend.names()
+
+    def test_k3s_still_needs_its_cluster_role(
+        self, node_root: ScratchRoot, fake_clock: FakeClock
+    ) -> None:
+        """A server-join node without its join values: k3s-cluster-join fails, and k3s is not
+        started as a new cluster."""
+        node_root.write(CONFIG, "")
+        plan = plan_from_plugins(
+            "server-join", ("k3s", k3s_plugin), config_text=NO_NET_CHECK, node_root=node_root
+        )
+        report, backend = apply_recorded(plan, node_root, clock=fake_clock)
+        outcomes = {service.name: service.status for service in report.services}
+        assert outcomes["k3s-cluster-join"] == "failed"
+        assert "k3s" not in backend.names()
+
+    @pytest.mark.parametrize("name", ["k3s", "k3s-agent"])
+    def test_rendered_as_k3s_renders_its_own(self, node_root: ScratchRoot, name: str) -> None:
+        """The OpenRC runscript wants net and cgroups (needs only the cluster role); the
+        systemd unit has Wants= and After=network-online.target, and no Requires= of it."""
+        from noderole.render.openrc import render_runscript
+        from noderole.render.systemd import render_unit
+
+        node_root.write_env(AGENT_ENV, {"K3S_URL": "https://s:6443", "K3S_TOKEN": TOKEN})
+        service = services(node_root)[name]
+        runscript = render_runscript(service)
+        assert "\twant net cgroups\n" in runscript
+        assert "\tneed net" not in runscript
+        if name == "k3s":
+            assert "\tneed k3s-cluster\n" in runscript
+        unit = render_unit(service).splitlines()
+        assert "Wants=network-online.target" in unit
+        requires = [line for line in unit if line.startswith("Requires=")]
+        assert requires == (["Requires=k3s-cluster.service"] if name == "k3s" else [])
+        (after,) = [line for line in unit if line.startswith("After=")]
+        assert "network-online.target" in after.removeprefix("After=").split()
 
 
 class TestResolveRole:

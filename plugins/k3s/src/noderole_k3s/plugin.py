@@ -720,6 +720,15 @@ def _environment_files(
     return values, warnings, None
 
 
+_ORDERED_AFTER = ["net", "cgroups"]
+"""What k3s starts after without needing it, as k3s's install script has it: its systemd unit
+``Wants=`` and ``After=network-online.target``, its OpenRC runscript ``after network-online``
+and ``want cgroups``. ``want`` pulls both into the plan and orders k3s after them, and k3s
+starts when they fail (a network up late), as the stock k3s does, retrying its connections
+itself; ``need`` failed k3s then, and nothing started it again. Rendered: OpenRC ``want net
+cgroups``, systemd ``Wants=`` and ``After=network-online.target``."""
+
+
 def _server(node: NodeContext, cfg: Mapping[str, Any], gathered: Gathered) -> noderole.Service:
     # The restore marker is looked for when k3s starts; read through the node context now, so
     # that a path it cannot use (a relative one) is config.toml's error at plan time, not the
@@ -746,7 +755,8 @@ def _server(node: NodeContext, cfg: Mapping[str, Any], gathered: Gathered) -> no
         environment=environment,
         description="k3s server (Kubernetes control plane)",
         roles=["server", "server-join"],
-        need=["net", "cgroups", "k3s-cluster"],
+        need=["k3s-cluster"],
+        want=_ORDERED_AFTER,
         after=["firewall"],
         command=[cfg["binary"], "server", "--config", cfg["config"]],
         pidfile=cfg["pidfile"],
@@ -834,7 +844,7 @@ def _agent(node: NodeContext, cfg: Mapping[str, Any], gathered: Gathered) -> nod
         name="k3s-agent",
         description="k3s agent (Kubernetes worker: kubelet and container runtime)",
         roles=["agent"],
-        need=["net", "cgroups"],
+        want=_ORDERED_AFTER,
         after=["firewall"],
         command=[cfg["binary"], "agent"],
         environment=environment,
