@@ -53,6 +53,7 @@ __all__ = [
     "CertOutcome",
     "CertReport",
     "CertificateAuthority",
+    "certificate_fingerprint",
     "ensure_certificate",
     "inspect_certificate",
     "load_ca",
@@ -811,6 +812,18 @@ def _san_texts(cert: x509.Certificate) -> list[str]:
         else:
             texts.append(f"{type(name).__name__}:{name.value}")
     return texts
+
+
+def certificate_fingerprint(path: str | os.PathLike[str]) -> str:
+    """The SHA-256 fingerprint of the (first) certificate in ``path``, as a process started
+    with it is fingerprinted (:class:`CertOutcome`'s). Raises :class:`CertificateError` when it
+    cannot be read or holds no PEM certificate."""
+    try:
+        return _fingerprint(_load_certificates(_read(path, "certificate"))[0])
+    except ValueError as error:
+        raise CertificateError(
+            f"certificate {path} is not a readable PEM certificate ({error})"
+        ) from None
 
 
 def step_verdict(step: MintCertificate, *, root: NodeRoot, now: dt.datetime) -> tuple[bool, str]:

@@ -142,18 +142,20 @@ def certificate_verdict(step: MintCertificate, *, root: NodeRoot, clock: Clock) 
 def dry_run_report(
     plan: Plan, backend: Backend, *, root: NodeRoot, clock: Clock
 ) -> list[dict[str, Any]]:
-    """One row per planned service: ``name``, ``action``, ``why``, ``certificates``."""
+    """One row per planned service: ``name``, ``action``, ``why``, ``certificates``.
+
+    A running service is judged as ``apply`` judges it (:func:`~noderole.engine.compare_running`):
+    by the fingerprint its process was started with against the one it would be started with
+    now (its definition, and the certificates its steps would leave in place), then by the
+    files it read; what the last apply recorded only words the reason."""
     # Imported here: `plan` uses this module's known_failures, and must not pay for the engine.
     from noderole.engine import (
-        DEFINITION_PARTS,
-        SHOWN_KEY,
-        definition_diff,
+        compare_running,
         definition_digests,
-        definition_shown,
         file_writers,
-        files_changed,
         files_read,
-        stale_files,
+        process_fingerprint,
+        restart_reasons,
     )
     from noderole.state import read_applied
 
@@ -163,10 +165,10 @@ def dry_run_report(
     failures = known_failures(plan, root)
     for entry in plan.services:
         service = entry.service
+        steps = [step for step in service.pre_start if isinstance(step, MintCertificate)]
         certificates = [
             {"path": step.cert_path, "verdict": certificate_verdict(step, root=root, clock=clock)}
-            for step in service.pre_start
-            if isinstance(step, MintCertificate)
+            for step in steps
         ]
         minting = [c for c in certificates if c["verdict"].startswith("mint:")]
         status = current.get(entry.name)
@@ -175,36 +177,62 @@ def dry_run_report(
             action, why = failures[entry.name].split(": ", 1)
         elif service.command is None:
             action, why = "check", f"{len(service.pre_start)} steps, no process"
-        elif not running:
+        elif not running or status is None:
             action, why = "start", "not running"
         else:
-            before = previous.get(entry.name, {})
             digests = definition_digests(service)
-            changed = [DEFINITION_PARTS[k] for k in sorted(digests) if before.get(k) != digests[k]]
-            stale = stale_files(
-                status.fingerprint if status is not None else "",
-                files_read(plan, entry.name),
-                [p for writer in file_writers(plan, entry.name) for p in _rewrites(writer, root)],
-                root=root,
-                started_at=getattr(status, "started_at", None),
-            )
-            if changed or minting or stale:
-                shown = (
-                    definition_diff(before[SHOWN_KEY], definition_shown(service))
-                    if changed and SHOWN_KEY in before
-                    else []
-                )
-                reasons = shown or ([f"{', '.join(changed)} changed"] if changed else [])
-                reasons += [f"certificate {c['path']} would be re-minted" for c in minting]
-                if stale:
-                    reasons.append(files_changed(stale))
-                action, why = "restart", "; ".join(reasons)
+            held = [
+                _fingerprint_of(step, root) if c["verdict"].startswith("reuse:") else None
+                for step, c in zip(steps, certificates, strict=True)
+            ]
+            files = files_read(plan, entry.name)
+            stale: list[str] = []
+            if minting:
+                same = False
+            elif None in held:
+                # A certificate that cannot be told now (no CA yet, a step bound to fail): the
+                # process is judged by its definition as the last apply recorded it.
+                recorded = previous.get(entry.name, {})
+                same = all(recorded.get(k, v) == v for k, v in digests.items())
             else:
+                fingerprint = process_fingerprint(digests, [h or "" for h in held], files)
+                same, stale = compare_running(
+                    status,
+                    fingerprint,
+                    files,
+                    (p for w in file_writers(plan, entry.name) for p in _rewrites(w, root)),
+                    root=root,
+                )
+            if same and not stale:
                 action, why = "keep", "running, unchanged"
+            else:
+                reasons = restart_reasons(
+                    service,
+                    previous.get(entry.name, {}),
+                    digests,
+                    minted=[
+                        f"certificate {c['path']} would be re-minted ({c['verdict'][6:]})"
+                        for c in minting
+                    ],
+                    certificates=[c["path"] for c in certificates],
+                    stale=stale,
+                )
+                action, why = "restart", "; ".join(reasons) or "definition changed"
         rows.append(
             {"name": entry.name, "action": action, "why": why, "certificates": certificates}
         )
     return rows
+
+
+def _fingerprint_of(step: MintCertificate, root: NodeRoot) -> str | None:
+    """The SHA-256 fingerprint of the certificate ``step`` would keep in place, as ``apply``
+    starts the service with it; None when it cannot be read."""
+    from noderole.certs import certificate_fingerprint
+
+    try:
+        return certificate_fingerprint(root.resolve(step.cert_path))
+    except NoderoleError:
+        return None
 
 
 def _rewrites(service: Service, root: NodeRoot) -> list[str]:

@@ -48,6 +48,7 @@ __all__ = [
     "ServiceReport",
     "StepTiming",
     "apply_plan",
+    "compare_running",
     "definition_diff",
     "definition_digests",
     "definition_shown",
@@ -55,6 +56,7 @@ __all__ = [
     "files_changed",
     "files_read",
     "fingerprint_base",
+    "restart_reasons",
     "stale_files",
     "written_files",
 ]
@@ -371,6 +373,73 @@ def _modified_since(path: str, started_at: float | None) -> bool:
 def files_changed(paths: Sequence[str]) -> str:
     """A restart's reason for files its process read that changed since it started."""
     return f"{'file' if len(paths) == 1 else 'files'} {', '.join(paths)} changed"
+
+
+def compare_running(
+    current: BackendStatus,
+    fingerprint: str,
+    files: Mapping[str, str],
+    rewritten: Iterable[str],
+    *,
+    root: NodeRoot,
+) -> tuple[bool, list[str]]:
+    """Whether the running process ``current`` was started as ``fingerprint`` says a process
+    of the service is started now (its definition and certificates: :func:`fingerprint_base`),
+    and, when it was, the files it read that changed since (:func:`stale_files`; ``rewritten``
+    is read only then). ``apply`` leaves the process running when the first holds and the
+    second is empty; ``apply --dry-run`` decides the same way."""
+    if fingerprint_base(current.fingerprint) != fingerprint_base(fingerprint):
+        return False, []
+    stale = stale_files(
+        current.fingerprint,
+        files,
+        rewritten,
+        root=root,
+        started_at=getattr(current, "started_at", None),
+    )
+    return True, stale
+
+
+def restart_reasons(
+    service: Service,
+    before: Mapping[str, str],
+    digests: Mapping[str, str],
+    *,
+    minted: Sequence[str] = (),
+    certificates: Sequence[str] = (),
+    stale: Sequence[str] = (),
+) -> list[str]:
+    """Why a running process of ``service`` is restarted, for people: ``minted`` (a reason per
+    certificate its steps mint, worded by the caller), what changed in its definition since the
+    last apply recorded it (``before``, its digests and :data:`SHOWN_KEY`; nothing is said of a
+    definition never recorded), the files it read that changed (``stale``), or, when the
+    definition is as recorded and nothing is minted, the certificates its steps hold
+    (``certificates``, paths), replaced since it started. Empty when none of these says why:
+    the caller says "definition changed"."""
+    reasons = list(minted)
+    changed = [
+        DEFINITION_PARTS[k] for k in sorted(digests) if before and before.get(k) != digests[k]
+    ]
+    shown = (
+        definition_diff(before[SHOWN_KEY], definition_shown(service))
+        if (changed and SHOWN_KEY in before)
+        else []
+    )
+    if shown:
+        reasons.append("; ".join(shown))
+    elif changed:
+        reasons.append(f"{', '.join(changed)} changed")
+    if stale:
+        reasons.append(files_changed(stale))
+    elif before and not reasons and certificates:
+        # The definition is as the last apply recorded it, and nothing is minted: what differs
+        # from the start is a certificate replaced since (by the init system's own run of the
+        # pre-start hook at boot, a renew interrupted before its restart, or by hand).
+        said = "certificate" if len(certificates) == 1 else "certificates"
+        reasons.append(
+            f"{said} {', '.join(certificates)} changed since it was started, not by this apply"
+        )
+    return reasons
 
 
 def _file_key(path: str) -> str:
@@ -765,20 +834,17 @@ class _Run:
         )
         stale: list[str] = []
         if running and current is not None:
-            same = fingerprint_base(current.fingerprint) == fingerprint_base(fingerprint)
-            if same:
-                rewritten = [
+            same, stale = compare_running(
+                current,
+                fingerprint,
+                files,
+                (
                     r.step.path
                     for r in results
                     if isinstance(r.step, WriteFile) and r.detail == "written"
-                ]
-                stale = stale_files(
-                    current.fingerprint,
-                    files,
-                    rewritten,
-                    root=self.root,
-                    started_at=getattr(current, "started_at", None),
-                )
+                ),
+                root=self.root,
+            )
             if same and not stale:
                 self._backend_ready(entry.name, current.state)
                 return report("running", timings, "already running", pid=current.pid)
@@ -822,40 +888,22 @@ class _Run:
         results: Sequence[StepResult],
         stale: Sequence[str] = (),
     ) -> str:
-        reasons = [
-            f"certificate {r.step.cert_path} re-minted ({r.certificate.reason})"  # type: ignore[union-attr]
-            for r in results
-            if r.certificate is not None and r.certificate.action == "minted"
-        ]
-        before = self.previous.get(name, {})
-        changed = [
-            DEFINITION_PARTS[k] for k in sorted(digests) if before and before.get(k) != digests[k]
-        ]
-        shown = (
-            definition_diff(before[SHOWN_KEY], definition_shown(self.plan[name].service))
-            if (changed and SHOWN_KEY in before)
-            else []
-        )
-        if shown:
-            reasons.append("; ".join(shown))
-        elif changed:
-            reasons.append(f"{', '.join(changed)} changed")
-        if stale:
-            reasons.append(files_changed(stale))
-        elif before and not reasons:
-            # The definition is as the last apply recorded it, and this apply minted nothing:
-            # what differs from the start is a certificate replaced since (by the init
-            # system's own run of the pre-start hook at boot, or by hand).
-            paths = [
+        reasons = restart_reasons(
+            self.plan[name].service,
+            self.previous.get(name, {}),
+            digests,
+            minted=[
+                f"certificate {r.step.cert_path} re-minted ({r.certificate.reason})"  # type: ignore[union-attr]
+                for r in results
+                if r.certificate is not None and r.certificate.action == "minted"
+            ],
+            certificates=[
                 r.step.cert_path  # type: ignore[union-attr]
                 for r in results
                 if r.certificate is not None
-            ]
-            if paths:
-                said = "certificate" if len(paths) == 1 else "certificates"
-                reasons.append(
-                    f"{said} {', '.join(paths)} changed since it was started, not by this apply"
-                )
+            ],
+            stale=stale,
+        )
         return "restarted: " + ("; ".join(reasons) if reasons else "definition changed")
 
     def _backend_ready(self, name: str, state: str) -> None:

@@ -452,6 +452,54 @@ class TestApply:
         assert rows["a"]["action"] == "restart"
         assert rows["a"]["why"] == "command line: added x"
 
+    def test_dry_run_keeps_a_process_running_as_apply_would_start_it(self, node: Node) -> None:
+        """A process running with the fingerprint apply would start it with, while nothing of
+        its definition is recorded yet (the first apply still running, or killed before it
+        recorded the definitions): the dry run says it is left running, as apply then leaves
+        it ("already running"). Before, the dry run compared the definition with the record
+        alone and said restart: "command or arguments, environment, pidfile or logs,
+        supervision settings, user, group or working directory changed"."""
+        node.services.append(sleeper("a"))
+        _started_as(node, node.services[0])
+        pid = wait_until(lambda: (node.root / "run/a.pid").exists() and node.pid("a"), "a up")
+        assert not (node.root / "var/lib/noderole/applied.json").exists()
+        rows = _dry_run(node)
+        assert (rows["a"]["action"], rows["a"]["why"]) == ("keep", "running, unchanged")
+        data = report(node.run("apply", "demo", "--json"))
+        assert (data["a"]["status"], data["a"]["reason"]) == ("running", "already running")
+        assert node.pid("a") == pid
+
+    def test_dry_run_restarts_a_process_started_with_another_fingerprint(self, node: Node) -> None:
+        """A process started with another definition than the one planned, which the last apply
+        did not record (an interrupted apply of an earlier definition): the dry run says
+        restart with the reason apply then gives. Before, the dry run went by the record and
+        named every part of the definition as changed."""
+        node.services.append(sleeper("a"))
+        _started_as(node, sleeper("a", args=["earlier"]))
+        wait_until(lambda: (node.root / "run/a.pid").exists(), "a up")
+        rows = _dry_run(node)
+        assert (rows["a"]["action"], rows["a"]["why"]) == ("restart", "definition changed")
+        data = report(node.run("apply", "demo", "--json"))
+        assert (data["a"]["status"], data["a"]["reason"]) == (
+            "restarted",
+            "restarted: definition changed",
+        )
+
+
+def _started_as(node: Node, service: noderole.Service) -> None:
+    """Start ``service`` through the native backend with the fingerprint apply gives a process
+    of that definition (no certificate, no file written), recording nothing else."""
+    from noderole.engine import definition_digests, process_fingerprint
+
+    fingerprint = process_fingerprint(definition_digests(service), [], {})
+    node.app().backend("native").start(service, fingerprint=fingerprint)
+
+
+def _dry_run(node: Node) -> dict[str, dict[str, Any]]:
+    result = node.run("apply", "demo", "--dry-run", "--json")
+    assert result.exit_code == 0, result.output
+    return {r["name"]: r for r in json.loads(result.stdout)["services"]}
+
 
 def _apply_stops(node: Node, role: str, name: str, pid: int) -> None:
     """`apply ROLE` stops service ``name`` (``pid``), which left the plan, saying so; then a

@@ -220,6 +220,30 @@ class TestRenew:
         assert len(app.recorder.started) == 3
         assert _renew(app)["proxy"].status == "running"  # and done: not again
 
+    def test_dry_run_after_an_interrupted_renew_says_restart_as_apply_does(
+        self, app: _App, node_root: ScratchRoot
+    ) -> None:
+        """A renew killed between its re-mint and its restart left a new certificate on disk
+        and the process on the old one: `apply --dry-run` says restart, with the reason
+        `apply` then gives. Before, the dry run compared the definition with the record
+        alone, found it unchanged and the certificate good, and said "running, unchanged",
+        while apply restarted the service."""
+        from noderole.testing import run_prestart
+
+        proxy = app.plan("r")["proxy"].service
+        node_root.resolve(CERT).unlink()
+        assert run_prestart(proxy, node_root.path).error is None  # a new pair, not yet served
+        why = f"certificate {CERT} changed since it was started, not by this apply"
+        rows = {row["name"]: row for row in app.dry_run(app.plan("r"), app.recorder)}
+        assert (rows["proxy"]["action"], rows["proxy"]["why"]) == ("restart", why)
+        assert (rows["db"]["action"], rows["db"]["why"]) == ("keep", "running, unchanged")
+        applied = {s.name: s for s in app.apply(app.plan("r"), app.recorder).services}
+        assert (applied["proxy"].status, applied["proxy"].reason) == (
+            "restarted",
+            f"restarted: {why}",
+        )
+        assert applied["db"].status == "running"
+
     def test_unusable_ca_fails_without_restart(self, app: _App, node_root: ScratchRoot) -> None:
         """A CA key that went missing fails the service's renewal; its process keeps running."""
         node_root.resolve(K3S_CA_KEY).unlink()
