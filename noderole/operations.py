@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 import os
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Self, cast
 
 from noderole.clock import Clock, SystemClock
@@ -914,9 +914,12 @@ class Operations:
         *,
         lock_timeout: float = 300.0,
         strays: bool = False,
+        told: Callable[[str, str], None] | None = None,
     ) -> list[str]:
-        """Stop ``names`` (in the order given) under the node lock; return those that had a
-        process running (or respawning), so nobody is told a stopped service was stopped.
+        """Stop ``names`` (in the order given) under the node lock, and first the running
+        services that need them (:meth:`needing`; each told to ``told`` with why, before it
+        stops); return those that had a process running (or respawning), so nobody is told a
+        stopped service was stopped.
 
         With ``strays`` (a stop of the whole role) under the native backend, what its
         supervisor runs outside ``plan`` is stopped first, too: services an apply could not
@@ -925,15 +928,17 @@ class Operations:
         from noderole.state import node_lock
         from noderole.supervisor._status import ACTIVE
 
-        processes = [n for n in names if plan[n].service.command is not None]
-        stopping = processes
-        milestones = getattr(backend, "milestones", None)
-        if strays and milestones is not None:
-            # A whole role under an init system: its milestones' units too, which stay active
-            # once their steps ran (a reset then removed the file of an active unit).
-            held = set(milestones([plan[n].service for n in names]))
-            stopping = [n for n in names if n in held or plan[n].service.command is not None]
         with node_lock(self.root, timeout=lock_timeout, clock=self.clock, what="stop"):
+            if not strays:
+                names = self._with_needing(plan, names, backend, told)
+            processes = [n for n in names if plan[n].service.command is not None]
+            stopping = processes
+            milestones = getattr(backend, "milestones", None)
+            if strays and milestones is not None:
+                # A whole role under an init system: its milestones' units too, which stay
+                # active once their steps ran (a reset then removed the file of an active unit).
+                held = set(milestones([plan[n].service for n in names]))
+                stopping = [n for n in names if n in held or plan[n].service.command is not None]
             outside: list[str] = []
             if strays and backend.name == "native":
                 before = _supervised(backend)
@@ -945,6 +950,41 @@ class Operations:
         self.publish_metrics(plan, backend, None)
         return [n for n in processes if n in before and before[n].state in ACTIVE]
 
+    def needing(self, plan: Plan, names: Sequence[str], backend: Backend) -> dict[str, str]:
+        """The services of ``plan`` with a process running (or respawning) that ``need`` one of
+        ``names``, directly or through others (:meth:`~noderole.plan.Plan.needed_by`), in stop
+        order, each with why (``it needs hdep``): what ``stop`` and ``restart`` of ``names``
+        stop first, as OpenRC and systemd stop what needs (``Requires=``) a stopped service,
+        whichever backend runs them. The init system then finds them stopped already: nothing
+        is stopped twice."""
+        found = plan.needed_by(names)
+        candidates = [n for n in found if plan[n].service.command is not None]
+        if not candidates:
+            return {}
+        from noderole.supervisor._status import ACTIVE
+
+        current = backend.status(candidates)
+        running = [n for n in candidates if n in current and current[n].state in ACTIVE]
+        stopped = set(names) | set(running)
+        return {name: _why_needed(plan, name, found, stopped) for name in running}
+
+    def _with_needing(
+        self,
+        plan: Plan,
+        names: Sequence[str],
+        backend: Backend,
+        told: Callable[[str, str], None] | None,
+    ) -> list[str]:
+        """``names`` and the running services that need them (:meth:`needing`, each told to
+        ``told``), in stop order; ``names`` as given when nothing needs them."""
+        needing = self.needing(plan, names, backend)
+        if not needing:
+            return list(names)
+        for name, why in needing.items():
+            if told is not None:
+                told(name, why)
+        return [n for n in plan.stop_order() if n in needing or n in names]
+
     def restart(
         self,
         plan: Plan,
@@ -953,11 +993,16 @@ class Operations:
         *,
         progress: Progress | None = None,
         lock_timeout: float = 300.0,
+        told: Callable[[str, str], None] | None = None,
     ) -> ApplyReport:
-        """Stop ``names``, then apply just them again (pre-start steps included)."""
+        """Stop ``names``, and first the running services that need them (:meth:`needing`;
+        each told to ``told`` with why), then apply them all again (pre-start steps included),
+        what needs them after them: as OpenRC's ``rc-service NAME restart`` restarts the
+        services that need NAME and were started, and systemd those that ``Requires=`` it."""
         from noderole.state import node_lock
 
         with node_lock(self.root, timeout=lock_timeout, clock=self.clock, what="restart"):
+            names = self._with_needing(plan, names, backend, told)
             backend.stop([n for n in names if plan[n].service.command is not None])
         report = self.apply(
             plan.subset(names),
@@ -1174,6 +1219,30 @@ class Operations:
             changed=[item.path for item in items if self.root.resolve(item.path) in written],
             removed=removed,
         )
+
+
+def _why_needed(plan: Plan, name: str, found: Mapping[str, str], stopped: set[str]) -> str:
+    """Why ``name`` stops with what it needs (``found``: :meth:`Plan.needed_by`'s): ``it needs
+    hdep``; through a virtual name, ``it needs V, which hdep provides``; through services that
+    are not stopped themselves (a milestone), each hop until one that is (``it needs
+    k3s-cluster, which k3s-cluster-init provides, which needs net``)."""
+    hops = []
+    while True:
+        via = found[name]
+        planned = plan[name]
+        virtual = next(
+            (
+                v
+                for v, providers in planned.provided_by.items()
+                if via in providers and v in planned.service.need
+            ),
+            None,
+        )
+        hops.append(f"{virtual}, which {via} provides" if virtual is not None else via)
+        if via in stopped or via not in found:
+            break
+        name = via
+    return "it needs " + ", which needs ".join(hops)
 
 
 def _log_tail(path: str, lines: int, secrets: Sequence[str] | None) -> list[str]:

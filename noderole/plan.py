@@ -204,6 +204,26 @@ class Plan(RecordBase):
             object.__setattr__(self, "_dependents", dependents)
         return dependents[name]
 
+    def needed_by(self, names: Iterable[str]) -> dict[str, str]:
+        """The services of the plan that ``need`` one of ``names`` (services of the plan),
+        directly or through another that does, each with the service it needs by which it is
+        reached, in stop order: what stops with them, as OpenRC's ``rc-service NAME stop``
+        stops what needs NAME and systemd what ``Requires=`` it. ``need`` only: ``want``,
+        ``use``, ``after`` and ``before`` order starts, and a stop leaves them be. A service
+        that needs a virtual name needs every planned provider of it (:attr:`PlannedService.needs`),
+        so it stops with any of them. Raises KeyError for a name that is not in this plan."""
+        stopping = set(names)
+        for name in stopping:
+            self[name]  # a clear KeyError for a name outside the plan
+        found: dict[str, str] = {}
+        for planned in self.services:  # start order: what a service needs comes before it
+            if planned.name in stopping:
+                continue
+            via = next((d for d in planned.needs if d in stopping or d in found), None)
+            if via is not None:
+                found[planned.name] = via
+        return {name: found[name] for name in reversed(self.names()) if name in found}
+
     def stop_order(self) -> tuple[str, ...]:
         """Service names in stop order: start order reversed, so dependents stop first."""
         return tuple(reversed(self.names()))

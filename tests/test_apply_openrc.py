@@ -145,6 +145,37 @@ class TestApplyThroughOpenRC:
         assert namespace.sh("pgrep -x -f '/bin/sleep [12]000'").rc == 1
         assert namespace.sh("rc-service base status").rc != 0
 
+    def test_stop_and_restart_of_what_top_needs_say_and_restart_top(
+        self, namespace: OpenRCNamespace
+    ) -> None:
+        """`stop base`, which top needs: OpenRC's `rc-service base stop` stops top too, and
+        noderole now stops it first itself and says so, as under the native supervisor (OpenRC
+        then finds it stopped: nothing is stopped twice). `restart base` starts top again after
+        base. Before, top was stopped by OpenRC without a word, and a restart left it stopped."""
+        noderole = namespace.wrapper  # type: ignore[attr-defined]
+        assert namespace.sh(f"{noderole} apply demo --backend openrc", timeout=120).rc == 0
+        top = namespace.sh(EVENTUALLY.format(check="pgrep -x -f '/bin/sleep 2000'"))
+        assert top.rc == 0, namespace.sh("ps -eo pid,args").stdout
+        stopped = namespace.sh(f"{noderole} stop base --backend openrc", timeout=120)
+        assert stopped.rc == 0, stopped.stderr
+        assert stopped.stdout.splitlines() == [
+            " * Stopping top (it needs base)",
+            " * Stopped top",
+            " * Stopped base",
+        ]
+        assert namespace.sh("rc-service top status").rc != 0
+        assert namespace.sh("pgrep -x -f '/bin/sleep [12]000'").rc == 1
+        assert namespace.sh(f"{noderole} apply demo --backend openrc", timeout=120).rc == 0
+        before = namespace.sh(EVENTUALLY.format(check="pgrep -x -f '/bin/sleep 2000'"))
+        assert before.rc == 0, namespace.sh("ps -eo pid,args").stdout
+        restarted = namespace.sh(f"{noderole} restart base --backend openrc", timeout=120)
+        assert restarted.rc == 0, restarted.stderr + restarted.stdout
+        assert restarted.stdout.splitlines()[0] == " * Stopping top (it needs base)"
+        assert namespace.sh("rc-service top status").rc == 0
+        after = namespace.sh(EVENTUALLY.format(check="pgrep -x -f '/bin/sleep 2000'"))
+        assert after.rc == 0, namespace.sh("ps -eo pid,args").stdout
+        assert after.stdout != before.stdout
+
     def test_apply_starts_a_service_that_gave_up_respawning(
         self, namespace: OpenRCNamespace
     ) -> None:
@@ -238,3 +269,22 @@ class TestMilestonesAndRoleChange:
         assert namespace.sh("pgrep -x -f '/bin/sleep 4001'").rc == 1
         assert namespace.sh("rc-service worker status").rc == 0
         assert namespace.sh("rc-service new status").rc == 0
+
+    def test_stop_of_a_provider_stops_what_needs_its_virtual_name(
+        self, namespace: OpenRCNamespace
+    ) -> None:
+        """`stop gate-one`, which provides `gate`, which worker needs: OpenRC stops worker with
+        its provider, and noderole stops it first and says why, as under the native
+        supervisor. Before, OpenRC stopped worker without a word from noderole."""
+        noderole = namespace.wrapper  # type: ignore[attr-defined]
+        done = namespace.sh(f"{noderole} apply one --backend openrc", timeout=120)
+        assert done.rc == 0, done.stderr + done.stdout
+        stopped = namespace.sh(f"{noderole} stop gate-one --backend openrc", timeout=120)
+        assert stopped.rc == 0, stopped.stderr
+        assert stopped.stdout.splitlines() == [
+            " * Stopping worker (it needs gate, which gate-one provides)",
+            " * Stopped worker",
+        ]
+        assert namespace.sh("rc-service worker status").rc != 0
+        assert namespace.sh("pgrep -x -f '/bin/sleep 4002'").rc == 1
+        assert namespace.sh("rc-service old status").rc == 0  # needs nothing of gate-one's

@@ -743,6 +743,96 @@ class TestSupervision:
         assert node.pid("b") != b
 
 
+class TestStopWhatNeedsIt:
+    """`need` keeps OpenRC's meaning (systemd's `Requires=`) at a stop too: stopping a service
+    stops first what needs it, and a restart starts that again after it. `want`, `use` and
+    `after` only order starts."""
+
+    def test_stop_stops_what_needs_it_first_and_says_why(self, node: Node) -> None:
+        """`stop hdep` stops huser (it needs hdep) and top (it needs huser) first, last
+        started first, naming why; what only wants, uses or starts after hdep runs on. Before,
+        huser and top ran on, needing a stopped hdep, and nothing said so (while OpenRC and
+        systemd stopped them)."""
+        node.services += [
+            sleeper("hdep"),
+            sleeper("huser", need=["hdep"]),
+            sleeper("top", need=["huser"]),
+            sleeper("wanter", want=["hdep"]),
+            sleeper("user", use=["hdep"]),
+            sleeper("later", after=["hdep"]),
+        ]
+        assert node.run("apply", "demo").exit_code == 0
+        pids = {s.name: node.pid(s.name) for s in node.services}
+        result = node.run("stop", "hdep")
+        assert result.exit_code == 0, result.output
+        assert result.stdout.splitlines() == [
+            " * Stopping top (it needs huser)",
+            " * Stopping huser (it needs hdep)",
+            " * Stopped top",
+            " * Stopped huser",
+            " * Stopped hdep",
+        ]
+        for name in ("hdep", "huser", "top"):
+            assert not is_alive(pids[name]), name
+        rows = {r["name"]: r for r in json.loads(node.run("status", "--json").stdout)["services"]}
+        assert {n: rows[n]["state"] for n in ("wanter", "user", "later")} == dict.fromkeys(
+            ("wanter", "user", "later"), "running"
+        )
+        assert [rows[n]["pid"] for n in ("wanter", "user", "later")] == [
+            pids["wanter"],
+            pids["user"],
+            pids["later"],
+        ]
+
+    def test_a_need_through_a_virtual_name_or_a_milestone_stops_too(self, node: Node) -> None:
+        """A service that needs a virtual name needs every planned provider of it, so it stops
+        with any of them, and one that needs a milestone needing the stopped service stops
+        too; the reason names the way."""
+        node.services += [
+            sleeper("gate-one", provide=["gate"]),
+            sleeper("worker", need=["gate"]),
+            noderole.Service(name="milestone", roles=["demo"], need=["gate-one"]),
+            sleeper("late", need=["milestone"]),
+        ]
+        assert node.run("apply", "demo").exit_code == 0
+        result = node.run("stop", "gate-one")
+        assert result.exit_code == 0, result.output
+        assert result.stdout.splitlines() == [
+            " * Stopping late (it needs milestone, which needs gate-one)",
+            " * Stopping worker (it needs gate, which gate-one provides)",
+            " * Stopped late",
+            " * Stopped worker",
+            " * Stopped gate-one",
+        ]
+
+    def test_restart_restarts_what_needs_it_and_ran_after_it(self, node: Node) -> None:
+        """`restart hdep` stops huser first, starts hdep, then huser again; a service that needs
+        hdep and was not running stays stopped, and one that starts after hdep is left alone.
+        Before, huser ran on, untouched, under the native supervisor (and systemd and OpenRC
+        left it stopped)."""
+        node.services += [
+            sleeper("hdep"),
+            sleeper("huser", need=["hdep"]),
+            sleeper("idle", need=["hdep"]),
+            sleeper("later", after=["hdep"]),
+        ]
+        assert node.run("apply", "demo").exit_code == 0
+        assert node.run("stop", "idle").exit_code == 0
+        pids = {name: node.pid(name) for name in ("hdep", "huser", "later")}
+        result = node.run("restart", "hdep")
+        assert result.exit_code == 0, result.output
+        lines = result.stdout.splitlines()
+        assert lines[0] == " * Stopping huser (it needs hdep)", lines
+        started = [line.split()[2] for line in lines if line.startswith(" * Starting ")]
+        assert started == ["hdep", "huser"], lines
+        rows = {r["name"]: r for r in json.loads(node.run("status", "--json").stdout)["services"]}
+        assert (rows["hdep"]["state"], rows["huser"]["state"]) == ("running", "running")
+        assert rows["hdep"]["pid"] != pids["hdep"]
+        assert rows["huser"]["pid"] != pids["huser"]
+        assert rows["later"]["pid"] == pids["later"]
+        assert rows["idle"]["state"] == "stopped"
+
+
 class TestInterruptedApply:
     def test_ctrl_c_stops_the_other_threads_before_the_apply_leaves(self, tmp_path: Path) -> None:
         """Ctrl-C while the caller waits in one service and another thread waits in another:

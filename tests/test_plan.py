@@ -544,6 +544,27 @@ class TestPlanMethods:
         plan = build_plan([svc("a", roles=["r"], before=["b"]), svc("b", roles=["r"])], "r")
         assert plan.dependents("a") == ("b",)
 
+    def test_needed_by_follows_need_alone(self) -> None:
+        """needed_by() is what stops with the given services: what needs them, directly, through
+        a virtual name (every provider counts) or through another service, in stop order, each
+        with the service it needs on the way; want, use, after and before are left out."""
+        plan = build_plan(
+            [
+                svc("a", roles=["r"], provide=["v"]),
+                svc("b", roles=["r"], need=["a"]),
+                svc("c", roles=["r"], need=["b"]),
+                svc("d", roles=["r"], need=["v"]),
+                svc("w", roles=["r"], want=["a"], use=["a"], after=["a"]),
+                svc("x", roles=["r"], before=["a"]),
+            ],
+            "r",
+        )
+        assert list(plan.needed_by(["a"]).items()) == [("c", "b"), ("d", "a"), ("b", "a")]
+        assert plan.needed_by(["b"]) == {"c": "b"}
+        assert plan.needed_by(["b", "c"]) == {}
+        with pytest.raises(KeyError, match="'nope' is not in the plan"):
+            plan.needed_by(["nope"])
+
     def test_a_pidfile_is_one_services_own(self) -> None:
         """Two services with one pidfile, or a pidfile that is a log, passed plan: the
         supervisor then replaced the other service's pidfile as "not ours", and two OpenRC

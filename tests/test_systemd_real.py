@@ -835,6 +835,58 @@ class TestResetThenApply:
         assert node.show_load("gate-one.service") == "loaded"
 
 
+NEEDS_PLUGIN = """\
+import noderole
+
+
+@noderole.hookimpl
+def noderole_services(node):
+    return [
+        noderole.Service(name="hdep", roles=["many"], command=["/bin/sleep", "1011"]),
+        noderole.Service(
+            name="huser", roles=["many"], need=["hdep"], command=["/bin/sleep", "1012"]
+        ),
+        noderole.Service(
+            name="later", roles=["many"], after=["hdep"], command=["/bin/sleep", "1013"]
+        ),
+    ]
+"""
+"""``huser`` needs ``hdep`` (``Requires=hdep.service``); ``later`` only starts after it."""
+
+
+class TestStopWhatNeedsIt:
+    def test_stop_and_restart_of_what_huser_needs_say_and_restart_huser(self, node: Node) -> None:
+        """`stop hdep`: systemd stops what `Requires=` it, and noderole now stops huser first
+        itself and says so, as under the native supervisor and OpenRC (systemd then finds it
+        stopped: nothing is stopped twice); `later` runs on. `restart hdep` starts huser
+        again after hdep. Before, systemd stopped huser without a word from noderole, and a
+        restart left it stopped."""
+        command = stage_many(node.ns.root, NEEDS_PLUGIN)
+        apply = (command, "apply", "many", "--backend", "systemd")
+        first = node.ns.run(*apply, check=False)
+        assert first.returncode == 0, first.stdout + first.stderr
+        later = node.main_pid("later.service")
+        stop = node.ns.run(command, "stop", "hdep", "--backend", "systemd", check=False)
+        assert stop.returncode == 0, stop.stdout + stop.stderr
+        assert stop.stdout.splitlines() == [
+            " * Stopping huser (it needs hdep)",
+            " * Stopped huser",
+            " * Stopped hdep",
+        ]
+        assert node.active("huser.service") == "inactive"
+        assert node.active("hdep.service") == "inactive"
+        assert node.main_pid("later.service") == later
+        again = node.ns.run(*apply, check=False)
+        assert again.returncode == 0, again.stdout + again.stderr
+        huser = node.main_pid("huser.service")
+        restart = node.ns.run(command, "restart", "hdep", "--backend", "systemd", check=False)
+        assert restart.returncode == 0, restart.stdout + restart.stderr
+        assert restart.stdout.splitlines()[0] == " * Stopping huser (it needs hdep)"
+        assert node.active("huser.service") == "active"
+        assert node.main_pid("huser.service") not in (0, huser)
+        assert node.main_pid("later.service") == later
+
+
 class TestRenewTimer:
     def test_the_timer_runs_renew(self, node: Node) -> None:
         """With renew_interval = 1, enable's noderole-renew.timer elapses under systemd and its

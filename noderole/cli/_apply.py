@@ -239,15 +239,20 @@ def _warn_config(app: App) -> None:
 def stop_command(app: App, names: tuple[str, ...], backend: str, lock_timeout: float) -> None:
     """Stop a role (default: the applied one) or some services, in reverse dependency order.
 
-    Returns only when every process (and its process group) is gone. Works from the state the
-    last apply recorded when config.toml is broken (with a warning).
+    Stopping a service stops first the running services that need it (`need`, directly or
+    through others; not `want`, `use` or `after`), each named with why (` * Stopping huser (it
+    needs hdep)`), as OpenRC and systemd do. Returns only when every process (and its process
+    group) is gone. Works from the state the last apply recorded when config.toml is broken
+    (with a warning).
     """
     app.recorded_config_fallback = True
     plan, targets = app.targets(names, from_record=True)  # no plugin is imported
     chosen = app.recorded_backend(backend)
     _warn_config(app)
     whole = not names or (len(names) == 1 and names[0] == plan.role and plan.role not in plan)
-    stopped = app.stop(plan, targets, chosen, lock_timeout=lock_timeout, strays=whole)
+    stopped = app.stop(
+        plan, targets, chosen, lock_timeout=lock_timeout, strays=whole, told=_stopping
+    )
     for name in stopped:
         _say(
             f" * Stopped {name}"
@@ -259,6 +264,11 @@ def stop_command(app: App, names: tuple[str, ...], backend: str, lock_timeout: f
         _say(f" * Not running: {', '.join(idle)}")
 
 
+def _stopping(name: str, why: str) -> None:
+    """Say that ``name`` stops because it needs what is stopped (``why``: ``it needs hdep``)."""
+    _say(f" * Stopping {name} ({why})")
+
+
 @click.command("restart", cls=Command)
 @click.argument("services", nargs=-1, required=True)
 @backend_option
@@ -267,7 +277,10 @@ def stop_command(app: App, names: tuple[str, ...], backend: str, lock_timeout: f
 def restart_command(app: App, services: tuple[str, ...], backend: str, lock_timeout: float) -> None:
     """Stop SERVICES, then run their pre-start steps and start them again.
 
-    With a broken config.toml, the settings the last apply recorded are used (with a warning).
+    The running services that need them (`need`, directly or through others) are stopped
+    first, each named with why, and started again after them, as OpenRC and systemd restart
+    them. With a broken config.toml, the settings the last apply recorded are used (with a
+    warning).
     """
     from noderole.console import ConsoleProgress
 
@@ -276,7 +289,12 @@ def restart_command(app: App, services: tuple[str, ...], backend: str, lock_time
     chosen = app.backend(backend)
     _warn_config(app)
     report = app.restart(
-        plan, targets, chosen, progress=ConsoleProgress(), lock_timeout=lock_timeout
+        plan,
+        targets,
+        chosen,
+        progress=ConsoleProgress(),
+        lock_timeout=lock_timeout,
+        told=_stopping,
     )
     if not report.ok:
         raise SystemExit(int(ExitCode.FAILED))
