@@ -154,6 +154,7 @@ def dry_run_report(
         definition_digests,
         file_writers,
         files_read,
+        has_process,
         process_fingerprint,
         restart_reasons,
     )
@@ -172,7 +173,7 @@ def dry_run_report(
         ]
         minting = [c for c in certificates if c["verdict"].startswith("mint:")]
         status = current.get(entry.name)
-        running = status is not None and status.state in ("starting", "running", "ready")
+        running = status is not None and has_process(status)
         if entry.name in failures:
             action, why = failures[entry.name].split(": ", 1)
         elif service.command is None:

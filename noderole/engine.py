@@ -56,6 +56,7 @@ __all__ = [
     "files_changed",
     "files_read",
     "fingerprint_base",
+    "has_process",
     "restart_reasons",
     "stale_files",
     "written_files",
@@ -373,6 +374,15 @@ def _modified_since(path: str, started_at: float | None) -> bool:
 def files_changed(paths: Sequence[str]) -> str:
     """A restart's reason for files its process read that changed since it started."""
     return f"{'file' if len(paths) == 1 else 'files'} {', '.join(paths)} changed"
+
+
+def has_process(current: BackendStatus) -> bool:
+    """Whether ``current`` is a process ``apply`` may keep: starting, running or ready, and not
+    being stopped (a stop whose client was interrupted goes on in the supervisor, its state
+    still the one it had: a start is queued behind it)."""
+    return current.state in ("starting", "running", "ready") and not getattr(
+        current, "stopping", False
+    )
 
 
 def compare_running(
@@ -827,11 +837,7 @@ class _Run:
         current = self.current.get(entry.name)
         # A stop under way (one whose client was interrupted goes on in the supervisor) is no
         # process to keep: the start is queued behind it.
-        running = (
-            current is not None
-            and current.state in ("starting", "running", "ready")
-            and not getattr(current, "stopping", False)
-        )
+        running = current is not None and has_process(current)
         stale: list[str] = []
         if running and current is not None:
             same, stale = compare_running(

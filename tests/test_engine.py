@@ -213,7 +213,7 @@ class TestApply:
         """A `stop` interrupted (Ctrl-C, its client killed) goes on in the supervisor, the
         service's state still `ready` while it stops. The next apply said `already running`
         and exited 0, and the supervisor killed it seconds later: nothing ran. The apply now
-        starts it, queued behind the stop."""
+        starts it, queued behind the stop; `--dry-run` says so."""
         stubborn = node.root / "usr/local/bin/stubborn"
         stubborn.write_text("#!/bin/sh\ntrap '' TERM\nwhile :; do sleep 1; done\n")
         stubborn.chmod(0o755)
@@ -234,6 +234,8 @@ class TestApply:
         stopper.start()
         try:
             wait_until(lambda: native.status(["a"])["a"].reason == "stopping", "a stop under way")
+            dry = json.loads(node.run("apply", "demo", "--dry-run", "--json").stdout)
+            assert [(r["action"], r["why"]) for r in dry["services"]] == [("start", "not running")]
             data = report(node.run("apply", "demo", "--json"))
             assert data["a"]["status"] == "started", data["a"]
         finally:
