@@ -577,25 +577,28 @@ class _Run:
                 watcher = self.watcher = threading.Thread(
                     target=self._watch, name="apply:watch", daemon=True
                 )
+        # A thread is listed before it starts: a Ctrl-C between the start and the listing left
+        # a running thread :meth:`abandon` did not wait for (its next step wrote into the node
+        # after the apply had left).
         if helper:
             thread = threading.Thread(target=self._help, name="apply", daemon=True)
+            with self._schedule_lock:
+                self.helpers.append(thread)
             try:
                 thread.start()
             except RuntimeError:  # no thread to be had: the threads that run take the work
                 with self._schedule_lock:
                     self._unclaimed -= 1
-            else:
-                with self._schedule_lock:
-                    self.helpers.append(thread)
+                    self.helpers.remove(thread)
         if watcher is not None:
+            with self._schedule_lock:
+                self.helpers.append(watcher)
             try:
                 watcher.start()
             except RuntimeError:  # the caller watches once it is free, as without a wait
                 with self._schedule_lock:
                     self.watcher = None
-            else:
-                with self._schedule_lock:
-                    self.helpers.append(watcher)
+                    self.helpers.remove(watcher)
 
     def abandon(self, reason: str, bound: float) -> None:
         """The caller was interrupted (Ctrl-C, a SIGTERM made one): start nothing more, end
@@ -620,7 +623,8 @@ class _Run:
             return
         stopper.join(bound)
         for thread in list(self.helpers):  # a copy made under the GIL, as appends are
-            thread.join(max(0.0, deadline - time.monotonic()))
+            if thread.ident is not None:  # listed, but the interrupt came before its start
+                thread.join(max(0.0, deadline - time.monotonic()))
 
     def _stop(self, reason: str) -> None:
         with self._schedule_lock:
