@@ -134,6 +134,39 @@ def noderole_settings() -> SettingsTable:
                     "node (from its machine id), so nodes do not restart services together."
                 ),
             ),
+            Setting(
+                name="logrotate",
+                type=bool,
+                default=True,
+                description=(
+                    "Write /etc/logrotate.d/noderole, which rotates the log files of the role's "
+                    "services (apply, and render for OpenRC/systemd); false writes none and "
+                    "removes the one noderole wrote: for an image that ships its own."
+                ),
+            ),
+            Setting(
+                name="logrotate_keep",
+                type=int,
+                default=0,
+                min=0,
+                max=1000,
+                description=(
+                    "Old copies of each log /etc/logrotate.d/noderole keeps (logrotate's "
+                    "`rotate`); 0: the system's default (/etc/logrotate.conf)."
+                ),
+            ),
+            Setting(
+                name="logrotate_max_megabytes",
+                type=int,
+                default=0,
+                min=0,
+                max=65536,
+                description=(
+                    "Rotate a log past this many MiB at logrotate's next run, before its "
+                    "interval is up (`maxsize`); 0: no size bound. logrotate runs daily: run "
+                    "it more often for a tighter bound."
+                ),
+            ),
         ],
     )
 

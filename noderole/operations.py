@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import os
+import stat
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Self, cast
@@ -41,7 +42,16 @@ if TYPE_CHECKING:
     from noderole.renewal import CertificateCheck
     from noderole.reset import ResetReport
 
-__all__ = ["Operations", "RenderResult", "status_verdict"]
+__all__ = [
+    "LOGROTATE_FILE",
+    "LogrotateConfig",
+    "Operations",
+    "RenderResult",
+    "logrotate_config",
+    "logrotate_text",
+    "status_verdict",
+    "sync_logrotate",
+]
 
 
 _UP = {"running", "ready"}
@@ -622,11 +632,30 @@ class Operations:
             if applied != previous:  # an apply that changed nothing writes nothing
                 write_applied(self.root, applied)
             record_processes(self.root, plan, backend.name)
+            if record_plan and not failures:
+                # The role's logs as planned; a broken plugin's services would drop out of it.
+                self._write_logrotate(plan, backend)
             self._record_outcomes(plan, report, whole=record_plan)
             self._store_parsed_config()
         if publish:
             self.publish_metrics(plan, backend, report)
         return report
+
+    def _write_logrotate(self, plan: Plan, backend: Backend) -> None:
+        """Make ``/etc/logrotate.d/noderole`` rotate the logs of ``plan``'s services as
+        ``backend`` writes them (:func:`logrotate_config`); unchanged, nothing is written. A
+        file that cannot be written is a warning: the services are up."""
+        try:
+            settings = self.config.table("noderole")
+        except ConfigError:  # an apply of a plan built elsewhere (the testing kit's)
+            return
+        services = (entry.service for entry in plan.services)
+        config = logrotate_config(services, settings, native=backend.name == "native")
+        self.warnings.extend(config.left_out)
+        try:
+            sync_logrotate(self.root, config.text)
+        except NoderoleError as exc:
+            self.warnings.append(f"{exc}; the services' logs are not rotated")
 
     def _store_parsed_config(self) -> None:
         """Keep the ``config.toml`` this command parsed, so the next commands need no TOML
@@ -1177,7 +1206,7 @@ class Operations:
     def render(self, role: str, backend: str, *, static: bool = False) -> RenderResult:
         """Write ``backend``'s (openrc or systemd) files for every service of ``role``, remove
         what an earlier render wrote for services no longer in it, and record the role."""
-        from noderole.render import render_openrc, render_systemd, sync_rendered
+        from noderole.render import RenderedFile, render_openrc, render_systemd, sync_rendered
         from noderole.schedule import RENEW_SERVICE, periodic_files
         from noderole.state import write_role
 
@@ -1198,8 +1227,15 @@ class Operations:
             interval=float(self.setting("renew_interval")),
             root=self.root,
         )
+        # The program writes its log itself under OpenRC and systemd: copytruncate.
+        logrotate = logrotate_config(services, self.config.table("noderole"), native=False)
+        self.warnings.extend(logrotate.left_out)
+        if logrotate.text is not None:
+            items.append(RenderedFile(path=LOGROTATE_FILE, content=logrotate.text, mode=0o644))
         manifest = f"/var/lib/noderole/rendered-{backend}.json"
         changed, removed = sync_rendered(items, root=self.root, manifest=manifest)
+        if logrotate.text is None and sync_logrotate(self.root, None):  # an apply's, say
+            removed = [*removed, LOGROTATE_FILE]
         if self._native_runs():
             # Files for an image or a later switch: the node's services run under the native
             # supervisor now, and status and stop must go on reaching them through it.
@@ -1267,6 +1303,207 @@ def _log_tail(path: str, lines: int, secrets: Sequence[str] | None) -> list[str]
     for secret in (s for s in secrets if s):
         tail = [line.replace(secret, "***") for line in tail]
     return tail
+
+
+# ---------------------------------------------------------------- the logs' logrotate file
+#
+# k3s is chatty, and nothing else rotates its log: without this file /var/log fills, often on the
+# file system that holds the datastore. Here, not in a module of its own: a re-apply that changes
+# nothing builds the text and compares it with the file, and imports nothing more for it.
+# What each backend needs so that no line is lost:
+#
+# - native: the supervisor writes the files (services write into pipes it copies) and reopens
+#   every log on SIGHUP. `postrotate` sends it one through its pid file, once the process named
+#   there is found to be the supervisor of /run/noderole (a pid file left by a killed daemon may
+#   name another process by now); none running: nothing to do. `delaycompress`: the lines written
+#   between the rename and the reopen land in LOG.1, which must not be compressed under them.
+# - OpenRC and systemd: the program holds its file (supervise-daemon's output_log, `noderole exec`
+#   under systemd), and nothing makes it open it again: `copytruncate`, as k3s's own install
+#   script does for OpenRC.
+#
+# The file names node paths, as units do (under --root it is ROOT/etc/logrotate.d/noderole and
+# names /var/log/k3s.log, what the node sees once it boots). It is recorded as rendered: reset
+# removes it with the units, as kept logs would otherwise be aged out by it.
+
+LOGROTATE_FILE = "/etc/logrotate.d/noderole"
+"""The configuration (node path); logrotate reads every file of ``/etc/logrotate.d``."""
+
+HEADER = "# Generated by noderole: the logs of the role's services, rewritten by apply.\n"
+"""The first line (what render's check of a file's owner looks for)."""
+
+_PLAIN = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_@+=:,./-")
+"""Characters logrotate reads literally in a bare file name."""
+
+_REFUSED = frozenset("\"'\\*?[]{}")
+"""Characters logrotate cannot take in a file name, quoted or not: a quote ends the name, a
+backslash is kept, ``* ? [ ]`` make it a glob, a brace is read as the block's."""
+
+
+class LogrotateConfig:
+    """The configuration's text, or None when none is due, and what was left out of it."""
+
+    __slots__ = ("left_out", "text")
+
+    def __init__(self, text: str | None, left_out: Sequence[str] = ()) -> None:
+        self.text = text
+        """The file's content; None: no file (off, or no log to rotate)."""
+        self.left_out = tuple(left_out)
+        """One sentence per log path left out: the service, the path, why, and the fix."""
+
+
+def logrotate_text(
+    logs: Sequence[str],
+    *,
+    supervisor_run_dir: str | None,
+    keep: int = 0,
+    max_megabytes: int = 0,
+) -> str:
+    """The configuration for ``logs`` (paths as logrotate will see them, each one logrotate can
+    take): with ``supervisor_run_dir`` (the native backend), a ``postrotate`` that sends SIGHUP
+    to the supervisor of that run directory; without, ``copytruncate``. ``keep`` old copies
+    (0: the system's default) and rotated past ``max_megabytes`` (0: no size bound)."""
+    lines = [
+        HEADER.rstrip("\n"),
+        "# Settings: [noderole] logrotate, logrotate_keep and logrotate_max_megabytes in",
+        "# /etc/noderole/config.toml; how often, and the rest: /etc/logrotate.conf.",
+        " ".join(_name(log) for log in logs) + " {",
+        "    missingok",
+        "    notifempty",
+    ]
+    if keep:
+        lines.append(f"    rotate {keep}")
+    if max_megabytes:
+        lines.append(f"    maxsize {max_megabytes}M")
+    if supervisor_run_dir is None:
+        lines += [
+            "    # The program holds its log open: copied, then emptied in place.",
+            "    copytruncate",
+        ]
+    else:
+        pidfile = f"{supervisor_run_dir}/supervisor.pid"
+        lines += [
+            "    # The native supervisor writes the logs and reopens them on SIGHUP: nothing is",
+            "    # lost; the lines written before it reopened go to LOG.1, compressed next time.",
+            "    delaycompress",
+            "    sharedscripts",
+            "    postrotate",
+            f"        pid=$(cat {_sh(pidfile)} 2>/dev/null) || exit 0",
+            '        case "$pid" in ""|*[!0-9]*) exit 0 ;; esac',
+            '        if tr "\\000" "\\n" <"/proc/$pid/cmdline" 2>/dev/null'
+            f" | grep -qxF -e {_sh(supervisor_run_dir)}; then",
+            '            kill -HUP "$pid" 2>/dev/null',
+            "        fi",
+            "        exit 0",
+            "    endscript",
+        ]
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def _name(path: str) -> str:
+    """``path`` as logrotate reads it back: bare when plain, else double-quoted."""
+    return path if set(path) <= _PLAIN else f'"{path}"'
+
+
+def _sh(path: str) -> str:
+    """``path`` as one sh word: bare when plain, else single-quoted."""
+    return path if set(path) <= _PLAIN else "'" + path.replace("'", "'\\''") + "'"
+
+
+def _refusal(path: str) -> str:
+    """Why logrotate cannot take ``path`` ("" when it can)."""
+    bad = sorted({c for c in path if c in _REFUSED or not c.isprintable()})
+    if not bad:
+        return ""
+    return (
+        f"logrotate cannot take {', '.join(repr(c) for c in bad)} in a file name (a quote, a "
+        "backslash, a glob or brace character, a control character)"
+    )
+
+
+def logrotate_config(
+    services: Iterable[Service],
+    settings: Mapping[str, Any],
+    *,
+    native: bool,
+) -> LogrotateConfig:
+    """The configuration for the logs of ``services`` (those with a command), as ``[noderole]``
+    ``settings`` ask, for the native backend (``native``) or an init system."""
+    if not settings["logrotate"]:
+        return LogrotateConfig(None)
+    logs: dict[str, None] = {}
+    left_out: list[str] = []
+    for service in services:
+        if service.command is None:
+            continue
+        for attribute in ("output_log", "error_log"):
+            path = getattr(service, attribute)
+            if not path or path in logs:
+                continue
+            refusal = _refusal(path)
+            if refusal:
+                left_out.append(
+                    f"{LOGROTATE_FILE} leaves out {path!r}, service {service.name}'s "
+                    f"{attribute}: {refusal}; give the service a log path without them, or "
+                    "rotate that log with a logrotate file of your own"
+                )
+            else:
+                logs[path] = None
+    if not logs:
+        return LogrotateConfig(None, left_out)
+    from noderole.paths import RUN_DIR  # loaded already by an apply's state files
+
+    text = logrotate_text(
+        list(logs),
+        supervisor_run_dir=RUN_DIR if native else None,
+        keep=int(settings["logrotate_keep"]),
+        max_megabytes=int(settings["logrotate_max_megabytes"]),
+    )
+    return LogrotateConfig(text, left_out)
+
+
+def _held(local: str) -> bytes | None:
+    """What the regular file at ``local`` holds (None: nothing there, or no regular file)."""
+    try:
+        fd = os.open(local, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        chunks = []
+        while chunk := os.read(fd, 1 << 16):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def sync_logrotate(root: NodeRoot, text: str | None) -> str:
+    """Make ``LOGROTATE_FILE`` under ``root`` hold ``text`` (None: remove the one noderole wrote,
+    if it still holds what noderole wrote). Returns what changed: ``written``, ``removed`` or
+    ``""``. Compares first: a file that holds ``text`` already is neither written nor recorded
+    again, and nothing more is imported. Raises :class:`~noderole.errors.BackendError` naming
+    the file when it cannot be written, or is not noderole's to replace."""
+    local = root.local(LOGROTATE_FILE)
+    held = _held(local)
+    if text is None:
+        if held is None and not os.path.lexists(local):
+            return ""
+        from noderole.render import remove_rendered
+
+        if not remove_rendered([LOGROTATE_FILE], root=root):
+            return ""
+        from noderole.manifest import forget
+
+        forget(root, [LOGROTATE_FILE])
+        return "removed"
+    if held == text.encode():
+        return ""
+    from noderole.render import RenderedFile, write_rendered
+
+    write_rendered([RenderedFile(path=LOGROTATE_FILE, content=text, mode=0o644)], root=root)
+    return "written"
 
 
 def textfile_dir_problem(directory: str) -> str:

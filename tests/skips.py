@@ -1,10 +1,11 @@
 """``NODEROLE_TEST_FORBID_SKIPS=1``: a skipped test fails instead (CI sets it).
 
-The tests of real components (systemd booted in namespaces, Debian's OpenRC, node_exporter and
-promtool unpacked from their packages, openssl, Graphviz, valgrind) skip themselves on a
-machine that lacks one, so that a laptop can run the suite. CI must not: a CI machine missing a
-tool would be green without having run them. Loaded by tests/conftest.py; a plugin module of its
-own so that its test can load it into a separate pytest run (``-p tests.skips``).
+The tests of real components (systemd booted in namespaces, Debian's OpenRC, node_exporter,
+promtool and logrotate unpacked from their packages, openssl, Graphviz, valgrind) skip
+themselves on a machine that lacks one, so that a laptop can run the suite. CI must not: a CI
+machine missing a tool would be green without having run them. Loaded by tests/conftest.py; a
+plugin module of its own so that its test can load it into a separate pytest run
+(``-p tests.skips``).
 """
 
 from __future__ import annotations

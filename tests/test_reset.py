@@ -121,6 +121,7 @@ WRITTEN = {
     "/etc/init.d/proxy",
     "/etc/runlevels/default/proxy",
     "/etc/periodic/daily/noderole-renew",
+    "/etc/logrotate.d/noderole",
     DROP_IN,
     EXTRA,
     "/var/lib/noderole/role",
