@@ -29,12 +29,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from noderole import manifest, recordclass
-from noderole.digest import sha256
 from noderole.errors import BackendError
 from noderole.paths import ROLE_FILE
 from noderole.reading import read_json
 from noderole.root import NodeRoot
 from noderole.state import write_role
+from noderole.supervisor import sha256  # the interpreter's own: no OpenSSL loaded
 
 __all__ = [
     "BOOT_KINDS",

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from noderole import recordclass
-from noderole.digest import sha256
+from noderole.supervisor import sha256  # the interpreter's own: no OpenSSL loaded
 
 if TYPE_CHECKING:
     from pathlib import Path

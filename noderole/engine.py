@@ -29,13 +29,13 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from noderole import recordclass
 from noderole.clock import Clock
-from noderole.digest import sha256
 from noderole.errors import NoderoleError, StepError
 from noderole.plan import Plan, PlannedService
 from noderole.records import Service, WriteFile
 from noderole.root import NodeRoot
 from noderole.stepcontext import StepContext
 from noderole.steps import StepResult, run_steps, warm_certificates
+from noderole.supervisor import sha256  # the interpreter's own: no OpenSSL loaded
 
 if TYPE_CHECKING:
     from noderole.backends import Backend, BackendStatus

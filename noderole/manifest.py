@@ -47,7 +47,6 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Literal
 
 from noderole import recordclass
-from noderole.digest import sha256
 from noderole.errors import NoderoleError
 from noderole.paths import (
     APPLIED_FILE,
@@ -59,6 +58,7 @@ from noderole.paths import (
 )
 from noderole.reading import RECORD_LIMIT, loads_json, read_regular
 from noderole.root import NodeRoot
+from noderole.supervisor import sha256  # the interpreter's own: no OpenSSL loaded
 from noderole.supervisor._safeopen import UnsafePathError, open_dir
 
 if TYPE_CHECKING:

@@ -55,8 +55,8 @@ def jitter_offset(root: NodeRoot, jitter: float) -> int:
         return 0
     import socket
 
-    from noderole.digest import sha256  # here: `plan` loads this module, never needs a digest
     from noderole.reading import read_regular
+    from noderole.supervisor import sha256  # here: `plan` loads this module, never needs a digest
 
     try:
         # A regular file of text, or no seed: a FIFO there must not hang `enable`, nor bytes

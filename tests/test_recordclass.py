@@ -575,10 +575,11 @@ def test_every_record_class_declares_what_its_attrs_build_declares(
 
 @given(st.binary(max_size=4096))
 def test_the_interpreter_s_sha256_is_hashlib_s(data: bytes) -> None:
-    """noderole.digest (no OpenSSL) gives hashlib's digest, whole and fed in pieces."""
+    """noderole.supervisor.sha256 (no OpenSSL) gives hashlib's digest, whole and fed in
+    pieces."""
     import hashlib
 
-    from noderole.digest import sha256
+    from noderole.supervisor import sha256
 
     assert sha256(data).hexdigest() == hashlib.sha256(data).hexdigest()
     pieces = sha256()

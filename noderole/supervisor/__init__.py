@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from noderole.supervisor._client import NotAnswering, OtherVersion, Supervisor, SupervisorError
+    from noderole.supervisor._digest import sha256
     from noderole.supervisor._spec import ProcessSpec, ReadinessSpec, SupervisionSpec
     from noderole.supervisor._status import SchemaError, ServiceState, ServiceStatus
 
@@ -30,6 +31,7 @@ _WHERE = {
     "SchemaError": "_status",
     "ServiceState": "_status",
     "ServiceStatus": "_status",
+    "sha256": "_digest",
 }
 
 __all__ = [
@@ -43,6 +45,7 @@ __all__ = [
     "SupervisionSpec",
     "Supervisor",
     "SupervisorError",
+    "sha256",
 ]
 
 

@@ -1,9 +1,9 @@
 """SHA-256 from the interpreter's own implementation: ``hashlib`` would load OpenSSL's libcrypto.
 
 The one place the fallback lives: the daemon names its sockets with it (without the 3 MB of
-libcrypto in its and its watchdog's memory), and :mod:`noderole.digest` gives it to the rest of
-noderole (fingerprints, certificate stamps, the manifest), so an apply does not load OpenSSL
-for a few digests either. Standard library only.
+libcrypto in its and its watchdog's memory), and ``noderole.supervisor.sha256`` gives it to the
+rest of noderole (fingerprints, certificate stamps, the manifest), so an apply does not load
+OpenSSL for a few digests either. Standard library only.
 """
 
 from __future__ import annotations
