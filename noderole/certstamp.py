@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import json
 import os
 import stat
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from noderole import recordclass
+from noderole.supervisor import _jsontext as jsontext
 from noderole.supervisor import sha256  # the interpreter's own: no OpenSSL loaded
 
 if TYPE_CHECKING:
@@ -224,7 +224,7 @@ def record_stamp(
         # one does not parse, and a whole one must still match every file's digest).
         fd = os.open(scratch, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(document, handle)
+            handle.write(jsontext.dumps(document))
         os.replace(scratch, path)
     except OSError:
         with contextlib.suppress(OSError):

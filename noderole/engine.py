@@ -20,7 +20,6 @@ its certificate only at start, so a re-minted certificate must restart it.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import threading
 from collections import deque
@@ -35,6 +34,7 @@ from noderole.records import Service, WriteFile
 from noderole.root import NodeRoot
 from noderole.stepcontext import StepContext
 from noderole.steps import StepResult, run_steps, warm_certificates
+from noderole.supervisor import _jsontext as jsontext
 from noderole.supervisor import sha256  # the interpreter's own: no OpenSSL loaded
 
 if TYPE_CHECKING:
@@ -191,7 +191,7 @@ def definition_digests(service: Service) -> dict[str, str]:
         "supervision": _supervision(service),
     }
     return {
-        key: sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:16]
+        key: sha256(jsontext.dumps(value, sort_keys=True).encode()).hexdigest()[:16]
         for key, value in parts.items()
     }
 
@@ -218,13 +218,13 @@ def definition_shown(service: Service) -> str:
         "logs": [service.pidfile, service.output_log, service.error_log],
         "supervision": _supervision(service),
     }
-    return json.dumps(shown, sort_keys=True)
+    return jsontext.dumps(shown, sort_keys=True)
 
 
 def definition_diff(before: str, after: str) -> list[str]:
     """What changed between two :func:`definition_shown` texts, for people (secrets as ***)."""
     try:
-        old, new = json.loads(before), json.loads(after)
+        old, new = jsontext.loads(before), jsontext.loads(after)
     except ValueError:
         return []
     changes: list[str] = []
@@ -457,7 +457,9 @@ def _file_key(path: str) -> str:
 
 
 def _fingerprint(digests: Mapping[str, str], certificates: Sequence[str]) -> str:
-    blob = json.dumps({"definition": digests, "certificates": list(certificates)}, sort_keys=True)
+    blob = jsontext.dumps(
+        {"definition": digests, "certificates": list(certificates)}, sort_keys=True
+    )
     return sha256(blob.encode()).hexdigest()
 
 

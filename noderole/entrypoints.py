@@ -29,13 +29,14 @@ one distribution: its entry points are kept once, from where the path finds it f
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 import sys
 import time
 from collections.abc import Sequence
 from typing import Any
+
+from noderole.supervisor import _jsontext as jsontext
 
 __all__ = ["CACHE_FILE", "SETTLE_SECONDS", "FoundEntryPoint", "discover", "load_target"]
 
@@ -230,7 +231,7 @@ def _write(cache: str, entries: list[dict[str, Any]]) -> None:
 
     try:
         os.makedirs(os.path.dirname(cache), exist_ok=True)
-        data = json.dumps({"format": _FORMAT, "entries": entries[:_KEEP]}).encode()
+        data = jsontext.dumps({"format": _FORMAT, "entries": entries[:_KEEP]}).encode()
         write_atomic(cache, data, mode=0o644)
     except OSError:
         pass  # a read-only /var/cache, an unprivileged user: scan again next time

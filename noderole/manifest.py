@@ -40,7 +40,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
-import json
 import os
 import stat
 from collections.abc import Callable, Iterable
@@ -58,6 +57,7 @@ from noderole.paths import (
 )
 from noderole.reading import RECORD_LIMIT, loads_json, read_regular
 from noderole.root import NodeRoot
+from noderole.supervisor import _jsontext as jsontext
 from noderole.supervisor import sha256  # the interpreter's own: no OpenSSL loaded
 from noderole.supervisor._safeopen import UnsafePathError, open_dir
 
@@ -330,7 +330,7 @@ def remember(root: NodeRoot, found: Iterable[Entry]) -> None:
 
 def _text(entries: Iterable[Entry]) -> bytes:
     return "".join(
-        json.dumps(recordclass.asdict(e), separators=(",", ":")) + "\n" for e in entries
+        jsontext.dumps(recordclass.asdict(e), separators=(",", ":")) + "\n" for e in entries
     ).encode()
 
 

@@ -80,9 +80,9 @@ def read_json(path: str | os.PathLike[str], *, limit: int = LIMIT) -> Any:
 def loads_json(data: str | bytes) -> Any:
     """``json.loads(data)``, with JSON nested too deeply for the parser (which recurses) a
     ``ValueError`` like any other text that is not JSON, not a ``RecursionError``."""
-    import json
+    from noderole.supervisor._jsontext import loads
 
     try:
-        return json.loads(data)
+        return loads(data)
     except RecursionError:
         raise ValueError("JSON nested too deeply") from None

@@ -11,13 +11,13 @@ version or of the wrong shape reads as absent: the caller then loads the plugins
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from noderole.reading import RECORD_LIMIT as PLAN_LIMIT
 from noderole.reading import read_json, read_regular
 from noderole.root import NodeRoot
+from noderole.supervisor import _jsontext as jsontext
 
 if TYPE_CHECKING:
     from noderole.plan import Plan
@@ -318,7 +318,7 @@ def write_plan(root: NodeRoot, data: Mapping[str, Any]) -> bool:
                 return False
         except ValueError:
             pass
-    text = json.dumps(data, indent=1, sort_keys=True).encode()
+    text = jsontext.dumps(data, indent=1, sort_keys=True).encode()
     if held == text:
         return False
     write_state_file(root, PLAN_FILE, text)
@@ -366,7 +366,7 @@ def _parse_plan(text: str, role: str | None) -> RecordedPlan | None:
     from noderole.plan import build_plan
 
     try:
-        data = json.loads(text)
+        data = jsontext.loads(text)
         if data.get("version") != _VERSION or (role is not None and data["role"] != role):
             return None
         services: Iterable[Service] = [_service(item) for item in data["services"]]

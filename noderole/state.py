@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import json
 import os
 import stat
 from collections.abc import Iterator, Mapping
@@ -39,6 +38,7 @@ from noderole.paths import (
     ROLE_FILE,
 )
 from noderole.root import NodeRoot
+from noderole.supervisor import _jsontext as jsontext
 from noderole.supervisor import _safeopen
 
 __all__ = [
@@ -123,7 +123,7 @@ def write_last_apply(root: NodeRoot, record: Mapping[str, Any]) -> None:
     :func:`read_last_apply` takes a file a power loss emptied as no record. The ``fsync`` would
     wait for every file the apply just wrote to reach the disk, on the boot's path.
     """
-    text = json.dumps(record, indent=1, sort_keys=True).encode()
+    text = jsontext.dumps(record, indent=1, sort_keys=True).encode()
     write_state_file(root, LAST_APPLY_FILE, text, durable=False, any_content=True)
     _sweep_temporaries(root.local(LAST_APPLY_FILE))  # once per apply: see the function
 
@@ -236,7 +236,7 @@ def read_applied(root: NodeRoot) -> dict[str, dict[str, Any]]:
 
 def write_applied(root: NodeRoot, applied: Mapping[str, Mapping[str, Any]]) -> None:
     """Record per-service definition digests (atomically, mode 0600)."""
-    write_state_file(root, APPLIED_FILE, json.dumps(applied, indent=1, sort_keys=True).encode())
+    write_state_file(root, APPLIED_FILE, jsontext.dumps(applied, indent=1, sort_keys=True).encode())
 
 
 def lock_holders(fd: int) -> list[int]:

@@ -18,9 +18,10 @@ attrs.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 from typing import TYPE_CHECKING, Any
+
+from noderole.supervisor import _jsontext as jsontext
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -149,7 +150,7 @@ def _store(cache: Path, content: dict[str, Any]) -> bool:
         cache.parent.mkdir(parents=True, exist_ok=True)
         descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with open(descriptor, "wb") as file:
-            file.write(json.dumps(content).encode())
+            file.write(jsontext.dumps(content).encode())
         os.replace(temporary, cache)
     except OSError:
         with contextlib.suppress(OSError):

@@ -6,7 +6,6 @@ guard states only its command line and what that command must not import.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -14,16 +13,17 @@ from collections.abc import Mapping, Sequence
 
 __all__ = ["run_and_list_modules", "run_snippet"]
 
+# The probe imports nothing the command would not (no json: the re-apply guard forbids it).
 _PROBE = """
-import json, sys
+import sys
 from noderole.cli import main
-accepted = json.loads(sys.argv[2])
+accepted = [None if code == "None" else int(code) for code in sys.argv[1].split(",")]
 try:
-    main(json.loads(sys.argv[1]))
+    main(sys.argv[2:])
 except SystemExit as exc:
     if exc.code not in accepted:
         raise
-print(json.dumps(sorted(sys.modules)), file=sys.stderr)
+print(" ".join(sorted(sys.modules)), file=sys.stderr)
 """
 
 
@@ -40,13 +40,13 @@ def run_and_list_modules(
     if env is None:
         environment.pop("NODEROLE_ROOT", None)
     done = subprocess.run(
-        [sys.executable, "-c", _PROBE, json.dumps(list(argv)), json.dumps(list(exit_codes))],
+        [sys.executable, "-c", _PROBE, ",".join(map(str, exit_codes)), *argv],
         capture_output=True,
         text=True,
         env=environment,
     )
     assert done.returncode == 0, done.stderr
-    modules: list[str] = json.loads(done.stderr.strip().splitlines()[-1])
+    modules = done.stderr.strip().splitlines()[-1].split(" ")
     return done.stdout, modules
 
 

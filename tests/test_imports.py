@@ -95,7 +95,11 @@ PLAN_FORBIDDEN = (
     "noderole.state",
     "noderole.manifest",
     "noderole.backends.native",
-    "noderole.supervisor",
+    "noderole.supervisor._client",
+    "noderole.supervisor._protocol",
+    "noderole.supervisor._spec",
+    "noderole.supervisor._state",
+    "noderole.supervisor._status",
     "cryptography",
     "yaml",
     "difflib",
@@ -105,12 +109,14 @@ PLAN_FORBIDDEN = (
 )
 """What ``plan`` must not import: attrs (noderole.recordclass builds the records), pathlib (with
 urllib.parse, 6% of `import click`: the node is read through string paths, and the shipped
-plugins use `node.exists` and `node.read_text`); and, as it starts nothing, no engine, no applied
-state and no supervisor client (it shows only the backend's name); the k3s plugin reads a flat
-config.yaml and writes its drop-ins and manifests without PyYAML; its ``after: firewall`` (a
-service of no shipped role) is warned about without difflib, since nothing is close to it; and
-the rehearsal's records (stand-ins, input files) are not built; a SIGTERM stop signal is checked
-without the signal module; no gettext lookup imports locale (the help option is noderole's)."""
+plugins use `node.exists` and `node.read_text`); and, as it starts nothing, no engine, no
+applied state and no supervisor client (it shows only the backend's name; the supervisor package
+lends it only its JSON text, which reads the caches of entry points and config.toml); the k3s
+plugin reads a flat config.yaml and writes its drop-ins and manifests without PyYAML; its
+``after: firewall`` (a service of no shipped role) is warned about without difflib, since
+nothing is close to it; and the rehearsal's records (stand-ins, input files) are not built; a
+SIGTERM stop signal is checked without the signal module; no gettext lookup imports locale (the
+help option is noderole's)."""
 
 
 def _modules_after_plan(root: Path, role: str) -> list[str]:

@@ -84,19 +84,22 @@ SHIPPED_REAPPLY_FORBIDDEN = (
     "noderole.backends._protocol",
     "traceback",
     "textwrap",
+    "json",
     *PATHLIB,
 )
-"""What re-applying the shipped server role must not import: no x509 (the certificate is
-unchanged since its stamp), no entry-point scan (the cache answers), no probes (the paths
-konnectivity-server waits for are there at the first look; both services run, so no readiness
-is awaited and no spec sent), and no pathlib; its SANs (``localhost``, an IPv4 address) are
-checked without ipaddress. The plugins' rehearsal stand-ins are loaded only by a rehearsal, and
-what an apply does around a broken plugin (noderole.partial) only when a plugin is broken. No
-gettext lookup (its first imports locale, 4M instructions): noderole's commands make their own
-help and version options; first-boot.env's byte-order mark is skipped without the utf-8-sig
-codec's module; the backends' protocol classes, read by type checkers, are not built; and no
-traceback module (with textwrap, about 0.9 ms here): the engine prints a traceback only for a
-console's bug."""
+"""What re-applying the shipped server role must not import: no json package (noderole's records
+and messages are read and written through the interpreter's C accelerator, _json, by
+noderole.supervisor._jsontext: json's import compiles six regular expressions, ~5M
+instructions); no x509 (the certificate is unchanged since its stamp), no entry-point scan (the
+cache answers), no probes (the paths konnectivity-server waits for are there at the first look;
+both services run, so no readiness is awaited and no spec sent), and no pathlib; its SANs
+(``localhost``, an IPv4 address) are checked without ipaddress. The plugins' rehearsal stand-ins
+are loaded only by a rehearsal, and what an apply does around a broken plugin (noderole.partial)
+only when a plugin is broken. No gettext lookup (its first imports locale, 4M instructions):
+noderole's commands make their own help and version options; first-boot.env's byte-order mark is
+skipped without the utf-8-sig codec's module; the backends' protocol classes, read by type
+checkers, are not built; and no traceback module (with textwrap, about 0.9 ms here): the engine
+prints a traceback only for a console's bug."""
 
 STATUS_FORBIDDEN = (
     "attr",

@@ -6,7 +6,6 @@ The work is :class:`~noderole.operations.Operations`'; these commands parse, cal
 from __future__ import annotations
 
 import contextlib
-import json
 from typing import TYPE_CHECKING
 
 import click
@@ -17,6 +16,7 @@ from noderole.cli._options import backend_option, lock_timeout_option, optional_
 from noderole.cli._params import Seconds
 from noderole.errors import ExitCode, NoderoleError, PlanError
 from noderole.operations import status_verdict
+from noderole.supervisor import _jsontext as jsontext
 
 if TYPE_CHECKING:
     from noderole.backends import Backend
@@ -64,7 +64,7 @@ def apply_command(
         rows = app.dry_run(plan, chosen)
         if as_json:
             click.echo(
-                json.dumps({"role": role, "backend": chosen.name, "services": rows}, indent=2)
+                jsontext.dumps({"role": role, "backend": chosen.name, "services": rows}, indent=2)
             )
         else:
             from noderole.dryrun import summary
@@ -81,7 +81,7 @@ def apply_command(
     )
     _warn_config(app)  # what the apply brought up (services it stopped: no longer planned)
     if as_json:
-        _say(json.dumps(report.to_dict(), indent=2))
+        _say(jsontext.dumps(report.to_dict(), indent=2))
     else:
         started = sum(1 for r in report.services if r.status in ("started", "restarted"))
         kept = sum(1 for r in report.services if r.status == "running")

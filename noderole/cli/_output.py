@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import click
 
 from noderole.console import inert
+from noderole.supervisor import _jsontext as jsontext
 
 if TYPE_CHECKING:
     from noderole.errors import ExitCode
@@ -101,7 +101,7 @@ def echo_status(
 
     if as_json:
         document = {"role": role, "verdict": verdict.name.lower(), "services": list(rows)}
-        click.echo(json.dumps(document, indent=2))
+        click.echo(jsontext.dumps(document, indent=2))
         return
     header = (
         f"{'SERVICE':<26} {'STATE':<9} {'PID':>7} {'UPTIME':>8} {'RESTARTS':>8}  LAST EXIT / LOG"

@@ -21,9 +21,10 @@ Also the names of the files in ``run_dir``. Standard library only (the daemon im
 from __future__ import annotations
 
 import _socket  # not socket: its enums and selectors cost a client's start-up ~4 ms
-import json
 import os
 import sys
+
+from noderole.supervisor import _jsontext as jsontext
 
 TYPE_CHECKING = False  # typing is not imported at run time: the daemon stays small
 if TYPE_CHECKING:
@@ -97,7 +98,7 @@ MAX_MESSAGE = 4 * 1024 * 1024
 
 def encode(message: dict[str, Any]) -> bytes:
     """One message as a JSON line."""
-    return json.dumps(message, separators=(",", ":")).encode() + b"\n"
+    return jsontext.dumps(message, separators=(",", ":")).encode() + b"\n"
 
 
 def decode(data: bytes) -> dict[str, Any]:
@@ -107,7 +108,7 @@ def decode(data: bytes) -> dict[str, Any]:
     ``_state.parse_state``: not a RecursionError that would escape the daemon's error answers.
     """
     try:
-        value = json.loads(data.decode())
+        value = jsontext.loads(data.decode())
     except RecursionError:
         raise ValueError("JSON nested too deeply") from None
     if not isinstance(value, dict):

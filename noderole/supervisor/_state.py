@@ -19,12 +19,12 @@ as ``state.json.corrupt-<UTC time>``, warns once, and answers an empty state.
 from __future__ import annotations
 
 import errno
-import json
 import os
 import stat
 import time
 from collections.abc import Callable
 
+from noderole.supervisor import _jsontext as jsontext
 from noderole.supervisor import _proc, _safeopen
 from noderole.supervisor._record import field, record
 from noderole.supervisor._status import SchemaError, ServiceStatus
@@ -64,7 +64,7 @@ def parse_state(raw: bytes) -> State:
     Pids recorded in an earlier boot name nothing in this one: they are dropped.
     """
     try:
-        data = json.loads(raw, parse_constant=_no_constant)
+        data = jsontext.loads(raw, parse_constant=_no_constant)
     except SchemaError:
         raise
     except ValueError as e:  # not JSON, not UTF-8, an integer too long to convert
@@ -138,7 +138,7 @@ def load_state(path: str, warn: Callable[[str], None]) -> State:
 
 
 def _dumps(value: object) -> str:
-    return json.dumps(value, separators=(",", ":"), allow_nan=False)
+    return jsontext.dumps(value, separators=(",", ":"), allow_nan=False)
 
 
 Encoded = dict[int, tuple[str, ServiceStatus, str]]
