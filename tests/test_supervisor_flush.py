@@ -28,11 +28,12 @@ from noderole.supervisor._state import (
     Encoded,
     State,
     encode_state,
+    load_state,
     parse_state,
 )
 from noderole.supervisor._status import ServiceStatus
 from noderole.supervisor._unit import Unit
-from noderole.supervisor.probes import TcpProbe
+from noderole.supervisor.probes import PathProbe, TcpProbe
 from tests.supervisor_fixtures import Harness, harness, wait_for
 
 __all__ = ["harness"]  # the fixture, imported for pytest
@@ -166,6 +167,108 @@ class TestReadinessAfterTheAnswer:
             assert self._attempting(daemon)
         finally:
             self._end(daemon)
+
+
+class TestAnswersAfterTheWrite:
+    """A start or stop is answered once the state file records what the answer says: a reader
+    of the file (a client whose daemon does not answer, the watchdog) never sees a state older
+    than an answer already given. Before, a stop was answered as its last process ended, the
+    write left to the next gap: right after `stop a b`, state.json still said b was ready.
+    The writes are kept far apart here (next_flush an hour away), so only a write made for
+    the answer can reach the file before it."""
+
+    Seen = list[tuple[dict[str, Any], State]]
+
+    @staticmethod
+    def _recorded(daemon: Daemon) -> State:
+        return load_state(daemon.state_path, lambda message: None)
+
+    def _noting(self, daemon: Daemon, seen: Seen) -> Any:
+        """A reply that notes the answer with what the state file said as it was given."""
+        return lambda answer: seen.append((answer, self._recorded(daemon)))
+
+    @staticmethod
+    def _run_until(daemon: Daemon, condition: Any, what: str) -> None:
+        """Turn the daemon's loop (and its writes, as run() makes them) until ``condition``."""
+        deadline = time.monotonic() + 15.0
+        while not condition():
+            assert time.monotonic() < deadline, f"no {what} within 15s"
+            daemon.loop.run_once(0.02)
+            daemon.flush()
+
+    @staticmethod
+    def _spec(tmp_path: Path) -> ProcessSpec:
+        flag = tmp_path / "ready-flag"
+        flag.write_text("")
+        return ProcessSpec(
+            name="a",
+            argv=("/bin/sleep", "1000"),
+            readiness=ReadinessSpec(probe=PathProbe(paths=(str(flag),)), timeout=30.0),
+            fingerprint="f1",
+        )
+
+    def test_a_stop_is_answered_once_the_file_says_stopped(
+        self, daemon: Daemon, tmp_path: Path
+    ) -> None:
+        started: list[dict[str, Any]] = []
+        seen: TestAnswersAfterTheWrite.Seen = []
+        try:
+            daemon.start_new(self._spec(tmp_path), False, "", started.append)
+            self._run_until(daemon, lambda: started, "answer to the start")
+            assert self._recorded(daemon).services["a"].state == "running"
+            daemon.next_flush = time.monotonic() + 3600.0
+            daemon.op_stop({"names": ["a"]}, self._noting(daemon, seen))
+            self._run_until(daemon, lambda: seen, "answer to the stop")
+        finally:
+            TestReadinessAfterTheAnswer._end(daemon)
+        [(answer, recorded)] = seen
+        assert [s["state"] for s in answer["statuses"]] == ["stopped"]
+        assert recorded.services["a"].state == "stopped"
+
+    def test_already_running_is_answered_once_the_file_says_so(
+        self, daemon: Daemon, tmp_path: Path
+    ) -> None:
+        """The service became ready after the last write: a start finding it running answers
+        "ready" once the file says ready too."""
+        spec = self._spec(tmp_path)
+        started: list[dict[str, Any]] = []
+        seen: TestAnswersAfterTheWrite.Seen = []
+        try:
+            daemon.start_new(spec, False, "", started.append)
+            self._run_until(daemon, lambda: started, "answer to the start")
+            daemon.next_flush = time.monotonic() + 3600.0
+            self._run_until(daemon, lambda: daemon.units["a"].state == "ready", "readiness")
+            assert self._recorded(daemon).services["a"].state == "running"  # not written yet
+            daemon.start(spec, False, False, self._noting(daemon, seen))
+            self._run_until(daemon, lambda: seen, "answer to the second start")
+        finally:
+            TestReadinessAfterTheAnswer._end(daemon)
+        [(answer, recorded)] = seen
+        [status] = answer["statuses"]
+        assert (status["state"], status["already_running"]) == ("ready", True)
+        assert recorded.services["a"].state == "ready"
+
+    def test_a_start_waiting_for_readiness_is_answered_once_the_file_says_ready(
+        self, daemon: Daemon, tmp_path: Path
+    ) -> None:
+        """Its check fails at first (no flag yet), then passes: the answer waits for the write."""
+        spec = self._spec(tmp_path)
+        flag = tmp_path / "ready-flag"
+        flag.unlink()
+        seen: TestAnswersAfterTheWrite.Seen = []
+        try:
+            daemon.start_new(spec, True, "", self._noting(daemon, seen))
+            unit = daemon.units["a"]
+            self._run_until(daemon, lambda: unit.check is not None, "the readiness check")
+            assert (unit.state, seen) == ("running", [])
+            flag.write_text("")
+            self._run_until(daemon, lambda: seen, "answer to the start")
+        finally:
+            TestReadinessAfterTheAnswer._end(daemon)
+        [(answer, recorded)] = seen
+        assert [s["state"] for s in answer["statuses"]] == ["ready"]
+        assert "a" in recorded.services, "the state file was not written before the answer"
+        assert recorded.services["a"].state == "ready"
 
 
 class TestEncodedState:

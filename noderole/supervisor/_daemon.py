@@ -512,7 +512,10 @@ class Daemon:
                 looping[0] = False
                 if left[0]:
                     return
-            done({"ok": True, "statuses": results})
+            answer: dict[str, Any] = {"ok": True, "statuses": results}
+            # Once the state file says so: a reader of it never sees a state older than an
+            # answer already given (a client reads it when this daemon does not answer).
+            self.after_flush(lambda: done(answer))
 
         next_wave()
 
@@ -536,7 +539,8 @@ class Daemon:
         if old is not None and old.active:
             waiting = old.state == "backoff"  # exited, its respawn delay running: not running
             if old.spec.fingerprint == spec.fingerprint and not force and not waiting:
-                done({"ok": True, "statuses": [old.status().but(already_running=True).to_wire()]})
+                status = old.status().but(already_running=True).to_wire()
+                self.after_flush(lambda: done({"ok": True, "statuses": [status]}))
                 return
             # A unit waiting to respawn is started now, as systemctl start does one in
             # auto-restart: its old group is ended first, as at any restart.
@@ -568,7 +572,7 @@ class Daemon:
             done({"ok": True, "statuses": [unit.status().to_wire()]})
 
         if wait_ready and unit.state == "running" and unit.check is not None:
-            unit.ready_waiters.append(answer)
+            unit.ready_waiters.append(lambda: self.after_flush(answer))
         else:
             self.after_flush(answer)
 
