@@ -1087,7 +1087,10 @@ def apply_plan(
     started = clock.monotonic()
     pre_start = (step for entry in plan.services for step in entry.service.pre_start)
     warm_certificates(pre_start, root=root, now=clock.time())
-    run.current = backend.status([entry.name for entry in plan.services])
+    # A backend that can tell its supervisor not answering (native) fails the apply here: what
+    # it recorded as running would be left to a supervisor that respawns nothing.
+    current = getattr(backend, "status_to_act_on", None) or backend.status
+    run.current = current([entry.name for entry in plan.services])
     try:
         crashed = run.drive()
     except BaseException:  # Ctrl-C in the caller: the other threads stop before it leaves

@@ -71,7 +71,10 @@ class ExitCode(enum.IntEnum):
     LOCKED = 9
     """Another noderole process holds the node lock."""
     BACKEND = 10
-    """The init system or the native supervisor refused the request."""
+    """The init system or the native supervisor refused the request, or the native supervisor
+    is not answering (stopped by a signal, or hung: nothing is supervised): `status` then shows
+    each process as /proc has it, `status --wait` ends at once, and `apply`, `stop` and
+    `restart` fail after 2 s, naming its pid and the fix."""
     STARTING = 11
     """``status``: some services are still starting (in the spirit of ``cloud-init status``)."""
     WOULD_FAIL = 12

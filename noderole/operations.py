@@ -1056,6 +1056,8 @@ class Operations:
 
         entries = [e for e in plan.services if e.service.command is not None]
         current: Mapping[str, Any] = backend.status([e.name for e in entries])
+        # The native supervisor holds the node but does not answer: nothing is supervised.
+        unsupervised = getattr(backend, "unsupervised", None) is not None
         last = read_last_apply(self.root)
         outcomes = (last.get("services") or {}) if last.get("role") == plan.role else {}
         now = time.time()
@@ -1085,6 +1087,7 @@ class Operations:
                     "reason": "" if reason == "not supervised" else reason,
                     "survivors": "survived it" in reason,
                     "needs_ready": entry.service.readiness is not None,
+                    "unsupervised": unsupervised,
                     "last_apply": outcome,
                     "log_tail": (
                         _log_tail(local_log, log_lines, self._secrets(plan, entry.service))
@@ -1125,7 +1128,14 @@ class Operations:
         log_lines: int = 5,
     ) -> tuple[list[dict[str, Any]], ExitCode]:
         """The status rows of ``plan`` and their verdict; with ``wait``, polled (on the clock)
-        until the verdict is no longer "still starting" or ``timeout`` seconds have passed."""
+        until the verdict is no longer "still starting" or ``timeout`` seconds have passed.
+
+        A native supervisor that does not answer ends a wait at once (exit 10: nothing it
+        would wait for can come), once it has had as long to answer as a start or stop gives."""
+        if wait and backend.name == "native":
+            from noderole.supervisor._protocol import HELLO_TIMEOUT
+
+            cast("NativeBackend", backend).hello = HELLO_TIMEOUT
         deadline = self.clock.monotonic() + timeout
         rows = self.status_rows(plan, backend, log_lines=log_lines)
         verdict = status_verdict(rows)
@@ -1520,7 +1530,10 @@ def textfile_dir_problem(directory: str) -> str:
 
 
 def status_verdict(rows: Sequence[Mapping[str, Any]]) -> ExitCode:
-    """0 all up, 1 some failed, 11 still starting (like ``cloud-init status``)."""
+    """0 all up, 1 some failed, 11 still starting (like ``cloud-init status``); 10 whatever
+    the rows say when the native supervisor does not answer: nothing is supervised."""
+    if any(r.get("unsupervised") for r in rows):
+        return ExitCode.BACKEND
     if any(r["state"] in ("crashed", "stopped") for r in rows):
         return ExitCode.FAILED
     if all(

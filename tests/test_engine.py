@@ -416,7 +416,11 @@ class TestApply:
             "writer ready",
         )
         asked: list[list[str]] = []
+        from noderole.backends.native import NativeBackend
+
         native = app.backend("native")
+        assert isinstance(native, NativeBackend)
+        acting = native.status_to_act_on
 
         class Counting:
             """The real native backend; each status call's names are noted."""
@@ -429,6 +433,10 @@ class TestApply:
             def status(self, names: Any = None) -> Any:
                 asked.append(sorted(names))
                 return native.status(names)
+
+            def status_to_act_on(self, names: Any) -> Any:
+                asked.append(sorted(names))
+                return acting(names)
 
         from noderole.console import QuietProgress
 
@@ -520,6 +528,91 @@ def _applied_with_another_role(node: Node) -> int:
     node.services.append(sleeper("new", roles=["other"]))
     assert node.run("apply", "demo").exit_code == 0
     return node.pid("old")
+
+
+class TestAStoppedSupervisor:
+    """The supervisor stopped by a signal (or hung): nothing is supervised, and a service that
+    exits stays gone. Before, `status` showed each service as last recorded (a dead one
+    "ready" with its old pid) and exited 0, `status --wait` polled until its timeout, one
+    warning a poll, and `apply` said "already running [ok]" and exited 0."""
+
+    @staticmethod
+    def _stopped_with_b_killed(node: Node) -> tuple[int, int, int]:
+        """Role demo applied (a, b; c never ready), the daemon SIGSTOPped, then b's process
+        SIGKILLed: (daemon, a's pid, b's pid). The caller resumes the daemon."""
+        node.services += [
+            sleeper("a"),
+            sleeper("b"),
+            sleeper("c", readiness=noderole.WaitForPaths(paths=["/run/never"], timeout=600)),
+        ]
+        assert node.run("apply", "demo").exit_code == 0
+        a, b = node.pid("a"), node.pid("b")
+        [daemon], _ = supervisor_processes(node.root)
+        os.kill(daemon, signal.SIGSTOP)
+        os.kill(b, signal.SIGKILL)
+        wait_until(lambda: not is_alive(b), "b's process to end")
+        return daemon, a, b
+
+    def test_status_shows_what_runs_and_exits_10(self, node: Node) -> None:
+        daemon = 0
+        try:
+            daemon, a, b = self._stopped_with_b_killed(node)
+            shown = node.run("status", "--json")
+            table = node.run("status")
+        finally:
+            if daemon:
+                os.kill(daemon, signal.SIGCONT)
+        assert shown.exit_code == 10, shown.output
+        document = json.loads(shown.stdout)
+        assert document["verdict"] == "backend"
+        rows = {r["name"]: r for r in document["services"]}
+        assert (rows["a"]["state"], rows["a"]["pid"]) == ("running", a)
+        assert (rows["b"]["state"], rows["b"]["pid"]) == ("crashed", None)
+        assert f"its process {b} is gone" in rows["b"]["reason"]
+        assert all(r["unsupervised"] for r in rows.values())
+        assert shown.stderr.count("not answering") == 1
+        assert f"kill -CONT {daemon}" in shown.stderr
+        # The table: a note under every row, the ones still up included.
+        assert table.exit_code == 10
+        notes = [line for line in table.stdout.splitlines() if "not answering" in line]
+        assert len(notes) == 3, table.stdout
+
+    def test_status_wait_ends_at_once(self, node: Node) -> None:
+        """c is still starting (never ready): `status --wait` stops waiting at the first look,
+        with one warning, exit 10. The clock is a fake one: only looks could move it."""
+        from noderole.clock import FakeClock
+        from tests.test_failure_path import run_with
+
+        clock = FakeClock()
+        daemon = 0
+        try:
+            daemon, _, _ = self._stopped_with_b_killed(node)
+            began = clock.monotonic()
+            waited = run_with(node, clock, "status", "--wait", "--timeout", "1")
+        finally:
+            if daemon:
+                os.kill(daemon, signal.SIGCONT)
+        assert waited.exit_code == 10, waited.output
+        assert waited.stderr.count("not answering") == 1, waited.stderr
+        assert clock.monotonic() == began  # no poll slept
+
+    def test_apply_fails_at_once_naming_the_fix(self, node: Node) -> None:
+        daemon = 0
+        try:
+            daemon, _, b = self._stopped_with_b_killed(node)
+            again = node.run("apply", "demo")
+        finally:
+            if daemon:
+                os.kill(daemon, signal.SIGCONT)
+        assert again.exit_code == 10, again.output
+        assert "already running" not in again.stdout
+        assert again.stderr.startswith("noderole: error: the native supervisor (pid ")
+        assert f"`kill -CONT {daemon}` resumes it" in again.stderr
+        assert f"`kill -9 {daemon}` ends it" in again.stderr
+        assert "`noderole apply`" in again.stderr
+        # Resumed, the supervisor respawns b; the next apply finds it running.
+        wait_until(lambda: node.pid("b") != b and is_alive(node.pid("b")), "b respawned")
+        assert node.run("apply", "demo").exit_code == 0
 
 
 class TestServicesThatLeaveThePlan:

@@ -168,6 +168,38 @@ class TestHungDaemon:
         assert "not answering" in status.reason
         assert [w for w in warnings if "not answering" in w and f"kill -CONT {daemon}" in w]
 
+    def test_status_looks_up_each_process_when_the_daemon_is_stopped(
+        self, harness: Harness
+    ) -> None:
+        """A SIGSTOPped daemon, and b's process killed meanwhile (a zombie: the stopped daemon
+        cannot reap it, nor respawn b): status shows b crashed, its process gone, and a
+        running, each saying the daemon is not answering. Before, b was shown running with the
+        dead pid, as last recorded."""
+        a = harness.supervisor.start(harness.spec("a", SLEEP))
+        b = harness.supervisor.start(harness.spec("b", SLEEP))
+        assert a.pid is not None
+        assert b.pid is not None
+        [daemon] = harness.daemons()
+        warnings: list[str] = []
+        client = Supervisor(harness.run_dir, timeout=300, warn=warnings.append)
+        os.kill(daemon, signal.SIGSTOP)
+        try:
+            os.kill(b.pid, signal.SIGKILL)
+            wait_for(lambda: not is_alive(b.pid or 0), "b's process to end")
+            statuses = {s.name: s for s in client.status(["a", "b"])}
+        finally:
+            os.kill(daemon, signal.SIGCONT)
+        assert (statuses["a"].state, statuses["a"].pid) == ("running", a.pid)
+        assert "its process runs, unsupervised" in statuses["a"].reason
+        assert (statuses["b"].state, statuses["b"].pid) == ("crashed", None)
+        assert statuses["b"].reason.startswith(f"its process {b.pid} is gone, and nothing")
+        for status in statuses.values():
+            assert f"supervisor (pid {daemon}) is not answering" in status.reason
+        assert client.hung is not None
+        assert len(warnings) == 1
+        assert f"kill -CONT {daemon}" in warnings[0]
+        assert f"kill -9 {daemon}" in warnings[0]
+
     def test_start_fails_fast_naming_the_daemon(self, harness: Harness) -> None:
         """A SIGSTOPped daemon: start raises NotAnswering after the hello timeout, not 300 s."""
         harness.supervisor.start(harness.spec("a", SLEEP))

@@ -119,6 +119,10 @@ class NativeBackend:
             root.local(RUN_DIR), log_path=root.local(LOG_PATH), warn=warn, owner=owner
         )
         self._in_flight = threading.BoundedSemaphore(IN_FLIGHT)
+        self.hello: float | None = None
+        """Seconds a status waits for the daemon's hello before it is taken as not answering
+        (None: the status default, 1 s). ``status --wait``, which decides on the answer, waits
+        as long as a start or a stop does."""
 
     def prepare(self) -> None:
         """Start the daemon's interpreter now, unless one runs: the first start then only tells
@@ -130,9 +134,34 @@ class NativeBackend:
         self.supervisor.discard()
 
     def status(self, names: Sequence[str] | None = None) -> Mapping[str, ServiceStatus]:
-        """Current status of the named services (all known ones when ``names`` is None)."""
+        """Current status of the named services (all known ones when ``names`` is None).
+
+        A daemon that does not answer: the recorded statuses, each process looked up in /proc,
+        and :attr:`unsupervised` says so."""
+        listed = list(names) if names else None
         with _as_backend_error():
-            return {s.name: s for s in self.supervisor.status(list(names) if names else None)}
+            if self.hello is None:
+                statuses = self.supervisor.status(listed)
+            else:
+                statuses = self.supervisor.status(listed, hello=self.hello)
+            return {s.name: s for s in statuses}
+
+    def status_to_act_on(self, names: Sequence[str]) -> Mapping[str, ServiceStatus]:
+        """:meth:`status`, for ``apply``, which acts on it: a daemon that does not answer
+        within a start's hello timeout fails it (BackendError, naming the daemon's pid and the
+        fix) instead of an answer from the state file, which would have ``apply`` leave a
+        service it records as running to a daemon that respawns nothing."""
+        from noderole.supervisor._protocol import HELLO_TIMEOUT
+
+        with _as_backend_error():
+            statuses = self.supervisor.status(list(names), hello=HELLO_TIMEOUT, strict=True)
+            return {s.name: s for s in statuses}
+
+    @property
+    def unsupervised(self) -> str | None:
+        """Who is not answering, when the last status found the daemon stopped or hung (so
+        nothing is supervised); None otherwise."""
+        return self.supervisor.hung
 
     def start(self, service: Service, *, fingerprint: str) -> ServiceStatus:
         """Start or replace the service's process; the daemon is started on first use.

@@ -139,8 +139,10 @@ def status_command(
     one service of the applied role, with more of its log.
 
     Exit 0 when every service is up (and ready, where it has a readiness check), 1 when one
-    crashed or is stopped, 11 while some are still starting. Works from the state the last apply
-    recorded when config.toml is broken (with a warning).
+    crashed or is stopped, 11 while some are still starting, 10 when the native supervisor is
+    not answering (stopped or hung: nothing is supervised; each process is shown as /proc has
+    it, and --wait ends at once). Works from the state the last apply recorded when
+    config.toml is broken (with a warning).
     """
     app.recorded_config_fallback = True
     if output_format == "prometheus":

@@ -128,7 +128,7 @@ def echo_status(
             notes.append(f"last apply ({when}): {last['outcome']}{because}")
         if r.get("next_attempt"):
             notes.append(f"no process: {r['next_attempt']}")
-        elif r["reason"] and (detail or not up):
+        elif r["reason"] and (detail or not up or r.get("unsupervised")):
             notes.append(r["reason"])
         if detail and r.get("log") is None:
             notes.append("no log file yet")

@@ -43,7 +43,15 @@ class SupervisorError(RuntimeError):
 
 
 class NotAnswering(SupervisorError):
-    """A daemon holds the node but says nothing (stopped with SIGSTOP, or hung)."""
+    """A daemon holds the node but says nothing (stopped with SIGSTOP, or hung): nothing is
+    supervised meanwhile (a service that exits is not respawned)."""
+
+    def __init__(self, message: str, *, pid: int | None, short: str) -> None:
+        super().__init__(message)
+        self.pid = pid
+        """The daemon's pid (its connection's peer, else its pid file), None when unknown."""
+        self.short = short
+        """Who is not answering, in a few words, for each service's reason."""
 
 
 class OtherVersion(SupervisorError):
@@ -93,6 +101,11 @@ class Supervisor:
         self.not_answering: str | None = None
         """Why the daemon is not answering, as the last status (or a caller) found; None once a
         status got an answer. The native backend fails its starts at once while it is set."""
+        self.hung: str | None = None
+        """Set (who, in a few words) while the last status found the daemon holding the node but
+        not answering (stopped or hung: nothing is supervised); None once a status got an answer
+        or found no daemon. A daemon of another version sets :attr:`not_answering` only: it
+        still supervises its services."""
         self._standby: _Standby | None = None
         self._starting = threading.Lock()
         """Serialises this object's threads that find no daemon (before the starter flock)."""
@@ -309,7 +322,7 @@ class Supervisor:
                         if address != path and _foreign(_protocol.listener(address)):
                             raise ConnectionRefusedError from None  # not ours: passed by
                         if time.monotonic() >= deadline:
-                            raise NotAnswering(self._not_answering(None, hello)) from None
+                            raise self._not_answering(None, hello) from None
                         time.sleep(pause)
                         pause = min(pause * 2, 0.05)
             except (FileNotFoundError, ConnectionRefusedError, NotADirectoryError):
@@ -331,17 +344,22 @@ class Supervisor:
             return sock
         return None
 
-    def _not_answering(self, pid: int | None, hello: float) -> str:
+    def _not_answering(self, pid: int | None, hello: float) -> NotAnswering:
         if pid is None:
             with contextlib.suppress(OSError, ValueError):
                 pid = int(self.pid_path.read_text().split()[0])
         who = f"the native supervisor (pid {pid})" if pid else "the native supervisor"
-        how = "stopped (SIGSTOP?) or hung"
-        if pid and _stopped(pid):
-            how = f"stopped by a signal: `kill -CONT {pid}` resumes it"
-        return (
-            f"{who} of {self._run} is not answering (nothing within {hello:g}s; it is {how}); "
-            f"its services run on unsupervised as last recorded; see {self._log}"
+        stopped = bool(pid) and _stopped(pid or 0)
+        how = "stopped by a signal" if stopped else "stopped (SIGSTOP?) or hung"
+        resume = f"`kill -CONT {pid}` resumes it; or " if stopped else ""
+        end = f"`kill -9 {pid}`" if pid else "killing it"
+        return NotAnswering(
+            f"{who} of {self._run} is not answering (nothing within {hello:g}s; it is {how}): "
+            "nothing is supervised meanwhile, and a service that exits is not respawned. "
+            f"{resume}{end} ends it, its watchdog ends its services, and `noderole apply` "
+            f"starts them again under a new supervisor; see {self._log}",
+            pid=pid,
+            short=f"{who} is not answering ({how})",
         )
 
     def _send(
@@ -385,7 +403,7 @@ class Supervisor:
             except (BrokenPipeError, ConnectionResetError):
                 return None
             except TimeoutError:
-                raise NotAnswering(self._not_answering(pid, hello)) from None
+                raise self._not_answering(pid, hello) from None
             first, _, rest = data.partition(b"\n")
             if first.strip() and _is_hello(first):
                 data = rest
@@ -497,18 +515,34 @@ class Supervisor:
             return self._from_state(list(names))
         return self._statuses(answer)
 
-    def status(self, names: Sequence[str] | None = None) -> list[ServiceStatus]:
-        """Statuses of the named services (all known ones if None), daemon running or not."""
+    def status(
+        self,
+        names: Sequence[str] | None = None,
+        *,
+        hello: float = STATUS_HELLO_TIMEOUT,
+        strict: bool = False,
+    ) -> list[ServiceStatus]:
+        """Statuses of the named services (all known ones if None), daemon running or not.
+
+        A daemon that says no hello within ``hello`` seconds is not answering: the statuses are
+        then the recorded ones, each process looked up in /proc (:meth:`_from_state`), and a
+        warning says so; with ``strict``, :class:`NotAnswering` is raised instead (a caller
+        about to act on the answer: ``apply``)."""
         request = {"op": "status", "names": list(names) if names is not None else None}
         try:
-            answer = self._send(request, timeout=self.timeout, hello=STATUS_HELLO_TIMEOUT)
+            answer = self._send(request, timeout=self.timeout, hello=hello)
         except (NotAnswering, OtherVersion) as e:
             # Its services run on as it last recorded them; this client starts nothing more.
             self.not_answering = str(e)
+            self.hung = e.short if isinstance(e, NotAnswering) else None
+            if strict and isinstance(e, NotAnswering):
+                raise
             self.warn(str(e))
-            hung = e.short if isinstance(e, OtherVersion) else str(e).split(";")[0]
-            return self._from_state(list(names) if names is not None else None, hung=hung)
-        self.not_answering = None
+            listed = list(names) if names is not None else None
+            if isinstance(e, NotAnswering):
+                return self._from_state(listed, hung=e.short, look=True)
+            return self._from_state(listed, hung=e.short)
+        self.not_answering = self.hung = None
         if answer is not None and not answer.get("ok"):
             raise SupervisorError(f"the native supervisor refused 'status': {answer.get('error')}")
         if answer is None:
@@ -664,18 +698,25 @@ class Supervisor:
 
         return bool(_state.leftover_groups(self._load()))
 
-    def _from_state(self, names: list[str] | None, hung: str = "") -> list[ServiceStatus]:
-        """Statuses as the state file last recorded them (``hung``: why the daemon is not asked)."""
+    def _from_state(
+        self, names: list[str] | None, hung: str = "", *, look: bool = False
+    ) -> list[ServiceStatus]:
+        """Statuses as the state file last recorded them (``hung``: why the daemon is not asked).
+
+        With ``look`` (the daemon holds the node but does not answer, so nothing respawns what
+        exits), each recorded process is looked up in /proc: one that is gone (a zombie too),
+        or whose pid another process has taken (another start time), is shown ``crashed``."""
         state = self._load()
         if hung:
             if names is None:
                 names = list(state.services)
-            return [
-                (state.services.get(n) or ServiceStatus(name=n, reason="not supervised")).but(
-                    reason=f"as last recorded: {hung}"
-                )
+            recorded = [
+                state.services.get(n) or ServiceStatus(name=n, reason="not supervised")
                 for n in names
             ]
+            if look:
+                return [_as_it_is(status, hung) for status in recorded]
+            return [status.but(reason=f"as last recorded: {hung}") for status in recorded]
         from noderole.supervisor import _state
 
         leftovers = _state.leftover_groups(state)
@@ -698,6 +739,27 @@ class Supervisor:
                 status = status.but(pid=None)
             out.append(status)
         return out
+
+
+def _as_it_is(status: ServiceStatus, hung: str) -> ServiceStatus:
+    """``status`` as recorded by a daemon that does not answer (``hung`` says which), its
+    process looked up in /proc: nothing respawns a process that is gone meanwhile."""
+    if not status.active:
+        kept = status.reason not in ("", "not supervised")
+        return status.but(reason=f"{status.reason}; {hung}" if kept else hung)
+    from noderole.supervisor import _proc  # only when the daemon does not answer
+
+    pid, ticks = status.pid, status.start_ticks
+    if status.state != "backoff" and pid is not None and _proc.is_alive(pid, ticks):
+        return status.but(reason=f"its process runs, unsupervised: {hung}")
+    gone = f"its process {pid} is gone" if status.state != "backoff" and pid else "no process"
+    return status.but(
+        state="crashed",
+        pid=None,
+        start_ticks=None,
+        started_at=None,
+        reason=f"{gone}, and nothing respawns it: {hung}",
+    )
 
 
 def _launch_argv(run_dir: str, fd: int, *extra: str) -> list[str]:
