@@ -944,11 +944,13 @@ class Operations:
         lock_timeout: float = 300.0,
         strays: bool = False,
         told: Callable[[str, str], None] | None = None,
-    ) -> list[str]:
+    ) -> tuple[list[str], dict[str, list[int]]]:
         """Stop ``names`` (in the order given) under the node lock, and first the running
         services that need them (:meth:`needing`; each told to ``told`` with why, before it
         stops); return those that had a process running (or respawning), so nobody is told a
-        stopped service was stopped.
+        stopped service was stopped, and what was ended of a killed native supervisor's
+        services (name -> pids: they had survived it, its watchdog killed with it; the
+        supervisor started for the stop ended them, every one, not only those named).
 
         With ``strays`` (a stop of the whole role) under the native backend, what its
         supervisor runs outside ``plan`` is stopped first, too: services an apply could not
@@ -976,8 +978,12 @@ class Operations:
                 before = backend.status(processes)
             _stop(backend, plan, stopping, first=outside)
             processes = outside + processes
+            leftovers = dict(getattr(backend, "killed_leftovers", None) or {})
         self.publish_metrics(plan, backend, None)
-        return [n for n in processes if n in before and before[n].state in ACTIVE]
+        stopped = [
+            n for n in processes if n in before and before[n].state in ACTIVE and n not in leftovers
+        ]
+        return stopped, leftovers
 
     def needing(self, plan: Plan, names: Sequence[str], backend: Backend) -> dict[str, str]:
         """The services of ``plan`` with a process running (or respawning) that ``need`` one of

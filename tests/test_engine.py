@@ -816,6 +816,40 @@ class TestSupervision:
         assert data["b"]["status"] == "skipped", data["b"]
         assert "a stopped after start" in data["b"]["reason"]
 
+    def test_stop_after_the_supervisor_and_its_watchdog_were_killed_says_what_it_ended(
+        self, node: Node
+    ) -> None:
+        """Both killed at once, the services run on; `stop` starts a supervisor that ends them
+        as it starts, and says so, with the pids it killed. Before, it said "Not running: b,
+        a": every service read stopped from the state file, though its process was running."""
+        import re
+
+        node.services += [sleeper("a"), sleeper("b", after=["a"])]
+        assert node.run("apply", "demo").exit_code == 0
+        a, b = node.pid("a"), node.pid("b")
+        daemons, watchdogs = supervisor_processes(node.root)
+        assert (len(daemons), len(watchdogs)) == (1, 1), (daemons, watchdogs)
+        # Both stopped first, then killed: neither can act on the other's death (the watchdog
+        # would end the services, the daemon fork another watchdog).
+        for sig in (signal.SIGSTOP, signal.SIGKILL):
+            for pid in daemons + watchdogs:
+                os.kill(pid, sig)
+        wait_until(lambda: supervisor_processes(node.root) == ([], []), "both to be gone")
+        assert is_alive(a)
+        assert is_alive(b)
+        result = node.run("stop")
+        assert result.exit_code == 0, result.output
+        [line] = result.stdout.splitlines()
+        head = " * Stopped leftover processes of a killed supervisor: "
+        assert line.startswith(head), line
+        ended = {n: p.split() for n, p in re.findall(r"(\w+) \(pids? ([\d ]+)\)", line)}
+        assert list(ended) == ["b", "a"], line
+        assert str(a) in ended["a"], line
+        assert str(b) in ended["b"], line
+        assert not is_alive(a)
+        assert not is_alive(b)
+        wait_until(lambda: not node.processes(), "everything to end, the supervisor too")
+
     def test_restart_runs_steps_again(self, node: Node) -> None:
         """restart SERVICE stops it and starts it again with a new pid."""
         node.services.append(sleeper("a", pre_start=[noderole.MakeDirectories(paths=["/run/a"])]))

@@ -702,6 +702,30 @@ class TestRecovery:
         assert status.state == "stopped"
         assert not is_alive(old_kid)
 
+    def test_stop_after_both_were_killed_tells_what_it_ended(self, harness: Harness) -> None:
+        """The daemon and its watchdog killed at once: stop(["a"]) starts a daemon, which ends
+        what is left of every service (b's too) before it answers, and tells the client what."""
+        a = harness.supervisor.start(harness.spec("a", SLEEP))
+        b = harness.supervisor.start(harness.spec("b", SLEEP))
+        assert a.pid is not None
+        assert b.pid is not None
+        [daemon], [watchdog] = harness.daemons(), harness.watchdogs()
+        # Both stopped first, then killed: neither can act on the other's death (the watchdog
+        # would end the services, the daemon fork another watchdog).
+        for sig in (signal.SIGSTOP, signal.SIGKILL):
+            for pid in (daemon, watchdog):
+                os.kill(pid, sig)
+        wait_for(lambda: not is_alive(daemon) and not is_alive(watchdog), "both to die")
+        assert is_alive(a.pid)
+        assert is_alive(b.pid)
+        [status] = harness.supervisor.stop(["a"])
+        assert status.state == "stopped"
+        assert harness.supervisor.killed_leftovers == {"a": [a.pid], "b": [b.pid]}
+        assert not is_alive(a.pid)
+        assert not is_alive(b.pid)
+        harness.supervisor.stop(["b"])  # the next stop ended nothing of a killed daemon's
+        assert harness.supervisor.killed_leftovers == {}
+
     def test_stale_pidfile_names_a_live_stranger(self, harness: Harness) -> None:
         """A pidfile naming someone else's process is replaced, and that process is untouched."""
         stranger = subprocess.Popen(["sleep", "1000"])

@@ -163,6 +163,12 @@ class NativeBackend:
         nothing is supervised); None otherwise."""
         return self.supervisor.hung
 
+    @property
+    def killed_leftovers(self) -> Mapping[str, list[int]]:
+        """What the last :meth:`stop` ended of a killed daemon's services (name -> pids): they
+        had survived it, its watchdog killed with it."""
+        return self.supervisor.killed_leftovers
+
     def start(self, service: Service, *, fingerprint: str) -> ServiceStatus:
         """Start or replace the service's process; the daemon is started on first use.
 

@@ -252,16 +252,27 @@ def stop_command(app: App, names: tuple[str, ...], backend: str, lock_timeout: f
     chosen = app.recorded_backend(backend)
     _warn_config(app)
     whole = not names or (len(names) == 1 and names[0] == plan.role and plan.role not in plan)
-    stopped = app.stop(
+    stopped, leftovers = app.stop(
         plan, targets, chosen, lock_timeout=lock_timeout, strays=whole, told=_stopping
     )
+    if leftovers:
+        # Their supervisor was killed with its watchdog: the one started for this stop ended
+        # them as it started (every service's, in the plan's stop order).
+        order = [n for n in plan.stop_order() if n in leftovers]
+        order += sorted(n for n in leftovers if n not in order)
+        ended = ", ".join(f"{n} ({_pids(leftovers[n])})" for n in order)
+        _say(f" * Stopped leftover processes of a killed supervisor: {ended}")
     for name in stopped:
         _say(
             f" * Stopped {name}"
             if name in plan
             else f" * Stopped {name} (not in the plan of role {plan.role})"
         )
-    idle = [n for n in targets if n not in stopped and plan[n].service.command is not None]
+    idle = [
+        n
+        for n in targets
+        if n not in stopped and n not in leftovers and plan[n].service.command is not None
+    ]
     if idle:
         _say(f" * Not running: {', '.join(idle)}")
 
@@ -269,6 +280,10 @@ def stop_command(app: App, names: tuple[str, ...], backend: str, lock_timeout: f
 def _stopping(name: str, why: str) -> None:
     """Say that ``name`` stops because it needs what is stopped (``why``: ``it needs hdep``)."""
     _say(f" * Stopping {name} ({why})")
+
+
+def _pids(pids: list[int]) -> str:
+    return f"pid {pids[0]}" if len(pids) == 1 else f"pids {' '.join(map(str, pids))}"
 
 
 @click.command("restart", cls=Command)

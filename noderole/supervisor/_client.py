@@ -106,6 +106,9 @@ class Supervisor:
         not answering (stopped or hung: nothing is supervised); None once a status got an answer
         or found no daemon. A daemon of another version sets :attr:`not_answering` only: it
         still supervises its services."""
+        self.killed_leftovers: dict[str, list[int]] = {}
+        """What the last :meth:`stop` ended of a killed daemon's services (name -> pids), by the
+        daemon it started for that: they had survived a daemon killed with its watchdog."""
         self._standby: _Standby | None = None
         self._starting = threading.Lock()
         """Serialises this object's threads that find no daemon (before the starter flock)."""
@@ -501,7 +504,11 @@ class Supervisor:
         """Stop services in the given order; return once every process of each group is gone.
 
         ``waves``: ``names`` in groups, in stop order, whose services depend on none of each
-        other: each group is stopped together (one ``stop_timeout`` per group at most)."""
+        other: each group is stopped together (one ``stop_timeout`` per group at most).
+        With no daemon, but processes of a killed one's services left running (it was killed
+        with its watchdog), a daemon is started to end them: what it ended is then in
+        :attr:`killed_leftovers`, every service's, not only the ones named."""
+        self.killed_leftovers = {}
         request: dict[str, Any] = {"op": "stop", "names": list(names)}
         if waves is not None:
             request["waves"] = [list(wave) for wave in waves]
@@ -511,6 +518,8 @@ class Supervisor:
             return self._end_other_version(e, list(names))
         if answer is None and self._leftovers():
             answer = self._request(request, start=True)  # a new daemon kills the leftovers
+            if answer is not None:
+                self.killed_leftovers = _killed(answer.get("killed_leftovers"))
         if answer is None:
             return self._from_state(list(names))
         return self._statuses(answer)
@@ -760,6 +769,17 @@ def _as_it_is(status: ServiceStatus, hung: str) -> ServiceStatus:
         started_at=None,
         reason=f"{gone}, and nothing respawns it: {hung}",
     )
+
+
+def _killed(reported: object) -> dict[str, list[int]]:
+    """A stop answer's ``killed_leftovers`` (name -> pids), what is well formed of it."""
+    if not isinstance(reported, dict):
+        return {}
+    return {
+        str(name): [p for p in pids if type(p) is int]
+        for name, pids in reported.items()
+        if isinstance(pids, list)
+    }
 
 
 def _launch_argv(run_dir: str, fd: int, *extra: str) -> list[str]:

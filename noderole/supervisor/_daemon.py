@@ -91,6 +91,9 @@ class Daemon:
         self.units: dict[str, Unit] = {}
         self.past: dict[str, ServiceStatus] = {}
         """Final statuses from earlier daemons, reported until the service is started again."""
+        self.killed_leftovers: dict[str, list[int]] = {}
+        """What :meth:`recover` killed of a killed predecessor's services (name -> pids), told
+        to the first stop (the client that started this daemon to end them says so)."""
         self.exiting = False
         self.dirty = False
         self.next_flush = 0.0
@@ -129,7 +132,7 @@ class Daemon:
     def recover(self) -> None:
         """Kill what a SIGKILLed predecessor left running, and keep its final statuses."""
         state = _state.load_state(self.state_path, log)
-        killed = _state.kill_leftovers(state)
+        killed = self.killed_leftovers = _state.kill_leftovers(state)
         for name, status in state.services.items():
             if status.active:
                 reason = "supervisor was killed"
@@ -513,6 +516,9 @@ class Daemon:
                 if left[0]:
                     return
             answer: dict[str, Any] = {"ok": True, "statuses": results}
+            if self.killed_leftovers:
+                answer["killed_leftovers"] = self.killed_leftovers
+                self.killed_leftovers = {}
             # Once the state file says so: a reader of it never sees a state older than an
             # answer already given (a client reads it when this daemon does not answer).
             self.after_flush(lambda: done(answer))
