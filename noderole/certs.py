@@ -38,7 +38,7 @@ from noderole.atomic import FileSpec, StepHook, remove_stale_temps, write_files
 from noderole.certstamp import CertOutcome, record_stamp
 from noderole.clock import Clock
 from noderole.errors import CertificateError
-from noderole.reading import read_regular
+from noderole.reading import read_regular, read_regular_file
 from noderole.records import MintCertificate
 from noderole.root import NodeRoot
 from noderole.sans import SubjectAltName, parse_sans
@@ -466,8 +466,10 @@ def _mint(
 # --------------------------------------------------------------------------- the step
 
 
-def _read_existing(directory: str) -> _Existing:
-    """The pair in ``directory`` (missing files as None), refusing symbolic links anywhere."""
+def _read_existing(directory: str, *, tidy: bool = True) -> _Existing:
+    """The pair in ``directory`` (missing files as None), refusing symbolic links anywhere and
+    anything at ``tls.crt`` or ``tls.key`` but a regular file. ``tidy``: remove the temporary
+    files a killed writer left (a mint does; a check that writes nothing does not)."""
     from noderole.supervisor._safeopen import open_dir
 
     parent, name = os.path.split(directory.rstrip("/"))
@@ -500,7 +502,8 @@ def _read_existing(directory: str) -> _Existing:
     finally:
         os.close(parent_fd)
     try:
-        remove_stale_temps(dfd, [CERT_NAME, KEY_NAME])
+        if tidy:
+            remove_stale_temps(dfd, [CERT_NAME, KEY_NAME])
         cert_pem, _ = _read_nofollow(dfd, directory, CERT_NAME)
         key_pem, key_info = _read_nofollow(dfd, directory, KEY_NAME)
     finally:
@@ -520,12 +523,38 @@ def _read_existing(directory: str) -> _Existing:
     )
 
 
+def _judge(
+    request: MintCertificate,
+    ca: CertificateAuthority,
+    *,
+    directory: str,
+    sans: Sequence[SubjectAltName],
+    now: dt.datetime,
+    tidy: bool = False,
+) -> _Verdict:
+    """The verdict on the pair in ``directory`` for ``request``: the one judge of a mint
+    (:func:`ensure_certificate`, ``tidy``) and of the checks that write nothing
+    (:func:`judge_step`), so a check never calls good a pair the mint would replace."""
+    return _assess(
+        _read_existing(directory, tidy=tidy),
+        ca_cert=ca.cert,
+        ca_bundle=ca.bundle,
+        common_name=request.common_name,
+        sans=sans,
+        renew_before_days=request.renew_before_days,
+        now=now,
+    )
+
+
 def _read_nofollow(
     dfd: int, directory: str, name: str
 ) -> tuple[bytes | None, os.stat_result | None]:
+    """``name`` in ``dfd`` (``directory``), and its ``fstat``; None when absent. A symbolic link
+    or anything but a regular file there (a FIFO is never waited on, a directory never read) is
+    a :class:`CertificateError` naming the path, what it is and the fix."""
     path = os.path.join(directory, name)
     try:
-        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
+        return read_regular_file(name, dir_fd=dfd, follow_symlinks=False)
     except FileNotFoundError:
         return None, None
     except OSError as error:
@@ -534,10 +563,11 @@ def _read_nofollow(
                 f"refusing to use {path}: it is a symbolic link (to "
                 f"{os.readlink(name, dir_fd=dfd)}); remove the link and run again"
             ) from None
+        if error.errno in (errno.EISDIR, errno.EINVAL):  # what read_regular_file refuses
+            raise CertificateError(
+                f"refusing to use {path}: {error.strerror}; remove it and run again"
+            ) from None
         raise CertificateError(f"cannot read {path}: {error.strerror}") from None
-    with os.fdopen(fd, "rb") as handle:
-        info = os.fstat(handle.fileno())
-        return handle.read(), info
 
 
 def _now(clock: Clock) -> dt.datetime:
@@ -635,16 +665,7 @@ def ensure_certificate(
     cert_path, key_path = os.path.join(directory, CERT_NAME), os.path.join(directory, KEY_NAME)
     ca = _settled_ca(root.local(request.ca_cert), root.local(request.ca_key), clock=clock)
     now = _now(clock)  # looking again may have taken a moment
-    existing = _read_existing(directory)
-    verdict = _assess(
-        existing,
-        ca_cert=ca.cert,
-        ca_bundle=ca.bundle,
-        common_name=request.common_name,
-        sans=sans,
-        renew_before_days=request.renew_before_days,
-        now=now,
-    )
+    verdict = _judge(request, ca, directory=directory, sans=sans, now=now, tidy=True)
     if verdict.reuse:
         assert verdict.cert is not None
         reused = CertOutcome(
@@ -828,24 +849,14 @@ def certificate_fingerprint(path: str | os.PathLike[str]) -> str:
 
 def step_verdict(step: MintCertificate, *, root: NodeRoot, now: dt.datetime) -> tuple[bool, str]:
     """Whether ``step``'s certificate on disk would be reused now, and why (the CA loaded and the
-    pair read, nothing written): what ``apply --dry-run`` and ``renew`` decide by. Raises
-    :class:`CertificateError` when the CA cannot be used or a SAN cannot be parsed."""
+    pair read, nothing written, not even a killed writer's temporary files removed): what
+    ``apply --dry-run``, ``renew`` and ``cert check --role`` decide by. The pair is read and
+    judged by the same functions as :func:`ensure_certificate`'s (its key's mode, owner and
+    links, links and FIFOs refused). Raises :class:`CertificateError` when the CA cannot be
+    used, a SAN cannot be parsed, or the pair cannot be read (what the step would fail with)."""
     _refuse_the_ca(step, root=root)
-    ca = load_ca(root.resolve(step.ca_cert), root.resolve(step.ca_key), now=now)
-    sans = parse_sans(step.sans)
-
-    def read(node_path: str) -> bytes | None:
-        try:
-            return root.resolve(node_path).read_bytes()
-        except OSError:  # missing or unreadable: the verdict says the pair must be minted
-            return None
-
-    return reuse_verdict(
-        read(step.cert_path),
-        read(step.key_path),
-        ca=ca,
-        common_name=step.common_name,
-        sans=sans,
-        renew_before_days=step.renew_before_days,
-        now=now,
+    ca = load_ca(root.local(step.ca_cert), root.local(step.ca_key), now=now)
+    verdict = _judge(
+        step, ca, directory=root.local(step.directory), sans=parse_sans(step.sans), now=now
     )
+    return verdict.reuse, verdict.reason

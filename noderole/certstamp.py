@@ -3,15 +3,16 @@
 A full reuse check (:func:`noderole.certs.ensure_certificate`) parses the pair and the CA, which
 costs the import of ``cryptography.x509`` (about 80 ms) on every ``apply``. Its verdict depends
 only on the request, the four files and the time, so after each full check that leaves a good
-pair in place (reused or minted) a *stamp* is recorded: the request, each file's inode, size,
-modification time and mode, one SHA-256 digest of the four files' contents, and the time window
+pair in place (reused or minted) a *stamp* is recorded: the request, the user who checked, each
+file's device, inode, size, modification time, mode, owner and link count, one SHA-256 digest of
+the four files' contents, and the time window
 in which the verdict stays "reuse" (from the check to the start of the renewal window, never past
 the CA's own expiry).
 
 The next check reads the four files, and when every part of the stamp still matches and the time
 is inside the window, answers "reused" without parsing anything. Any change to the certificate,
-the key or the CA (content, inode, size, time or mode), to the request, or a clock outside the
-window forces the full check. Stamps live in :data:`STAMP_DIR` on the node, one file per
+the key or the CA (content, inode, size, time, mode, owner or links), to the request, or a clock
+outside the window forces the full check. Stamps live in :data:`STAMP_DIR` on the node, one file per
 certificate directory; a stamp that cannot be read or written only costs a full check.
 
 Standard library and record classes only: importing this module must not import cryptography.
@@ -42,7 +43,9 @@ STAMP_DIR = "/var/lib/noderole/certs"
 """Node directory of the stamps of verified certificates."""
 CERT_NAME = "tls.crt"  # noderole.certs.CERT_NAME, repeated so this module need not import it
 KEY_NAME = "tls.key"
-_FORMAT = 1
+_FORMAT = 2
+"""The stamp's format: 2 records each file's device, owner and link count besides format 1's
+inode, size, mtime and mode. A stamp of another format is no shortcut (a full check)."""
 
 
 def _text(path: str | os.PathLike[str]) -> str:
@@ -117,21 +120,33 @@ def _request_key(request: MintCertificate) -> list[Any]:
 
 
 def file_parts(paths: Sequence[str | os.PathLike[str]]) -> list[Any] | None:
-    """Each file's [inode, size, mtime_ns, mode] and one digest of all their contents; None when
-    one is missing, unreadable, a symbolic link or not a regular file (then check in full)."""
+    """Each file's [device, inode, size, mtime_ns, mode, owner uid, link count] and one digest
+    of all their contents; None when one is missing, unreadable, a symbolic link, not a regular
+    file (a FIFO is not waited on, a directory not read) or too large (then check in full).
+
+    The owner and the link count are what the full check judges a key by besides its mode (a
+    key of another user's, or with a second name, is replaced): a change to either must fall to
+    the full check, as a change of its bytes does."""
+    from noderole.reading import read_regular_file  # already imported by the stamp's reading
+
     digest = sha256()
     parts: list[Any] = []
     for path in paths:
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            data, info = read_regular_file(path, follow_symlinks=False)
         except OSError:
             return None
-        with os.fdopen(fd, "rb") as handle:
-            info = os.fstat(handle.fileno())
-            if not stat.S_ISREG(info.st_mode):
-                return None
-            data = handle.read()
-        parts.append([info.st_ino, info.st_size, info.st_mtime_ns, info.st_mode])
+        parts.append(
+            [
+                info.st_dev,
+                info.st_ino,
+                info.st_size,
+                info.st_mtime_ns,
+                info.st_mode,
+                info.st_uid,
+                info.st_nlink,
+            ]
+        )
         digest.update(len(data).to_bytes(8, "big") + data)
     parts.append(digest.hexdigest())
     return parts
@@ -166,6 +181,8 @@ def stamped_outcome(request: MintCertificate, *, root: NodeRoot, now: float) -> 
     if not isinstance(fingerprint, str):
         return None
     if not valid_from <= now < reuse_until or stamp.get("request") != _request_key(request):
+        return None
+    if stamp.get("uid") != os.geteuid():  # the key's owner was judged against who checked
         return None
     if not _directory_is_real(request, root):
         return None
@@ -208,6 +225,7 @@ def record_stamp(
     document = {
         "format": _FORMAT,
         "request": _request_key(request),
+        "uid": os.geteuid(),
         "files": files,
         "valid_from": now,
         "reuse_until": reuse_until,

@@ -15,7 +15,7 @@ import os
 import stat
 from typing import Any
 
-__all__ = ["LIMIT", "RECORD_LIMIT", "loads_json", "read_json", "read_regular"]
+__all__ = ["LIMIT", "RECORD_LIMIT", "loads_json", "read_json", "read_regular", "read_regular_file"]
 
 LIMIT = 1 << 20
 """The most bytes such a file may hold: an environment file or a PEM bundle is a few KiB."""
@@ -40,8 +40,26 @@ def read_regular(path: str | os.PathLike[str], *, limit: int = LIMIT) -> bytes:
     ``EINVAL`` "not a regular file (a FIFO)" and the like (``IsADirectoryError`` for a
     directory), ``EFBIG`` when it is too large.
     """
+    return read_regular_file(path, limit=limit)[0]
+
+
+def read_regular_file(
+    path: str | os.PathLike[str],
+    *,
+    dir_fd: int | None = None,
+    follow_symlinks: bool = True,
+    limit: int = LIMIT,
+) -> tuple[bytes, os.stat_result]:
+    """:func:`read_regular`, with the file's ``fstat`` (of the file read, not of a name that
+    may have been replaced since); ``path`` relative to ``dir_fd`` when given. Without
+    ``follow_symlinks`` a symbolic link at ``path`` is ``ELOOP`` (``O_NOFOLLOW``): what a
+    serving pair and the stamp of its check read.
+    """
     # O_NONBLOCK: opening a FIFO for reading returns at once instead of waiting for a writer.
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC
+    if not follow_symlinks:
+        flags |= os.O_NOFOLLOW
+    fd = os.open(path, flags, dir_fd=dir_fd)
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
@@ -51,14 +69,24 @@ def read_regular(path: str | os.PathLike[str], *, limit: int = LIMIT) -> bytes:
             raise OSError(number, f"not a regular file ({kind})", os.fspath(path))
         if info.st_size > limit:
             raise OSError(errno.EFBIG, _too_large(info.st_size, limit), os.fspath(path))
-    except BaseException:
+        # One read of the size fstat gave (and one byte more): a file that grew since (or a
+        # /proc file, whose size says 0) is read on until its end or past the limit.
+        data = os.read(fd, info.st_size + 1)
+        if len(data) > info.st_size:
+            chunks = [data]
+            total = len(data)
+            while total <= limit:
+                chunk = os.read(fd, limit + 1 - total)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                total += len(chunk)
+            data = b"".join(chunks)
+    finally:
         os.close(fd)
-        raise
-    with os.fdopen(fd, "rb") as file:
-        data = file.read(limit + 1)  # it may have grown since
     if len(data) > limit:
         raise OSError(errno.EFBIG, _too_large(len(data), limit), os.fspath(path))
-    return data
+    return data, info
 
 
 def _too_large(size: int, limit: int) -> str:

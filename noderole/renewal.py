@@ -78,7 +78,7 @@ def check_certificates(
 ) -> list[CertificateCheck]:
     """The certificates ``service``'s steps mint, each with the verdict its step would reach now.
 
-    Reads only: the same rules as minting (:func:`noderole.certs.reuse_verdict`), against the CA,
+    Reads only: the same rules as minting (:func:`noderole.certs.step_verdict`), against the CA,
     common name and SANs the service asks for today.
     """
     from noderole.certs import inspect_certificate, step_verdict

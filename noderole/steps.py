@@ -287,7 +287,9 @@ def _certificate(step: MintCertificate, ctx: StepContext) -> CertOutcome:
     except NoderoleError as exc:
         raise StepError(step.failure_message.format(reason=exc)) from exc
     except OSError as exc:
-        reason = f"{exc.filename or step.directory}: {exc.strerror or exc}"
+        # Name the path: an error raised on a descriptor carries its number as the file name.
+        where = exc.filename if isinstance(exc.filename, str) and exc.filename else step.directory
+        reason = f"{where}: {exc.strerror or exc}"
         raise StepError(step.failure_message.format(reason=reason)) from exc
     if outcome.action == "minted":
         ctx.written.extend([step.cert_path] + ([] if outcome.key_kept else [step.key_path]))

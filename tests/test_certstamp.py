@@ -101,6 +101,58 @@ class TestStamp:
         assert _stamped(node) is None
         assert node.ensure().action == "minted"
 
+    def test_key_owner_change_forces_full_check(self, node: Node) -> None:
+        """A key given to another user (chown) keeps its bytes, inode, mode and mtime: the
+        stamp answered "reused" and the key stayed another user's, while the full check
+        replaces it. The owner is part of the stamp."""
+        node.ensure()
+        os.chown(node.key_file, 999, -1)
+        assert _stamped(node) is None
+        minted = node.ensure()
+        assert minted.action == "minted"
+        assert minted.reason.startswith("the existing key belongs to uid 999")
+        assert node.key_file.stat().st_uid == os.geteuid()
+
+    def test_second_link_to_the_key_forces_full_check(self, node: Node) -> None:
+        """A second hard link to the key (another name others may read) is what the full check
+        replaces a key for; the stamp records the link count."""
+        node.ensure()
+        os.link(node.key_file, node.dir.parent / "copy.key")
+        assert _stamped(node) is None
+        minted = node.ensure()
+        assert (minted.action, minted.reason) == (
+            "minted",
+            "the existing key has 2 hard links (another name may be read by others)",
+        )
+
+    def test_a_stamp_of_the_previous_format_is_a_full_check(self, node: Node) -> None:
+        """A stamp written before owners and links were recorded (format 1, each file's inode,
+        size, mtime and mode) never answers: it vouches for less than the full check judges."""
+        node.ensure()
+        (stamp,) = node.root.resolve(STAMP_DIR).iterdir()
+        document = json.loads(stamp.read_text())
+        paths = [FILES[which](node) for which in ("certificate", "key", "CA certificate", "CA key")]
+        infos = [path.stat() for path in paths]
+        document["format"] = 1
+        document["files"] = [
+            *([i.st_ino, i.st_size, i.st_mtime_ns, i.st_mode] for i in infos),
+            document["files"][-1],
+        ]
+        del document["uid"]
+        stamp.write_text(json.dumps(document))
+        assert _stamped(node) is None
+        assert node.ensure().action == "reused"
+        assert _stamped(node) is not None  # and the full check wrote one of today's format
+
+    def test_a_stamp_of_another_user_is_a_full_check(
+        self, node: Node, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The full check judged the key's owner against the user who checked: under another
+        user the stamp is no shortcut."""
+        node.ensure()
+        monkeypatch.setattr(os, "geteuid", lambda: 4321)
+        assert _stamped(node) is None
+
     def test_new_ca_is_examined(self, node: Node) -> None:
         """A rotated CA (new files) is caught and the pair is re-minted by the full check."""
         node.ensure()
