@@ -55,7 +55,9 @@ __all__ = [
     "CertificateAuthority",
     "certificate_fingerprint",
     "ensure_certificate",
+    "StepVerdict",
     "inspect_certificate",
+    "judge_step",
     "load_ca",
     "reuse_verdict",
     "step_verdict",
@@ -71,6 +73,8 @@ BACKDATE = dt.timedelta(hours=1)
 CERT_MODE = 0o644
 KEY_MODE = 0o600
 DIR_MODE = 0o700
+ROTATE_CA = "rotate the cluster CA (k3s certificate rotate-ca), then renew"
+"""The fix for a certificate that cannot be renewed because its CA expires first."""
 
 CAKey: TypeAlias = ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey
 
@@ -211,6 +215,9 @@ class _Verdict:
     cert: x509.Certificate | None = None
     key: ec.EllipticCurvePrivateKey | None = None
     """The existing key, when it is a P-256 key matching the existing certificate (keepable)."""
+    warning: str = ""
+    """Set when the pair is kept but cannot be renewed: inside its renewal window, it expires
+    with its CA, so only rotating the CA helps (what ``cert check`` and ``renew`` report)."""
 
 
 def _when(moment: dt.datetime) -> str:
@@ -345,15 +352,27 @@ def _assess(
         return remint(f"expired on {_when(cert.not_valid_after_utc)}")
     days = left.days
     window = dt.timedelta(days=renew_before_days)
+    if ca_cert is not None and cert.not_valid_after_utc > ca_cert.not_valid_after_utc:
+        # Its CA was re-issued (same key and name) to expire sooner: every client refuses the
+        # chain once the CA expires. A new leaf is capped at the CA's expiry.
+        reason = (
+            f"valid until {_when(cert.not_valid_after_utc)}, past its CA's expiry on "
+            f"{_when(ca_cert.not_valid_after_utc)}: clients refuse it from then on"
+        )
+        ca_left = ca_cert.not_valid_after_utc - now
+        if ca_left <= window:
+            reason += f"; the CA itself expires in {ca_left.days} days: {ROTATE_CA}"
+        return remint(reason)
     if left <= window:
         if ca_cert is not None and cert.not_valid_after_utc >= ca_cert.not_valid_after_utc:
-            # A new leaf cannot outlive the CA: re-minting would change nothing, every run.
-            return _Verdict(
-                reuse=True,
-                reason=(f"expires in {days} days, together with the CA (rotate the CA to renew)"),
-                cert=cert,
-                key=key,
+            # A new leaf cannot outlive the CA: re-minting would change nothing, every run. The
+            # pair is kept, but whoever watches renewals must hear that only the CA can help.
+            warning = (
+                f"expires in {days} days, together with the CA (on "
+                f"{_when(ca_cert.not_valid_after_utc)}): no certificate it signs can last "
+                f"longer; {ROTATE_CA}"
             )
+            return _Verdict(reuse=True, reason=warning, cert=cert, key=key, warning=warning)
         return remint(f"expires in {days} days (renewal window {renew_before_days} days)")
     return _Verdict(
         reuse=True,
@@ -761,6 +780,9 @@ class CertReport:
     """Whether ``cert mint`` would keep it (CN and SANs are not compared: no request is given)."""
     reason: str
     """Why (not)."""
+    warning: str = ""
+    """Set when ``cert mint`` would keep it but it cannot be renewed: inside the renewal window it
+    expires with the CA given (only rotating the CA helps)."""
 
 
 def inspect_certificate(
@@ -818,6 +840,7 @@ def inspect_certificate(
         ca_checked=ca is not None,
         reusable=verdict.reuse,
         reason=verdict.reason,
+        warning=verdict.warning,
     )
 
 
@@ -847,7 +870,20 @@ def certificate_fingerprint(path: str | os.PathLike[str]) -> str:
         ) from None
 
 
-def step_verdict(step: MintCertificate, *, root: NodeRoot, now: dt.datetime) -> tuple[bool, str]:
+@recordclass.frozen(kw_only=True)
+class StepVerdict:
+    """What a certificate step would do with the pair on disk now (:func:`judge_step`)."""
+
+    reuse: bool
+    """True when the pair would be kept."""
+    reason: str
+    """Why (not): the re-mint reason, or why the pair is good."""
+    warning: str = ""
+    """Set when the pair is kept but cannot be renewed: inside its renewal window it expires
+    with its CA (``expires in 19 days, together with the CA ...; rotate the cluster CA``)."""
+
+
+def judge_step(step: MintCertificate, *, root: NodeRoot, now: dt.datetime) -> StepVerdict:
     """Whether ``step``'s certificate on disk would be reused now, and why (the CA loaded and the
     pair read, nothing written, not even a killed writer's temporary files removed): what
     ``apply --dry-run``, ``renew`` and ``cert check --role`` decide by. The pair is read and
@@ -859,4 +895,10 @@ def step_verdict(step: MintCertificate, *, root: NodeRoot, now: dt.datetime) -> 
     verdict = _judge(
         step, ca, directory=root.local(step.directory), sans=parse_sans(step.sans), now=now
     )
+    return StepVerdict(reuse=verdict.reuse, reason=verdict.reason, warning=verdict.warning)
+
+
+def step_verdict(step: MintCertificate, *, root: NodeRoot, now: dt.datetime) -> tuple[bool, str]:
+    """:func:`judge_step`'s ``(reuse, reason)``."""
+    verdict = judge_step(step, root=root, now=now)
     return verdict.reuse, verdict.reason

@@ -43,7 +43,8 @@ class CertificateCheck:
     path: str
     """Node path of the certificate."""
     due: bool
-    """True when the step would re-mint it now (or it cannot be checked: see ``error``)."""
+    """True when the step would re-mint it now (or it cannot be checked or renewed: see
+    ``error``)."""
     reason: str
     """Why it is due, or why it is good (``valid until ... (300 days left)``)."""
     issuer: str | None = None
@@ -57,7 +58,8 @@ class CertificateCheck:
     renew_before_days: int = 90
     """The step's renewal window."""
     error: str = ""
-    """Set when the CA cannot be used: the certificate cannot be checked or renewed."""
+    """Set when the certificate cannot be checked or renewed: the CA cannot be used, the pair
+    cannot be read, or inside its renewal window it expires with its CA (rotate the CA)."""
     fingerprint: str | None = None
     """SHA-256 fingerprint of the certificate on disk (None: none, or unreadable)."""
 
@@ -78,10 +80,10 @@ def check_certificates(
 ) -> list[CertificateCheck]:
     """The certificates ``service``'s steps mint, each with the verdict its step would reach now.
 
-    Reads only: the same rules as minting (:func:`noderole.certs.step_verdict`), against the CA,
+    Reads only: the same rules as minting (:func:`noderole.certs.judge_step`), against the CA,
     common name and SANs the service asks for today.
     """
-    from noderole.certs import inspect_certificate, step_verdict
+    from noderole.certs import inspect_certificate, judge_step
     from noderole.errors import CertificateError
 
     checks = []
@@ -107,11 +109,22 @@ def check_certificates(
         except CertificateError:
             pass  # missing or unreadable: the verdict below says so
         try:
-            reuse, reason = step_verdict(step, root=root, now=now)
+            verdict = judge_step(step, root=root, now=now)
         except CertificateError as error:
             checks.append(CertificateCheck(**base, **shown, due=True, reason="", error=str(error)))
             continue
-        checks.append(CertificateCheck(**base, **shown, due=not reuse, reason=reason))
+        if verdict.warning:
+            # Kept by the step, but no renewal can help: an error for whoever watches renewals,
+            # naming the CA and its rotation, before every client refuses the chain.
+            checks.append(
+                CertificateCheck(
+                    **base, **shown, due=True, reason=verdict.reason, error=verdict.warning
+                )
+            )
+            continue
+        checks.append(
+            CertificateCheck(**base, **shown, due=not verdict.reuse, reason=verdict.reason)
+        )
     return checks
 
 

@@ -569,6 +569,25 @@ class TestReuse:
         assert outcome.action == "reused"
         assert "together with the CA" in outcome.reason
 
+    def test_a_leaf_past_its_reissued_ca_is_reminted(self, tmp_path: Path) -> None:
+        """A CA issued again with the same key and name but to expire sooner: the leaf's
+        signature still verifies, but no client accepts it past the CA's expiry. It is
+        re-minted, capped at the CA's expiry (the mint never goes past it)."""
+        node = Node(tmp_path)
+        ca, key = make_ca(now=node.clock.time())
+        node.install_ca(ca, key)
+        node.ensure()
+        sooner, _ = make_ca(now=node.clock.time(), days_after=200, key=key)
+        node.install_ca(sooner, key)
+        outcome = node.ensure()
+        assert outcome.action == "minted"
+        assert outcome.key_kept
+        assert outcome.reason.startswith("valid until ")
+        assert f"past its CA's expiry on {sooner.not_valid_after_utc:%Y-%m-%d}" in outcome.reason
+        assert "the CA itself expires" not in outcome.reason  # 200 days: outside the window
+        assert node.pair()[0].not_valid_after_utc == sooner.not_valid_after_utc
+        assert node.ensure().action == "reused"
+
     def test_sans_changed(self, node: Node) -> None:
         """Added and removed SANs are both named, in the request's order and sorted."""
         node.ensure()
@@ -728,6 +747,22 @@ class TestInspect:
         report = inspect_certificate(node.cert_file, ca_cert=other, now=utc(node.clock.time()))
         assert not report.reusable
         assert report.reason == "issued by a different CA (signature does not verify)"
+
+    def test_a_leaf_expiring_with_its_ca_in_the_window_is_flagged(self, tmp_path: Path) -> None:
+        """Reusable (the mint keeps it), but it cannot be renewed: the report warns, naming the
+        CA and its rotation; without the CA it is simply due."""
+        node = Node(tmp_path)
+        node.install_ca(*make_ca(now=node.clock.time(), days_after=20))
+        node.ensure()
+        now = utc(node.clock.time())
+        report = inspect_certificate(node.cert_file, ca_cert=node.root.resolve(CA_CERT), now=now)
+        assert report.reusable
+        assert report.warning.startswith("expires in 19 days, together with the CA (on ")
+        assert report.warning.endswith(
+            "; rotate the cluster CA (k3s certificate rotate-ca), then renew"
+        )
+        alone = inspect_certificate(node.cert_file, ca_cert=None, now=now)
+        assert (alone.reusable, alone.warning) == (False, "")
 
     def test_unreadable(self, tmp_path: Path) -> None:
         """An unreadable certificate raises a CertificateError naming it."""

@@ -326,6 +326,99 @@ def make_ca_view(node_root: ScratchRoot) -> ClusterCA:
     )
 
 
+def reissue_ca(node_root: ScratchRoot, *, days: float, now: float) -> None:
+    """The CA at k3s's paths issued again with the same key and subject (so what it signed
+    still verifies), to expire ``days`` after ``now``."""
+    import datetime as dt
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+
+    old = load_certificate(node_root.resolve(K3S_CA_CERT))
+    key = serialization.load_pem_private_key(
+        node_root.resolve(K3S_CA_KEY).read_bytes(), password=None
+    )
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(old.subject)
+        .issuer_name(old.subject)
+        .public_key(key.public_key())  # type: ignore[arg-type]
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(old.not_valid_before_utc)
+        .not_valid_after(dt.datetime.fromtimestamp(now + days * DAY, tz=dt.UTC))
+    )
+    for extension in old.extensions:
+        builder = builder.add_extension(extension.value, extension.critical)
+    new = builder.sign(key, hashes.SHA256())  # type: ignore[arg-type]
+    node_root.resolve(K3S_CA_CERT).write_bytes(new.public_bytes(serialization.Encoding.PEM))
+
+
+class TestTheCaExpiresFirst:
+    """A leaf cannot outlive its CA: the mint caps it at the CA's expiry. Inside the renewal
+    window such a leaf is kept (a new one could not last longer), and whoever watches
+    renewals hears it: only rotating the CA helps. Before, ``cert check`` said "REUSE yes"
+    and ``renew`` "certificate good" until every client refused the chain."""
+
+    ROTATE = "rotate the cluster CA (k3s certificate rotate-ca)"
+
+    def test_a_ca_valid_for_20_days_fails_the_checks_naming_its_rotation(
+        self, app: _App, node_root: ScratchRoot, fake_clock: FakeClock
+    ) -> None:
+        make_k3s_ca(node_root, days=20)
+        fake_clock.advance(120)  # the new CA is valid from the real now
+        assert app.apply(app.plan("r"), app.recorder).ok  # minted from it, capped at its expiry
+        started = len(app.recorder.started)
+        checked = CliRunner().invoke(cli, ["cert", "check", "--role", "r", "--json"], obj=app)
+        assert checked.exit_code == 1, checked.output
+        (check,) = json.loads(checked.stdout)
+        assert check["days_left"] == 19
+        assert check["error"].startswith("expires in 19 days, together with the CA (on ")
+        assert self.ROTATE in check["error"]
+        renewed = CliRunner().invoke(cli, ["renew"], obj=app)
+        assert renewed.exit_code == 1, renewed.output
+        assert f"proxy: failed: cannot renew: {CERT}: expires in 19 days" in renewed.stdout
+        assert len(app.recorder.started) == started  # nothing restarted: it would change nothing
+        by_path = CliRunner().invoke(
+            cli, ["cert", "check", CERT, "--ca-cert", K3S_CA_CERT, "--json"], obj=app
+        )
+        assert by_path.exit_code == 1, by_path.output
+        (report,) = json.loads(by_path.stdout)
+        assert report["reusable"] is True  # the mint keeps it
+        assert self.ROTATE in report["warning"]
+        table = CliRunner().invoke(cli, ["cert", "check", CERT, "--ca-cert", K3S_CA_CERT], obj=app)
+        assert table.exit_code == 1
+        assert "yes, but cannot be renewed: expires in 19 days" in table.stdout
+
+    def test_a_leaf_past_a_reissued_ca_is_reminted(
+        self, app: _App, node_root: ScratchRoot, fake_clock: FakeClock
+    ) -> None:
+        """The CA issued again (same key and name) for 20 days, the 364-day leaf kept: its
+        signature still verifies, and renew called it good for 364 days. It is due; renew
+        re-mints it up to the CA's expiry, and from then on the checks ask for the CA's
+        rotation."""
+        reissue_ca(node_root, days=20, now=fake_clock.time())
+        ca = load_certificate(node_root.resolve(K3S_CA_CERT))
+        checked = CliRunner().invoke(cli, ["cert", "check", "--role", "r", "--json"], obj=app)
+        assert checked.exit_code == 1, checked.output
+        (check,) = json.loads(checked.stdout)
+        assert (check["due"], check["error"]) == (True, "")
+        assert "past its CA's expiry on" in check["reason"]
+        assert "the CA itself expires in 19 days: " + self.ROTATE in check["reason"]
+        by_path = CliRunner().invoke(
+            cli, ["cert", "check", CERT, "--ca-cert", K3S_CA_CERT], obj=app
+        )
+        assert by_path.exit_code == 1
+        assert "no: valid until" in by_path.stdout
+        proxy = _renew(app)["proxy"]
+        assert proxy.status == "restarted", proxy
+        assert "past its CA's expiry" in proxy.reason
+        leaf = load_certificate(node_root.resolve(CERT))
+        assert leaf.not_valid_after_utc == ca.not_valid_after_utc
+        again = CliRunner().invoke(cli, ["cert", "check", "--role", "r", "--json"], obj=app)
+        assert again.exit_code == 1
+        assert self.ROTATE in json.loads(again.stdout)[0]["error"]
+
+
 class TestCertCheckRole:
     def test_lists_and_passes_when_good(self, app: _App) -> None:
         """Every certificate of the role with issuer, SANs and days left; exit 0 when none due."""

@@ -144,7 +144,9 @@ def check(
 
     Absolute PATHs are node paths (resolved under --root; one whose '..' climbs above / is a
     usage error, as for --ca-cert). A key next to a certificate (X.key for
-    X.crt) is checked against it. Exits 1 when any certificate is unreadable or would be re-minted.
+    X.crt) is checked against it. Exits 1 when any certificate is unreadable, would be re-minted,
+    or (with --ca-cert) is inside its renewal window and expires with the CA: only rotating the
+    CA renews it.
 
     With --role ROLE: every certificate ROLE's services mint, checked against the CA, names and
     renewal window of its step, with days left; exits 1 when one is due for renewal.
@@ -179,7 +181,10 @@ def check(
         click.echo(json.dumps([_as_json(path, report) for path, report in rows], indent=2))
     else:
         click.echo(_table(rows, ca_checked=ca is not None))
-    if any(isinstance(report, CertificateError) or not report.reusable for _, report in rows):
+    if any(
+        isinstance(report, CertificateError) or not report.reusable or report.warning
+        for _, report in rows
+    ):
         raise click.exceptions.Exit(1)
 
 
@@ -199,6 +204,7 @@ def _as_json(path: str, report: CertReport | CertificateError) -> dict[str, obje
         "ca_checked": report.ca_checked,
         "reusable": report.reusable,
         "reason": report.reason,
+        "warning": report.warning or None,
     }
 
 
@@ -212,6 +218,8 @@ def _table(rows: list[tuple[str, CertReport | CertificateError]], *, ca_checked:
         verdict = "yes" if report.reusable else f"no: {report.reason}"
         if report.reusable and not ca_checked:
             verdict = "yes (CA not checked)"
+        elif report.warning:
+            verdict = f"yes, but cannot be renewed: {report.warning}"
         lines.append(
             (
                 path,
