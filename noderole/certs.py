@@ -147,7 +147,11 @@ def _check_ca_certificate(
     except x509.ExtensionNotFound:
         usage = None
     if usage is not None and not usage.key_cert_sign:
-        raise CertificateError(f"CA certificate {path} is not allowed to sign certificates")
+        raise CertificateError(
+            f"CA certificate {path} is not allowed to sign certificates (its KeyUsage lacks "
+            f"keyCertSign); point ca_cert at the cluster CA that signs serving certificates "
+            f"(k3s: server-ca.crt), or re-issue the CA with keyUsage keyCertSign"
+        )
     if now < cert.not_valid_before_utc:
         raise CertificateError(
             f"CA certificate {path} is not valid until {_when(cert.not_valid_before_utc)}; "
@@ -172,6 +176,10 @@ def load_ca(
     signer = chain[0]
     _check_ca_certificate(signer, cert_path, now)
     key_pem = _read(key_path, "CA key")
+    if not key_pem.strip():
+        raise CertificateError(
+            f"CA key {key_path} is empty; point ca_key at the cluster CA's private key (PEM)"
+        )
     try:
         key = serialization.load_pem_private_key(key_pem, password=None)
     except TypeError:
@@ -179,14 +187,29 @@ def load_ca(
             f"CA key {key_path} is encrypted; give an unencrypted PEM key"
         ) from None
     except (ValueError, UnsupportedAlgorithm) as error:
+        hint = ""
+        if b"-----BEGIN" not in key_pem:  # DER, most likely: the same key, another encoding
+            hint = (
+                f"; it is not PEM (DER?): convert it with `openssl pkey -inform DER -in "
+                f"{key_path} -out {key_path}.pem` and point ca_key at the .pem file"
+            )
         raise CertificateError(
-            f"CA key {key_path} is not a readable PEM private key ({error})"
+            f"CA key {key_path} is not a readable PEM private key ({error}){hint}"
         ) from None
     if not isinstance(key, ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey):
+        kind = type(key).__name__.removesuffix("PrivateKey").lstrip("_")
         raise CertificateError(
-            f"CA key {key_path} is a {type(key).__name__}; only EC and RSA CA keys are supported"
+            f"CA key {key_path} is of type {kind}; only EC and RSA CA keys are supported (k3s "
+            f"makes an EC P-256 key)"
         )
     if key.public_key() != signer.public_key():
+        for number, other in enumerate(chain[1:], start=2):
+            if key.public_key() == other.public_key():
+                raise CertificateError(
+                    f"CA key {key_path} matches certificate {number} of {cert_path} "
+                    f"({other.subject.rfc4514_string()}), not the first: the signing "
+                    f"certificate must come first in the CA file; put that certificate first"
+                )
         raise CertificateError(
             f"CA key {key_path} does not match CA certificate {cert_path}; give the key of that CA"
         )

@@ -502,8 +502,94 @@ class TestCertificateAuthority:
         node.root.resolve(CA_KEY).write_bytes(key_pem(key, serialization.PrivateFormat.PKCS8))  # type: ignore[arg-type]
         ca, _ = make_ca(now=node.clock.time())
         node.root.resolve(CA_CERT).write_bytes(cert_pem(ca))
-        with pytest.raises(CertificateError, match="only EC and RSA"):
+        with pytest.raises(CertificateError) as info:
             node.ensure()
+        assert str(info.value) == (
+            f"CA key {node.root.resolve(CA_KEY)} is of type Ed25519; only EC and RSA CA keys are "
+            "supported (k3s makes an EC P-256 key)"
+        )
+
+    @pytest.mark.parametrize("form", ["DER", "empty"])
+    def test_a_key_that_is_not_pem_says_how_to_convert_it(self, node: Node, form: str) -> None:
+        """A DER key (the same key, another encoding) said only "not a readable PEM private key
+        (... MalformedFraming)": the message gives the openssl command that converts it. An
+        empty file says it is empty."""
+        path = node.root.resolve(CA_KEY)
+        pem = path.read_bytes()
+        path.write_bytes(b"")
+        if form == "DER":
+            subprocess.run(
+                ["openssl", "ec", "-outform", "DER", "-out", path],
+                input=pem,
+                check=True,
+                capture_output=True,
+            )
+        with pytest.raises(CertificateError) as info:
+            node.ensure()
+        if form == "DER":
+            assert f"CA key {path} is not a readable PEM private key (" in str(info.value)
+            assert str(info.value).endswith(
+                f"it is not PEM (DER?): convert it with `openssl pkey -inform DER -in {path} "
+                f"-out {path}.pem` and point ca_key at the .pem file"
+            )
+            converted = path.with_name(path.name + ".pem")
+            subprocess.run(
+                ["openssl", "pkey", "-inform", "DER", "-in", path, "-out", converted],
+                check=True,
+                capture_output=True,
+            )
+            assert node.ensure(ca_key=CA_KEY + ".pem").action == "minted"  # the advice works
+        else:
+            assert str(info.value) == (
+                f"CA key {path} is empty; point ca_key at the cluster CA's private key (PEM)"
+            )
+
+    def test_a_ca_that_may_not_sign_says_what_to_give(self, tmp_path: Path) -> None:
+        """A certificate that is a CA but lacks keyCertSign: the message says what to use."""
+        node = Node(tmp_path)
+        ca, key = make_ca(now=node.clock.time())
+        builder = x509.CertificateBuilder(
+            issuer_name=ca.issuer,
+            subject_name=ca.subject,
+            public_key=key.public_key(),
+            serial_number=ca.serial_number,
+            not_valid_before=ca.not_valid_before_utc,
+            not_valid_after=ca.not_valid_after_utc,
+        )
+        for extension in ca.extensions:
+            value = extension.value
+            if isinstance(value, x509.KeyUsage):
+                value = x509.KeyUsage(
+                    digital_signature=True, content_commitment=False, key_encipherment=False,
+                    data_encipherment=False, key_agreement=False, key_cert_sign=False,
+                    crl_sign=False, encipher_only=False, decipher_only=False,
+                )  # fmt: skip
+            builder = builder.add_extension(value, extension.critical)
+        node.install_ca(builder.sign(key, hashes.SHA256()), key)
+        with pytest.raises(CertificateError) as info:
+            node.ensure()
+        assert str(info.value) == (
+            f"CA certificate {node.root.resolve(CA_CERT)} is not allowed to sign certificates "
+            "(its KeyUsage lacks keyCertSign); point ca_cert at the cluster CA that signs serving "
+            "certificates (k3s: server-ca.crt), or re-issue the CA with keyUsage keyCertSign"
+        )
+
+    def test_a_chain_with_the_signer_second_says_to_put_it_first(self, tmp_path: Path) -> None:
+        """The root first and the intermediate (whose key is given) second said only "does not
+        match": the message names the certificate the key matches and the order to use."""
+        node = Node(tmp_path)
+        now = node.clock.time()
+        root_ca = make_ca("root-ca", now=now)
+        inter, inter_key = make_ca("intermediate-ca", now=now, signer=root_ca)
+        node.install_ca(cert_pem(root_ca[0]) + cert_pem(inter), inter_key)
+        with pytest.raises(CertificateError) as info:
+            node.ensure()
+        path = node.root.resolve(CA_CERT)
+        assert str(info.value) == (
+            f"CA key {node.root.resolve(CA_KEY)} matches certificate 2 of {path} "
+            "(CN=intermediate-ca), not the first: the signing certificate must come first in "
+            "the CA file; put that certificate first"
+        )
 
 
 class _nothing:
