@@ -70,9 +70,10 @@ def read_regular_file(
         if info.st_size > limit:
             raise OSError(errno.EFBIG, _too_large(info.st_size, limit), os.fspath(path))
         # One read of the size fstat gave (and one byte more): a file that grew since (or a
-        # /proc file, whose size says 0) is read on until its end or past the limit.
+        # /proc file, whose size says 0), or a read cut short, is read on until its end or past
+        # the limit.
         data = os.read(fd, info.st_size + 1)
-        if len(data) > info.st_size:
+        if len(data) != info.st_size:
             chunks = [data]
             total = len(data)
             while total <= limit:
