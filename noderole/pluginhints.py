@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import types
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pluggy
 
@@ -13,9 +13,9 @@ from noderole.records import closest, did_you_mean
 
 if TYPE_CHECKING:
     from noderole.entrypoints import FoundEntryPoint
-    from noderole.plugins import PluginInfo
 
 __all__ = [
+    "Plugin",
     "argument_hint",
     "implements_nothing",
     "known_hooks",
@@ -23,6 +23,17 @@ __all__ = [
     "stray_hooks",
     "unknown_hook_hint",
 ]
+
+
+class Plugin(Protocol):
+    """What a message says of a plugin (:class:`noderole.plugins.PluginInfo` has it; named
+    here by its shape, so that this module, which plugins imports, imports nothing of it)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def entry_point(self) -> str | None: ...
+    def describe(self) -> str: ...
 
 
 def shared_name(same: Sequence[FoundEntryPoint]) -> str:
@@ -83,7 +94,7 @@ def unknown_hook_hint(manager: pluggy.PluginManager, plugin: object) -> str:
     return ""
 
 
-def implements_nothing(info: PluginInfo, obj: object) -> str:
+def implements_nothing(info: Plugin, obj: object) -> str:
     """The warning for a plugin that registered no hook implementation, with the likely fix."""
     text = f"{info.describe()} implements no hook, so it contributes nothing: "
     if isinstance(obj, types.FunctionType | types.BuiltinFunctionType | types.MethodType):
@@ -128,7 +139,7 @@ def implements_nothing(info: PluginInfo, obj: object) -> str:
 
 
 def stray_hooks(
-    manager: pluggy.PluginManager, infos: Sequence[PluginInfo], strays: Sequence[tuple[str, Any]]
+    manager: pluggy.PluginManager, infos: Sequence[Plugin], strays: Sequence[tuple[str, Any]]
 ) -> list[str]:
     """Warnings for optional implementations named ``noderole_*`` that no hook spec declares.
 
