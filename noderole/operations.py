@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import functools
 import os
-import stat
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Self, cast
@@ -1479,20 +1478,13 @@ def logrotate_config(
 
 
 def _held(local: str) -> bytes | None:
-    """What the regular file at ``local`` holds (None: nothing there, or no regular file)."""
+    """What the regular file at ``local`` holds (None: nothing there, no regular file, a link)."""
+    from noderole.reading import read_regular_file  # loaded already by an apply's records
+
     try:
-        fd = os.open(local, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        return read_regular_file(local, follow_symlinks=False)[0]
     except OSError:
         return None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        chunks = []
-        while chunk := os.read(fd, 1 << 16):
-            chunks.append(chunk)
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
 
 
 def sync_logrotate(root: NodeRoot, text: str | None) -> str:
