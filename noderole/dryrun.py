@@ -160,7 +160,10 @@ def dry_run_report(
     )
     from noderole.state import read_applied
 
-    current = backend.status([e.name for e in plan.services if e.service.command is not None])
+    # As apply asks (a native supervisor that does not answer fails it, exit 10): what would
+    # be kept or started is judged on what the supervisor itself says.
+    status = getattr(backend, "status_to_act_on", None) or backend.status
+    current = status([e.name for e in plan.services if e.service.command is not None])
     previous = read_applied(root)
     rows = []
     failures = known_failures(plan, root)

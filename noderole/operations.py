@@ -642,19 +642,28 @@ class Operations:
 
     def _write_logrotate(self, plan: Plan, backend: Backend) -> None:
         """Make ``/etc/logrotate.d/noderole`` rotate the logs of ``plan``'s services as
-        ``backend`` writes them (:func:`logrotate_config`); unchanged, nothing is written. A
-        file that cannot be written is a warning: the services are up."""
+        ``backend`` writes them (:func:`logrotate_config`); unchanged, nothing is written."""
+        services = [entry.service for entry in plan.services]
+        self._sync_logrotate(services, native=backend.name == "native")
+
+    def _sync_logrotate(self, services: Sequence[Service], *, native: bool) -> str:
+        """:func:`sync_logrotate` for ``services``' logs; what changed (``written``,
+        ``removed`` or ``""``). A file that cannot be written, or is not noderole's to replace,
+        is a warning: the services run, and the units are written, without it."""
         try:
             settings = self.config.table("noderole")
-        except ConfigError:  # an apply of a plan built elsewhere (the testing kit's)
-            return
-        services = (entry.service for entry in plan.services)
-        config = logrotate_config(services, settings, native=backend.name == "native")
+        except NoderoleError:  # an apply of a plan built elsewhere (the testing kit's)
+            return ""
+        config = logrotate_config(services, settings, native=native)
         self.warnings.extend(config.left_out)
         try:
-            sync_logrotate(self.root, config.text)
+            return sync_logrotate(self.root, config.text)
         except NoderoleError as exc:
-            self.warnings.append(f"{exc}; the services' logs are not rotated")
+            self.warnings.append(
+                f"{exc}; the services' logs are not rotated by noderole (or set [noderole] "
+                "logrotate = false to leave that file to you)"
+            )
+            return ""
 
     def _store_parsed_config(self) -> None:
         """Keep the ``config.toml`` this command parsed, so the next commands need no TOML
@@ -997,7 +1006,10 @@ class Operations:
             return {}
         from noderole.supervisor._status import ACTIVE
 
-        current = backend.status(candidates)
+        # Asked as apply asks: a supervisor that does not answer fails the stop here (exit 10),
+        # before anything is said to stop.
+        status = getattr(backend, "status_to_act_on", None) or backend.status
+        current = status(candidates)
         running = [n for n in candidates if n in current and current[n].state in ACTIVE]
         stopped = set(names) | set(running)
         return {name: _why_needed(plan, name, found, stopped) for name in running}
@@ -1221,7 +1233,7 @@ class Operations:
     def render(self, role: str, backend: str, *, static: bool = False) -> RenderResult:
         """Write ``backend``'s (openrc or systemd) files for every service of ``role``, remove
         what an earlier render wrote for services no longer in it, and record the role."""
-        from noderole.render import RenderedFile, render_openrc, render_systemd, sync_rendered
+        from noderole.render import render_openrc, render_systemd, sync_rendered
         from noderole.schedule import RENEW_SERVICE, periodic_files
         from noderole.state import write_role
 
@@ -1242,16 +1254,17 @@ class Operations:
             interval=float(self.setting("renew_interval")),
             root=self.root,
         )
-        # The program writes its log itself under OpenRC and systemd: copytruncate.
-        logrotate = logrotate_config(services, self.config.table("noderole"), native=False)
-        self.warnings.extend(logrotate.left_out)
-        if logrotate.text is not None:
-            items.append(RenderedFile(path=LOGROTATE_FILE, content=logrotate.text, mode=0o644))
         manifest = f"/var/lib/noderole/rendered-{backend}.json"
         changed, removed = sync_rendered(items, root=self.root, manifest=manifest)
-        if logrotate.text is None and sync_logrotate(self.root, None):  # an apply's, say
+        native = self._native_runs()
+        rotated = ""
+        if not native:
+            # The program writes its log itself under OpenRC and systemd: copytruncate. While
+            # the native supervisor runs the node, its apply keeps the file it needs.
+            rotated = self._sync_logrotate(services, native=False)
+        if rotated == "removed":
             removed = [*removed, LOGROTATE_FILE]
-        if self._native_runs():
+        if native:
             # Files for an image or a later switch: the node's services run under the native
             # supervisor now, and status and stop must go on reaching them through it.
             self.warnings.append(
@@ -1265,9 +1278,10 @@ class Operations:
 
             write_plan(self.root, plan_data(plan, backend=backend, noderole_path=noderole_path))
         written = set(changed)
+        shown = [item.path for item in items if self.root.resolve(item.path) in written]
         return RenderResult(
             items,
-            changed=[item.path for item in items if self.root.resolve(item.path) in written],
+            changed=[*shown, LOGROTATE_FILE] if rotated == "written" else shown,
             removed=removed,
         )
 

@@ -614,6 +614,27 @@ class TestAStoppedSupervisor:
         wait_until(lambda: node.pid("b") != b and is_alive(node.pid("b")), "b respawned")
         assert node.run("apply", "demo").exit_code == 0
 
+    def test_dry_run_and_a_stop_that_would_stop_what_needs_it_fail_as_apply(
+        self, node: Node
+    ) -> None:
+        """`apply --dry-run` judged on the recorded state (`keep`, exit 0) where the apply
+        fails at once (exit 10); `stop a`, with d needing a, said ` * Stopping d (it needs a)`
+        and then failed, nothing stopped. Both fail first now, saying nothing else."""
+        node.services.append(sleeper("d", need=["a"]))
+        daemon = 0
+        try:
+            daemon, _, _ = self._stopped_with_b_killed(node)
+            dry = node.run("apply", "demo", "--dry-run")
+            stop = node.run("stop", "a")
+        finally:
+            if daemon:
+                os.kill(daemon, signal.SIGCONT)
+        assert dry.exit_code == 10, dry.output
+        assert "keep" not in dry.stdout
+        assert stop.exit_code == 10, stop.output
+        assert "Stopping" not in stop.stdout
+        assert is_alive(node.pid("d"))
+
 
 class TestServicesThatLeaveThePlan:
     """A service the last apply started is not in the plan any more: the role changed

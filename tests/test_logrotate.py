@@ -135,6 +135,18 @@ class TestApplyNative:
         assert done.exit_code == 0
         assert not _file(node.root).exists()
 
+    def test_render_on_a_native_node_leaves_the_file_its_apply_needs(self, node: Node) -> None:
+        """`render --backend openrc` for an image, on a node the native supervisor runs: it
+        replaced the apply's file (SIGHUP to the supervisor) with copytruncate, losing lines
+        at each rotation until the next apply. The running backend's file stays."""
+        node.services[:] = [sleeper("a")]
+        assert node.run("apply", "demo").exit_code == 0
+        before = _file(node.root).read_text()
+        done = node.run("render", "demo", "--backend", "openrc")
+        assert done.exit_code == 0, done.output
+        assert _file(node.root).read_text() == before
+        assert "postrotate" in before
+
     def test_a_file_noderole_did_not_write_is_kept(self, node: Node) -> None:
         """An administrator's own /etc/logrotate.d/noderole is never replaced: a warning."""
         node.services[:] = [sleeper("a")]
@@ -224,6 +236,37 @@ class TestInitSystems:
         again = _app(node_root, fake_clock, self._services())
         assert LOGROTATE_FILE in again.render("r", backend).removed
         assert not node_root.exists(LOGROTATE_FILE)
+
+    @pytest.mark.parametrize("backend", ["openrc", "systemd"])
+    def test_render_keeps_a_file_it_did_not_write_and_writes_the_units(
+        self, node_root: ScratchRoot, fake_clock: FakeClock, backend: str
+    ) -> None:
+        """An administrator's own /etc/logrotate.d/noderole (or one a node applied by an older
+        noderole holds): render refused it and wrote nothing, no unit, no runscript. It is a
+        warning naming the way out, and the boot files are written; a file render removed
+        (``logrotate = false``) and the administrator wrote again is his, too."""
+        foreign = "/var/log/noderole/*.log {\n weekly\n}\n"
+        node_root.write(LOGROTATE_FILE, foreign)
+        app = _app(node_root, fake_clock, self._services())
+        result = app.render("r", backend)
+        unit = "/etc/init.d/k3s" if backend == "openrc" else "/etc/systemd/system/k3s.service"
+        assert unit in result.changed
+        assert node_root.read(LOGROTATE_FILE) == foreign
+        assert any("logrotate = false" in warning for warning in app.warnings)
+        node_root.resolve(LOGROTATE_FILE).unlink()
+        assert (
+            LOGROTATE_FILE
+            in _app(node_root, fake_clock, self._services()).render("r", backend).changed
+        )
+        node_root.write("/etc/noderole/config.toml", "[noderole]\nlogrotate = false\n")
+        assert (
+            LOGROTATE_FILE
+            in _app(node_root, fake_clock, self._services()).render("r", backend).removed
+        )
+        node_root.write(LOGROTATE_FILE, foreign)  # the administrator's own, now
+        node_root.write("/etc/noderole/config.toml", "[noderole]\n")
+        _app(node_root, fake_clock, self._services()).render("r", backend)
+        assert node_root.read(LOGROTATE_FILE) == foreign
 
     def test_an_init_system_apply_writes_copytruncate(
         self, node_root: ScratchRoot, fake_clock: FakeClock

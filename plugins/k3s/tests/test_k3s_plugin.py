@@ -882,6 +882,23 @@ class TestEnvironmentFile:
         assert path in message
         assert "UTF-8" in message
 
+    def test_a_machine_environment_that_does_not_parse_is_a_warning(
+        self, node_root: ScratchRoot
+    ) -> None:
+        """/etc/environment is the whole machine's, and k3s's systemd unit never reads it: one
+        in Latin-1 kept k3s from starting on every backend once it was read. k3s starts, with a
+        warning naming the file and the setting to leave it out of; its own files still fail."""
+        node_root.resolve("/etc").mkdir(parents=True, exist_ok=True)
+        node_root.resolve("/etc/environment").write_bytes(b'ORG="M\xfcller GmbH"\n')
+        node_root.write("/etc/default/k3s", "HTTP_PROXY=http://proxy:3128\n")
+        k3s = services(node_root)["k3s"]
+        assert dict(k3s.environment) == {"HTTP_PROXY": "http://proxy:3128"}
+        (warning,) = [step for step in k3s.pre_start if isinstance(step, noderole.Warn)]
+        assert "/etc/environment" in warning.message
+        assert "UTF-8" in warning.message
+        assert warning.message.endswith("k3s.environment_files")
+        assert not [step for step in k3s.pre_start if isinstance(step, noderole.Fail)]
+
 
 UPSTREAM_FILES = {
     "k3s": (

@@ -81,6 +81,10 @@ def _setting(
     )
 
 
+MACHINE_ENVIRONMENT = "/etc/environment"
+"""The whole machine's environment file, which k3s's OpenRC runscript sources before its own."""
+
+
 def _upstream_environment_files(name: str) -> tuple[str, ...]:
     """The files k3s's install script has the k3s named ``name`` (``k3s``, ``k3s-agent``) read
     its environment from, in the order this plugin reads them, a later file's value winning.
@@ -94,7 +98,7 @@ def _upstream_environment_files(name: str) -> tuple[str, ...]:
     has one or the other).
     """
     return (
-        "/etc/environment",
+        MACHINE_ENVIRONMENT,
         f"/etc/default/{name}",
         f"/etc/sysconfig/{name}",
         f"/etc/systemd/system/{name}.service.env",
@@ -691,7 +695,17 @@ def _environment_files(
         try:
             env = node.read_env(path)
         except noderole.EnvFileError as exc:
-            unreadable.append(str(exc))
+            if path == MACHINE_ENVIRONMENT:
+                # The whole machine's, which k3s's systemd unit never reads: a file there that
+                # does not parse (Latin-1 text, say) must not keep k3s from starting.
+                warnings.append(
+                    noderole.Warn(
+                        message=f"{exc}: k3s starts without its variables; fix it, or leave it "
+                        f"out of {noderole.CONFIG_PATH}:{TABLE}.{key}"
+                    )
+                )
+            else:
+                unreadable.append(str(exc))
             continue
         if not env.exists:
             if path not in upstream:
