@@ -165,6 +165,7 @@ def dry_run_report(
     status = getattr(backend, "status_to_act_on", None) or backend.status
     current = status([e.name for e in plan.services if e.service.command is not None])
     previous = read_applied(root)
+    actions: dict[str, str] = {}  # name -> action, for what needs it
     rows = []
     failures = known_failures(plan, root)
     for entry in plan.services:
@@ -207,7 +208,20 @@ def dry_run_report(
                     (p for w in file_writers(plan, entry.name) for p in _rewrites(w, root)),
                     root=root,
                 )
-            if same and not stale:
+            restarting = [
+                name
+                for name in entry.needs
+                if name in actions
+                and actions[name] == "restart"
+                and not getattr(backend, "restarts_what_needs", False)
+            ]
+            if same and not stale and restarting:
+                said = " and ".join(restarting)
+                action, why = (
+                    "restart",
+                    f"it needs {said}, which restart{'s' if len(restarting) == 1 else ''} first",
+                )
+            elif same and not stale:
                 action, why = "keep", "running, unchanged"
             else:
                 reasons = restart_reasons(
@@ -222,6 +236,7 @@ def dry_run_report(
                     stale=stale,
                 )
                 action, why = "restart", "; ".join(reasons) or "definition changed"
+        actions[entry.name] = action
         rows.append(
             {"name": entry.name, "action": action, "why": why, "certificates": certificates}
         )

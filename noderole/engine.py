@@ -845,6 +845,7 @@ class _Run:
         # process to keep: the start is queued behind it.
         running = current is not None and has_process(current)
         stale: list[str] = []
+        restarted_needs: list[str] = []
         if running and current is not None:
             same, stale = compare_running(
                 current,
@@ -858,15 +859,23 @@ class _Run:
                 root=self.root,
             )
             if same and not stale:
-                self._backend_ready(entry.name, current.state)
-                return report("running", timings, "already running", pid=current.pid)
+                restarted_needs = self._restarted_needs(entry)
+                if not restarted_needs:
+                    self._backend_ready(entry.name, current.state)
+                    return report("running", timings, "already running", pid=current.pid)
         reason = ""
-        if running:
+        if restarted_needs:
+            said = " and ".join(restarted_needs)
+            was = "was" if len(restarted_needs) == 1 else "were"
+            reason = f"restarted: it needs {said}, which {was} restarted"
+        elif running:
             reason = self._restart_reason(entry.name, digests, results, stale)
         announce()
         block()  # a start takes a while (an init system's start job): others go on meanwhile
         began = self.clock.monotonic()
         try:
+            if restarted_needs:  # the same definition: a start would find it running
+                self.backend.stop([entry.name])
             status = self.backend.start(service, fingerprint=fingerprint)
         except NoderoleError as exc:
             return report("failed", timings, f"could not start: {exc}")
@@ -883,6 +892,19 @@ class _Run:
         return report(
             "restarted" if running else "started", timings, reason, pid=status.pid, minted=minted
         )
+
+    def _restarted_needs(self, entry: PlannedService) -> list[str]:
+        """The services ``entry`` needs that this apply restarted: a process started with what
+        they gave it (a socket, a connection) is restarted after them, as OpenRC restarts what
+        needs a restarted service and systemd what ``Requires=`` it. An init system does that
+        itself (``restarts_what_needs``): then nothing more is done here."""
+        if getattr(self.backend, "restarts_what_needs", False):
+            return []
+        return [
+            name
+            for name in entry.needs
+            if (done := self.reports.get(name)) is not None and done.status == "restarted"
+        ]
 
     def _runs_on(self, name: str) -> str:
         """What a failed pre-start leaves running: the process an earlier apply started, as

@@ -243,6 +243,34 @@ class TestApply:
         assert wait_until(lambda: native.status(["a"])["a"].state == "running", "a running")
         assert node.pid("a") != old
 
+    def test_what_needs_a_restarted_service_is_restarted_after_it(self, node: Node) -> None:
+        """a's definition changed: apply restarted a and kept d, which needs it, running on
+        what the old a gave it, where OpenRC and systemd (Requires=) restart d too. d is
+        restarted after a, saying why; u, which only uses a, is kept."""
+        node.services += [
+            sleeper("a", args=["--v1"]),
+            sleeper("d", need=["a"]),
+            sleeper("u", use=["a"]),
+        ]
+        assert node.run("apply", "demo").exit_code == 0
+        d, u = node.pid("d"), node.pid("u")
+        node.services[0] = sleeper("a", args=["--v2"])
+        dry = json.loads(node.run("apply", "demo", "--dry-run", "--json").stdout)["services"]
+        assert {r["name"]: (r["action"], r["why"]) for r in dry}["d"] == (
+            "restart",
+            "it needs a, which restarts first",
+        )
+        data = report(node.run("apply", "demo", "--json"))
+        assert data["a"]["status"] == "restarted"
+        assert (data["d"]["status"], data["d"]["reason"]) == (
+            "restarted",
+            "restarted: it needs a, which was restarted",
+        )
+        assert data["u"]["status"] == "running"
+        assert wait_until(lambda: node.pid("d") != d, "a new d")
+        assert node.pid("u") == u
+        assert report(node.run("apply", "demo", "--json"))["d"]["status"] == "running"
+
     def test_a_restart_says_restarted_once(self, node: Node) -> None:
         """The reason of a restart begins "restarted: " (as --json has it): apply's line said
         `Restarted a: restarted: ...`, and status `last apply (...): restarted: restarted: ...`."""

@@ -153,6 +153,9 @@ class InitSystemBackend:
     """The backend's name (``--backend``)."""
     tool: ClassVar[str]
     """The init system's command-line tool, which must be on PATH."""
+    restarts_what_needs: ClassVar[bool] = True
+    """Its restart of a service restarts what needs it (OpenRC's ``need``, systemd's
+    ``Requires=``): the engine restarts no dependent itself (see ``_restarted_needs``)."""
 
     def __init__(
         self,
