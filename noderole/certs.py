@@ -213,7 +213,184 @@ def load_ca(
         raise CertificateError(
             f"CA key {key_path} does not match CA certificate {cert_path}; give the key of that CA"
         )
+    _check_ca_keys(chain, cert_path)
     return CertificateAuthority(cert=signer, key=key, chain=tuple(chain), cert_path=cert_path)
+
+
+MIN_RSA_BITS = 2048
+"""The smallest RSA key a CA of the file may have: OpenSSL at security level 2 (Debian's and
+RHEL's default) refuses a chain with a smaller one (``CA certificate key too weak``)."""
+_RSA_PSS = "1.2.840.113549.1.1.10"
+
+
+def _check_ca_keys(chain: Sequence[x509.Certificate], path: str | os.PathLike[str]) -> None:
+    """Refuse a CA file whose keys TLS clients refuse: an RSA-PSS key (Go's crypto/x509, which
+    konnectivity-agent verifies with, cannot use one) or an RSA key under 2048 bits."""
+    for number, cert in enumerate(chain, start=1):
+        which = (
+            "" if len(chain) == 1 else f" (certificate {number}, {cert.subject.rfc4514_string()})"
+        )
+        algorithm = getattr(cert, "public_key_algorithm_oid", None)
+        if algorithm is not None and algorithm.dotted_string == _RSA_PSS:
+            raise CertificateError(
+                f"CA certificate {path}{which} has an RSA-PSS key: TLS clients built on Go's "
+                f"crypto/x509 (konnectivity-agent) cannot verify a chain through it; give a CA "
+                f"with an EC or a plain RSA key (k3s makes an EC P-256 CA)"
+            )
+        public = cert.public_key()
+        if isinstance(public, rsa.RSAPublicKey) and public.key_size < MIN_RSA_BITS:
+            raise CertificateError(
+                f"CA certificate {path}{which} has a {public.key_size}-bit RSA key: TLS clients "
+                f"at OpenSSL's default security level refuse it (CA certificate key too weak); "
+                f"give a CA with an RSA key of at least {MIN_RSA_BITS} bits or an EC key"
+            )
+
+
+# --------------------------------------------------------------------------- as a client
+
+WILDCARD_PROBE = "agent-1"
+"""The label a wildcard SAN is checked with (``*.nlb.example`` as ``agent-1.nlb.example``)."""
+
+
+def _verify_for_clients(
+    leaf: x509.Certificate,
+    served: Sequence[x509.Certificate],
+    chain: Sequence[x509.Certificate],
+    sans: Sequence[SubjectAltName],
+    *,
+    now: dt.datetime,
+) -> str | None:
+    """Why a TLS client that trusts the CA file's root refuses ``leaf`` (served with
+    ``served`` after it) for one of ``sans``, or None: RFC 5280 path validation by
+    cryptography's verifier, per SAN. Its extension rules are relaxed to what OpenSSL and Go
+    enforce (a CA's basicConstraints need not be critical, nor its keyUsage present); a CA's
+    extendedKeyUsage must allow serverAuth. With cryptography older than 45 (no relaxed rules)
+    nothing is checked."""
+    import ipaddress
+
+    from cryptography.x509 import verification as v
+
+    if not hasattr(v.PolicyBuilder, "extension_policies"):
+        return None
+    roots = [c for c in chain if c.issuer == c.subject] or [chain[-1]]
+
+    def server_auth(_policy: object, cert: x509.Certificate, eku: object) -> None:
+        if isinstance(eku, x509.ExtendedKeyUsage) and not {
+            ExtendedKeyUsageOID.SERVER_AUTH,
+            ExtendedKeyUsageOID.ANY_EXTENDED_KEY_USAGE,
+        } & set(eku):
+            raise ValueError(f"{_EKU_REFUSED} ({cert.subject.rfc4514_string()})")
+
+    agnostic = v.Criticality.AGNOSTIC
+    ca_policy = (
+        v.ExtensionPolicy.permit_all()
+        .require_present(x509.BasicConstraints, agnostic, None)
+        .may_be_present(x509.ExtendedKeyUsage, agnostic, server_auth)
+    )
+    ee_policy = v.ExtensionPolicy.permit_all().require_present(
+        x509.SubjectAlternativeName, agnostic, None
+    )
+    builder = (
+        v.PolicyBuilder()
+        .store(v.Store(roots))
+        .time(now)
+        .extension_policies(ca_policy=ca_policy, ee_policy=ee_policy)
+    )
+    for san in sans:
+        subject: x509.DNSName | x509.IPAddress
+        if san.kind == "ip":
+            subject = x509.IPAddress(ipaddress.ip_address(san.value))
+        else:
+            subject = x509.DNSName(san.value.replace("*", WILDCARD_PROBE, 1))
+        try:
+            builder.build_server_verifier(subject).verify(leaf, list(served))
+        except v.VerificationError as error:
+            return (
+                str(error)
+                .removeprefix("validation failed: ")
+                .removeprefix("candidates exhausted: ")
+            )
+    return None
+
+
+_EKU_REFUSED = "a CA's extendedKeyUsage lacks serverAuth"
+
+
+def _name_constraints(chain: Sequence[x509.Certificate]) -> list[x509.NameConstraints]:
+    found = []
+    for cert in chain:
+        with contextlib.suppress(x509.ExtensionNotFound):
+            found.append(cert.extensions.get_extension_for_class(x509.NameConstraints).value)
+    return found
+
+
+def _in_subtree(san: SubjectAltName, subtree: x509.GeneralName) -> bool:
+    import ipaddress
+
+    if san.kind == "ip":
+        return isinstance(subtree, x509.IPAddress) and (
+            ipaddress.ip_address(san.value) in subtree.value  # type: ignore[operator]
+        )
+    if not isinstance(subtree, x509.DNSName):
+        return False
+    base = subtree.value.lower().lstrip(".")
+    return san.value == base or san.value.endswith("." + base)
+
+
+def _refused_sans(
+    chain: Sequence[x509.Certificate], sans: Sequence[SubjectAltName], problem: str
+) -> list[str]:
+    """The SANs the CA file's nameConstraints refuse (for the message; the verifier decides)."""
+    refused = []
+    for san in sans:
+        kind = x509.IPAddress if san.kind == "ip" else x509.DNSName
+        for constraint in _name_constraints(chain):
+            excluded = constraint.excluded_subtrees or []
+            permitted = [p for p in constraint.permitted_subtrees or [] if isinstance(p, kind)]
+            if "excluded" in problem and any(_in_subtree(san, e) for e in excluded):
+                refused.append(str(san))
+                break
+            if (
+                "permitted" in problem
+                and permitted
+                and not any(_in_subtree(san, p) for p in permitted)
+            ):
+                refused.append(str(san))
+                break
+    return refused
+
+
+def _client_refusal(
+    problem: str,
+    ca_path: str | os.PathLike[str],
+    chain: Sequence[x509.Certificate],
+    sans: Sequence[SubjectAltName],
+) -> str:
+    """A message for what :func:`_verify_for_clients` found: what the CA forbids and the fix."""
+    drop = "drop it from the SANs (EKS_KONNECTIVITY_SANS, cert mint --sans)"
+    if "name constraint" in problem:
+        names = ", ".join(_refused_sans(chain, sans, problem)) or "a SAN"
+        rule = "excludes" if "excluded" in problem else "does not permit"
+        return (
+            f"the CA {ca_path} forbids {names}: its nameConstraints {rule} it, so every TLS "
+            f"client would refuse the certificate; give a CA that permits it, or {drop}"
+        )
+    if _EKU_REFUSED in problem:
+        return (
+            f"the CA {ca_path} may not issue serving certificates: {problem.strip()}, so every "
+            f"TLS client would refuse the certificate (unsuitable certificate purpose); give a "
+            f"CA whose extendedKeyUsage allows serverAuth (or has none)"
+        )
+    if "path length" in problem:
+        return (
+            f"the chain of {ca_path} is longer than one of its CA certificates allows "
+            f"(pathLenConstraint), so every TLS client would refuse the certificate; give the "
+            f"CA file a chain its root allows (sign with a CA nearer the root)"
+        )
+    return (
+        f"a TLS client trusting {ca_path} would refuse the certificate ({problem}); give a CA "
+        f"that TLS clients accept"
+    )
 
 
 # --------------------------------------------------------------------------- verdict
@@ -294,6 +471,7 @@ def _assess(
     renew_before_days: int,
     now: dt.datetime,
     check_key: bool = True,
+    ca_chain: Sequence[x509.Certificate] | None = None,
 ) -> _Verdict:
     """The reuse verdict for an existing pair; None expectations are not checked."""
     if existing.cert_pem is None:
@@ -373,6 +551,11 @@ def _assess(
     left = cert.not_valid_after_utc - now
     if left <= dt.timedelta(0):
         return remint(f"expired on {_when(cert.not_valid_after_utc)}")
+    if ca_chain:
+        names = [s for s in _san_set(cert) if not s.value.startswith("<")]
+        refused = _verify_for_clients(cert, certs[1:], ca_chain, names, now=now)
+        if refused is not None:
+            return remint(f"TLS clients trusting the CA refuse it ({refused})")
     days = left.days
     window = dt.timedelta(days=renew_before_days)
     if ca_cert is not None and cert.not_valid_after_utc > ca_cert.not_valid_after_utc:
@@ -427,6 +610,7 @@ def reuse_verdict(
         _Existing(cert_pem=cert_pem, key_pem=key_pem, key_mode=None),
         ca_cert=ca.cert,
         ca_bundle=ca.bundle,
+        ca_chain=ca.chain,
         common_name=common_name,
         sans=sans,
         renew_before_days=renew_before_days,
@@ -581,6 +765,7 @@ def _judge(
         _read_existing(directory, tidy=tidy),
         ca_cert=ca.cert,
         ca_bundle=ca.bundle,
+        ca_chain=ca.chain,
         common_name=request.common_name,
         sans=sans,
         renew_before_days=request.renew_before_days,
@@ -734,6 +919,14 @@ def ensure_certificate(
         # key that does not match the old certificate, which the next run re-mints.
         files.append(FileSpec(name=KEY_NAME, data=key_pem, mode=KEY_MODE))
     cert = _mint(ca, key, common_name=request.common_name, sans=sans, now=now)
+    # Checked as a client checks it before anything is written: a CA whose constraints refuse
+    # the leaf fails the step and leaves the pair on disk (good or not) as it was.
+    refused = _verify_for_clients(cert, ca.bundle, ca.chain, sans, now=now)
+    if refused is not None:
+        raise CertificateError(
+            f"refusing to mint for {request.directory}: "
+            f"{_client_refusal(refused, ca.cert_path, ca.chain, sans)}; nothing was written"
+        )
     bundle = b"".join(c.public_bytes(serialization.Encoding.PEM) for c in (cert, *ca.bundle))
     files.append(FileSpec(name=CERT_NAME, data=bundle, mode=CERT_MODE))
     try:
@@ -829,6 +1022,7 @@ def inspect_certificate(
         ) from None
     ca: x509.Certificate | None = None
     bundle: tuple[x509.Certificate, ...] | None = None
+    chain: list[x509.Certificate] | None = None
     if ca_cert is not None:
         chain = _ca_certificates(ca_cert)
         ca = chain[0]
@@ -843,6 +1037,7 @@ def inspect_certificate(
         _Existing(cert_pem=data, key_pem=key_pem, key_mode=key_mode),
         ca_cert=ca,
         ca_bundle=bundle,
+        ca_chain=chain,
         common_name=None,
         sans=None,
         renew_before_days=renew_before_days,
