@@ -370,7 +370,7 @@ def _client_refusal(
     drop = "drop it from the SANs (EKS_KONNECTIVITY_SANS, cert mint --sans)"
     if "name constraint" in problem:
         names = ", ".join(_refused_sans(chain, sans, problem)) or "a SAN"
-        rule = "excludes" if "excluded" in problem else "does not permit"
+        rule = "exclude" if "excluded" in problem else "do not permit"
         return (
             f"the CA {ca_path} forbids {names}: its nameConstraints {rule} it, so every TLS "
             f"client would refuse the certificate; give a CA that permits it, or {drop}"

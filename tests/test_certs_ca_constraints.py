@@ -140,7 +140,7 @@ class TestNameConstraints:
         _refused_by_openssl(
             node, tmp_path, "error 48", "-verify_hostname", "konnectivity.example.com"
         )
-        message = _mint_is_refused(node, "konnectivity.example.com", "nameConstraints excludes")
+        message = _mint_is_refused(node, "konnectivity.example.com", "nameConstraints exclude")
         assert "EKS_KONNECTIVITY_SANS" in message
         assert "10.0.0.10" not in message.split("forbids")[1].split(":")[0]
 
@@ -152,7 +152,7 @@ class TestNameConstraints:
         )
         node = _node(tmp_path, extensions=[(permitted, True)])
         _refused_by_openssl(node, tmp_path, "error 47", "-verify_ip", "10.0.0.10")
-        _mint_is_refused(node, "forbids 10.0.0.10", "nameConstraints does not permit")
+        _mint_is_refused(node, "forbids 10.0.0.10", "nameConstraints do not permit")
 
     def test_sans_the_constraints_permit_mint_and_verify(self, tmp_path: Path) -> None:
         """A CA permitting the SANs' subtrees mints, and openssl accepts the leaf."""
@@ -186,7 +186,7 @@ class TestNameConstraints:
             "constrained-ca", now=now, key=key, extensions=[(_excluding("example.com"), True)]
         )
         _install(node, [constrained], key)
-        _mint_is_refused(node, "nameConstraints excludes")
+        _mint_is_refused(node, "nameConstraints exclude")
         report = inspect_certificate(
             node.cert_file, ca_cert=node.root.resolve(CA_CERT), now=utc(node.clock.time())
         )
