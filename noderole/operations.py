@@ -657,7 +657,10 @@ class Operations:
         config = logrotate_config(services, settings, native=native)
         self.warnings.extend(config.left_out)
         try:
-            return sync_logrotate(self.root, config.text)
+            changed = sync_logrotate(self.root, config.text)
+            if changed == "written":  # looked at when written, not at every apply
+                self.warnings.extend(_named_elsewhere(self.root, config.logs))
+            return changed
         except NoderoleError as exc:
             self.warnings.append(
                 f"{exc}; the services' logs are not rotated by noderole (or set [noderole] "
@@ -1371,13 +1374,17 @@ backslash is kept, ``* ? [ ]`` make it a glob, a brace is read as the block's.""
 class LogrotateConfig:
     """The configuration's text, or None when none is due, and what was left out of it."""
 
-    __slots__ = ("left_out", "text")
+    __slots__ = ("left_out", "logs", "text")
 
-    def __init__(self, text: str | None, left_out: Sequence[str] = ()) -> None:
+    def __init__(
+        self, text: str | None, left_out: Sequence[str] = (), logs: Sequence[str] = ()
+    ) -> None:
         self.text = text
         """The file's content; None: no file (off, or no log to rotate)."""
         self.left_out = tuple(left_out)
         """One sentence per log path left out: the service, the path, why, and the fix."""
+        self.logs = tuple(logs)
+        """The log paths the file names."""
 
 
 def logrotate_text(
@@ -1488,7 +1495,7 @@ def logrotate_config(
         keep=int(settings["logrotate_keep"]),
         max_megabytes=int(settings["logrotate_max_megabytes"]),
     )
-    return LogrotateConfig(text, left_out)
+    return LogrotateConfig(text, left_out, list(logs))
 
 
 def _held(local: str) -> bytes | None:
@@ -1499,6 +1506,39 @@ def _held(local: str) -> bytes | None:
         return read_regular_file(local, follow_symlinks=False)[0]
     except OSError:
         return None
+
+
+def _named_elsewhere(root: NodeRoot, logs: Sequence[str]) -> list[str]:
+    """A warning per other file of ``/etc/logrotate.d`` that names one of ``logs`` too (the
+    ``/etc/logrotate.d/k3s`` k3s's install script writes for OpenRC): logrotate refuses a log
+    named twice ("duplicate log entry") and exits 1 at every run."""
+    from noderole.reading import read_regular_file
+
+    directory = root.local(os.path.dirname(LOGROTATE_FILE))
+    mine = os.path.basename(LOGROTATE_FILE)
+    try:
+        names = sorted(os.listdir(directory))
+    except OSError:
+        return []
+    found = []
+    for name in names:
+        if name == mine:
+            continue
+        try:
+            text = read_regular_file(os.path.join(directory, name), follow_symlinks=False)[0]
+        except OSError:
+            continue
+        words = set(text.decode(errors="replace").replace('"', " ").replace("'", " ").split())
+        for log in logs:
+            if log in words:
+                other = f"{os.path.dirname(LOGROTATE_FILE)}/{name}"
+                found.append(
+                    f"{other} names {log} too, which {LOGROTATE_FILE} rotates: logrotate refuses "
+                    f"a log named twice (duplicate log entry) and exits 1 at every run; remove "
+                    f"{other} (k3s's install script writes one), or set [noderole] logrotate = "
+                    "false to keep it"
+                )
+    return found
 
 
 def sync_logrotate(root: NodeRoot, text: str | None) -> str:

@@ -135,6 +135,19 @@ class TestApplyNative:
         assert done.exit_code == 0
         assert not _file(node.root).exists()
 
+    def test_a_log_another_file_rotates_too_is_named(self, node: Node) -> None:
+        """A node k3s's install script set up for OpenRC keeps its /etc/logrotate.d/k3s, which
+        names the same log: logrotate refuses a log named twice and fails every run. The apply
+        that writes noderole's file says so, naming the other file and the fix."""
+        node.services[:] = [sleeper("a")]
+        other = node.root / "etc/logrotate.d/k3s"
+        other.parent.mkdir(parents=True)
+        other.write_text("/var/log/a.log {\n  missingok\n  copytruncate\n}\n")
+        done = node.run("apply", "demo")
+        assert done.exit_code == 0, done.output
+        assert "/etc/logrotate.d/k3s names /var/log/a.log too" in done.stderr
+        assert "remove /etc/logrotate.d/k3s" in done.stderr
+
     def test_render_on_a_native_node_leaves_the_file_its_apply_needs(self, node: Node) -> None:
         """`render --backend openrc` for an image, on a node the native supervisor runs: it
         replaced the apply's file (SIGHUP to the supervisor) with copytruncate, losing lines
