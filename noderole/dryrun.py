@@ -149,6 +149,7 @@ def dry_run_report(
     now (its definition, and the certificates its steps would leave in place), then by the
     files it read; what the last apply recorded only words the reason."""
     # Imported here: `plan` uses this module's known_failures, and must not pay for the engine.
+    from noderole.backends import status_to_act_on
     from noderole.engine import (
         compare_running,
         definition_digests,
@@ -162,8 +163,9 @@ def dry_run_report(
 
     # As apply asks (a native supervisor that does not answer fails it, exit 10): what would
     # be kept or started is judged on what the supervisor itself says.
-    status = getattr(backend, "status_to_act_on", None) or backend.status
-    current = status([e.name for e in plan.services if e.service.command is not None])
+    current = status_to_act_on(
+        backend, [e.name for e in plan.services if e.service.command is not None]
+    )
     previous = read_applied(root)
     actions: dict[str, str] = {}  # name -> action, for what needs it
     rows = []

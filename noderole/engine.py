@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from noderole import recordclass
+from noderole.backends import status_to_act_on
 from noderole.clock import Clock
 from noderole.errors import NoderoleError, StepError
 from noderole.plan import Plan, PlannedService
@@ -1109,10 +1110,7 @@ def apply_plan(
     started = clock.monotonic()
     pre_start = (step for entry in plan.services for step in entry.service.pre_start)
     warm_certificates(pre_start, root=root, now=clock.time())
-    # A backend that can tell its supervisor not answering (native) fails the apply here: what
-    # it recorded as running would be left to a supervisor that respawns nothing.
-    current = getattr(backend, "status_to_act_on", None) or backend.status
-    run.current = current([entry.name for entry in plan.services])
+    run.current = status_to_act_on(backend, [entry.name for entry in plan.services])
     try:
         crashed = run.drive()
     except BaseException:  # Ctrl-C in the caller: the other threads stop before it leaves

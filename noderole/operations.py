@@ -1007,12 +1007,12 @@ class Operations:
         candidates = [n for n in found if plan[n].service.command is not None]
         if not candidates:
             return {}
+        from noderole.backends import status_to_act_on
         from noderole.supervisor._status import ACTIVE
 
         # Asked as apply asks: a supervisor that does not answer fails the stop here (exit 10),
         # before anything is said to stop.
-        status = getattr(backend, "status_to_act_on", None) or backend.status
-        current = status(candidates)
+        current = status_to_act_on(backend, candidates)
         running = [n for n in candidates if n in current and current[n].state in ACTIVE]
         stopped = set(names) | set(running)
         return {name: _why_needed(plan, name, found, stopped) for name in running}

@@ -15,14 +15,24 @@ This package's ``__init__`` imports nothing: importing a backend stays cheap, an
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 if TYPE_CHECKING:
     from noderole.backends._protocol import Backend, BackendStatus
     from noderole.backends.native import NativeBackend
 
-__all__ = ["Backend", "BackendStatus", "stop_in_waves"]
+__all__ = ["Backend", "BackendStatus", "status_to_act_on", "stop_in_waves"]
+
+
+def status_to_act_on(backend: Backend, names: Sequence[str]) -> Mapping[str, BackendStatus]:
+    """The statuses of ``names`` for a caller about to act on them (``apply``, its dry run, a
+    ``stop`` that stops what needs a service): a native supervisor that does not answer fails
+    the call (BackendError, naming its pid and the fix), where :meth:`Backend.status` answers
+    from its state file, which would have the caller leave services to a supervisor that
+    respawns nothing. Other backends answer as ``status`` does."""
+    act_on = getattr(backend, "status_to_act_on", None)
+    return act_on(names) if act_on is not None else backend.status(names)
 
 
 def stop_in_waves(backend: Backend, names: Sequence[str], waves: Sequence[Sequence[str]]) -> None:
