@@ -164,6 +164,7 @@ def run(quick: bool) -> list[Row]:
                 target="<= 1 s at 10,000" if size == 10_000 else "",
             )
         )
+    rows.append(_record_bytes(sizes[-1]))
     # The peer's growth is the yardstick: past a few MB, dicts of strings miss the CPU caches and
     # any Python graph code grows somewhat faster than linearly on the same machine.
     for small, large in itertools.pairwise(sizes):
@@ -177,6 +178,28 @@ def run(quick: bool) -> list[Row]:
             )
         )
     return rows
+
+
+def _record_bytes(count: int) -> Row:
+    """Memory the plan's input takes per service: each record and what it alone holds (its
+    name, its declarations, and whatever defaults it does not share with the others)."""
+    import tracemalloc
+
+    gc.collect()
+    tracemalloc.start()
+    try:
+        services = synthetic_services(count, seed=2)
+        held = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    del services
+    return Row(
+        benchmark=f"service records, memory per service ({count:,} services)",
+        unit="bytes",
+        median=held / count,
+        spread=0.0,
+        samples=1,
+    )
 
 
 def _growth_row(

@@ -22,7 +22,7 @@ import posixpath
 import threading
 import types
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias, TypeVar
 
 from noderole import recordclass
 from noderole.errors import DefinitionError
@@ -494,9 +494,13 @@ class Secret(RecordBase):
 EnvValue: TypeAlias = "str | Secret"
 
 
+_NO_ENVIRONMENT: Final[Mapping[str, EnvValue]] = types.MappingProxyType({})
+
+
 def _environment(value: Mapping[str, EnvValue] | None) -> Mapping[str, EnvValue]:
-    items = dict(sorted((value or {}).items()))
-    return types.MappingProxyType(items)
+    if not value:
+        return _NO_ENVIRONMENT
+    return types.MappingProxyType(dict(sorted(value.items())))
 
 
 def _check_environment(
@@ -1016,6 +1020,9 @@ class Supervision(RecordBase):
 # --------------------------------------------------------------------------- the service
 
 
+_DEFAULT_SUPERVISION: Final = Supervision()
+
+
 @_checked
 @recordclass.frozen(kw_only=True, repr=False, eq=False)
 class Service(RecordBase):
@@ -1091,7 +1098,7 @@ class Service(RecordBase):
     """Append stdout here."""
     error_log: str | None = recordclass.field(default=None, validator=_check_file)
     """Append stderr here (may be the same file as ``output_log``)."""
-    supervision: Supervision = recordclass.field(factory=Supervision)
+    supervision: Supervision = recordclass.field(default=_DEFAULT_SUPERVISION)
     """Respawn and stop settings."""
     pre_start: tuple[Step, ...] = recordclass.field(
         default=(), converter=_tuple, validator=_check_steps, metadata=_LIST

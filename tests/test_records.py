@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import noderole
+from noderole import recordclass
 from noderole.errors import DefinitionError
 from noderole.records import (
     LEAF_LIFETIME_DAYS,
@@ -154,6 +155,21 @@ class TestService:
         assert list(service.environment) == ["A", "B"]
         with pytest.raises(TypeError):
             service.environment["C"] = "3"  # type: ignore[index]
+
+    def test_services_without_environment_or_supervision_share_the_empty_ones(self) -> None:
+        """A node of 100,000 services spent 232 of each record's 718 bytes on an empty
+        environment (a dict and its read-only view) and a default Supervision of its own. Both
+        are immutable: every service without them shares one of each, equal to what it gave."""
+        first, second = Service(name="a"), Service(name="b", environment={})
+        assert first.environment is second.environment
+        assert dict(first.environment) == {}
+        with pytest.raises(TypeError):
+            first.environment["C"] = "3"  # type: ignore[index]
+        assert first.supervision is second.supervision
+        assert first.supervision == Supervision()
+        evolved = recordclass.evolve(first, environment={"A": "1"})
+        assert dict(evolved.environment) == {"A": "1"}
+        assert dict(first.environment) == {}  # the shared one was not written through
 
     def test_a_secret_that_cannot_be_passed_is_refused_without_showing_it(self) -> None:
         """A Secret with a NUL would fail only when the supervisor starts the process, as an
