@@ -317,7 +317,10 @@ class TestStop:
         harness.supervisor.start(
             harness.spec(
                 "b",
-                f"trap '{trap}' TERM; touch {ready[1]}; while :; do sleep 1; done",
+                # `wait` is cut short by the signal, so the trap runs at once; a foreground
+                # `sleep 1` held it back until the sleep ended, up to a's own SIGKILL a second
+                # after both were signalled, and the test read "gone" under load.
+                f"trap '{trap}' TERM; touch {ready[1]}; while :; do sleep 1 & wait $!; done",
                 supervision=sup,
             )
         )
