@@ -28,7 +28,7 @@ import stat
 from collections.abc import Callable, Iterator, Sequence
 
 from noderole import recordclass
-from noderole.supervisor._safeopen import open_dir
+from noderole.supervisor._safeopen import fix_for, open_dir
 
 __all__ = [
     "STALE_TEMP_AGE",
@@ -329,18 +329,5 @@ def remedy(error: OSError, *, refused_link: bool = False) -> str:
     message says which, and to remove it)."""
     if refused_link or error.errno == errno.ELOOP:
         return ""
-    if error.errno in (errno.ENOSPC, errno.EDQUOT):
-        fix = "free space on its file system"
-    elif error.errno == errno.EROFS:
-        fix = "its file system is mounted read-only: remount it read-write"
-    elif error.errno in (errno.EACCES, errno.EPERM):
-        fix = "check the directory's owner, mode and attributes (lsattr)"
-    elif error.errno == errno.EMFILE:
-        fix = "this process's limit of open files is reached: raise it (ulimit -n, LimitNOFILE=)"
-    elif error.errno == errno.ENFILE:
-        fix = "the machine's limit of open files is reached (fs.file-max): close some, or raise it"
-    elif error.errno == errno.ENAMETOOLONG:
-        fix = "the path or a name in it is too long for the file system: give a shorter name"
-    else:
-        fix = "fix the directory"
+    fix = fix_for(error) or "fix the directory"
     return f"; {fix}, then run again"

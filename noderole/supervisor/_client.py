@@ -289,8 +289,7 @@ class Supervisor:
             instead = f"nor to {fallback}: it runs without a log"
         self.warn(
             f"cannot open the supervisor log {self._log}: {why.strerror or why}; "
-            f"{instead}. Free space or inodes on its file system (df -h, df -i) or remove what "
-            "is in its way; the next start of the supervisor writes it again"
+            f"{instead}. {_log_remedy(why)}; the next start of the supervisor writes it again"
         )
         return fd, path
 
@@ -970,6 +969,16 @@ def _posix(path: str | os.PathLike[str]) -> str:
         return "/".join(parts) or "."
     lead = "//" if text.startswith("//") and not text.startswith("///") else "/"
     return lead + "/".join(parts)
+
+
+def _log_remedy(error: OSError) -> str:
+    """The fix for a log that cannot be opened, as a sentence: a full file system's is not a
+    read-only one's (which said "free space" before)."""
+    if error.errno in (errno.ENOSPC, errno.EDQUOT):
+        fix = "free space or inodes on its file system (df -h, df -i)"
+    else:
+        fix = _safeopen.fix_for(error) or "remove what is in its way"
+    return fix[0].upper() + fix[1:]
 
 
 def _warn(message: str) -> None:

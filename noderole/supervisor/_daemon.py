@@ -783,6 +783,7 @@ def main(argv: list[str]) -> int:
             return 0
         log_path = go
     _log.set_path(log_path or None)
+    _log.set_fallback(os.path.join(os.path.abspath(run_dir), "supervisor.log"))
     # Second fork: the session leader (the client's child) exits at once; the daemon, not a
     # session leader, can never acquire a controlling terminal.
     try:

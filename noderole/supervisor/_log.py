@@ -45,6 +45,7 @@ __all__ = [
     "log_path",
     "reopen",
     "rotate",
+    "set_fallback",
     "set_path",
     "set_role",
 ]
@@ -177,13 +178,35 @@ def _line(message: str) -> bytes:
     return text.encode(errors="replace")
 
 
+_fallback: list[str | None] = [None]
+"""Where a line goes when the log refuses it (:func:`set_fallback`)."""
+
+
+def set_fallback(path: str | None) -> None:
+    """Write a line the log refuses (its file system full, or made read-only, while the file
+    stays open) to ``path`` instead: the run directory's ``supervisor.log``, on ``/run``."""
+    _fallback[0] = path
+
+
 def log(message: str) -> None:
-    """Append one line; never raises (a full disk must not take the supervisor down)."""
+    """Append one line; never raises (a full disk must not take the supervisor down). A line
+    the log refuses goes to :func:`set_fallback`'s file: the one that says a service's log
+    cannot be written either is otherwise lost with the file system that filled."""
     line = _line(message)
     with contextlib.suppress(OSError):
         _follow()
-    with contextlib.suppress(OSError):
+    try:
         os.write(2, line)
+    except OSError:
+        fallback = _fallback[0]
+        if fallback is None or fallback == log_path():
+            return
+        with contextlib.suppress(OSError):
+            fd = _safeopen.open_append(fallback, mode=0o600)
+            try:
+                os.write(fd, line)
+            finally:
+                os.close(fd)
 
 
 def log_error(message: str) -> None:

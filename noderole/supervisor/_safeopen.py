@@ -34,6 +34,7 @@ import stat
 
 __all__ = [
     "UnsafePathError",
+    "fix_for",
     "open_append",
     "open_dir",
     "private_dir",
@@ -42,6 +43,27 @@ __all__ = [
     "rename_in",
     "replace_file",
 ]
+
+
+def fix_for(error: OSError) -> str:
+    """What to do when the machine refuses a write, by the refusal's reason (the first words of
+    a sentence, lower case): ``free space on its file system`` for a full disk, a remount for a
+    read-only one. Empty when the reason says nothing a person can act on."""
+    code = error.errno
+    if code in (errno.ENOSPC, errno.EDQUOT):
+        return "free space on its file system"
+    if code == errno.EROFS:
+        return "its file system is mounted read-only: remount it read-write"
+    if code in (errno.EACCES, errno.EPERM):
+        return "check the directory's owner, mode and attributes (lsattr)"
+    if code == errno.EMFILE:
+        return "this process's limit of open files is reached: raise it (ulimit -n, LimitNOFILE=)"
+    if code == errno.ENFILE:
+        return "the machine's limit of open files is reached (fs.file-max): close some, or raise it"
+    if code == errno.ENAMETOOLONG:
+        return "the path or a name in it is too long for the file system: give a shorter name"
+    return ""
+
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | os.O_NOFOLLOW
 _APPEND_FLAGS = (

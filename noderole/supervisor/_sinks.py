@@ -44,6 +44,9 @@ class LogSink:
         self.fd = self._open()
         self.size = os.fstat(self.fd).st_size
         self.failed = False
+        """The last write failed: said once in the supervisor's log, and again on recovery."""
+        self.dropped = 0
+        """Bytes of output lost since writes began to fail."""
 
     def _open(self) -> int:
         return _fdlimit.keep(_safeopen.open_append(self.path, uid=self.uid, gid=self.gid))
@@ -57,16 +60,30 @@ class LogSink:
             except OSError as e:
                 log(f"cannot rotate {self.path}: {e}")
             self.reopen()
+        view = memoryview(data)
         try:
-            view = memoryview(data)
             while view:
                 n = os.write(self.fd, view)
                 view = view[n:]
-            self.size += len(data)
-            self.failed = False
-        except OSError:
+        except OSError as e:
             # A full disk must not stop the supervisor; the output is lost, the service lives on.
+            # Said once, naming the file and the fix: a log that stops growing is otherwise
+            # silent, and a file system that filled over weeks leaves the file open at boot.
+            if not self.failed:
+                fix = _safeopen.fix_for(e)
+                log(
+                    f"cannot write the log {self.path}: {e.strerror or e}; its output is dropped "
+                    f"until it can be written{f' ({fix})' if fix else ''}"
+                )
             self.failed = True
+            self.dropped += len(view)
+            self.size += len(data) - len(view)
+            return
+        self.size += len(data)
+        if self.failed:
+            log(f"the log {self.path} is written again; {self.dropped} bytes of output were lost")
+            self.failed = False
+            self.dropped = 0
 
     def reopen(self) -> None:
         """Close and open the path again: after logrotate moved the file away."""
@@ -116,7 +133,12 @@ class Sinks:
             except _fdlimit.Exhausted:
                 raise  # no start can keep anything more: say so, rather than run without a log
             except OSError as e:
-                log(f"{name}: cannot open its log: {e}; its output is dropped")
+                # e names the file relative to its directory (opened through a descriptor).
+                fix = _safeopen.fix_for(e)
+                log(
+                    f"{name}: cannot open its log {path}: {e.strerror or e}; its output is "
+                    f"dropped until its next start{f' ({fix})' if fix else ''}"
+                )
                 return os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
             self.by_path[path] = sink
         sink.users += 1
