@@ -107,7 +107,8 @@ def noderole_settings() -> SettingsTable:
                 description=(
                     "node_exporter's textfile collector directory: noderole rewrites "
                     "noderole.prom there after every apply, renew, stop and restart, and the "
-                    "native supervisor after every state change it sees (empty: off)."
+                    "native supervisor after every state change it sees and, for its "
+                    "heartbeat, at least once a minute (empty: off)."
                 ),
             ),
             Setting(

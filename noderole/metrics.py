@@ -5,8 +5,10 @@ A fleet reads node-level facts through node_exporter's textfile collector: noder
 default) after every apply, renew, stop and restart, and ``noderole status --format prometheus``
 prints the same text. Under the native backend the supervisor daemon is the file's writer while
 it runs: the CLI hands it the role-level families (:func:`role_head`) and it appends the service
-families after every state change it sees, respawns included (:mod:`noderole.supervisor.
-_textfile`). The names, HELP lines and states are defined once, in
+families after every state change it sees, respawns included, then its heartbeat, rewritten at
+least once a minute (:mod:`noderole.supervisor._textfile`). The CLI's own text (the file written
+with no daemon running, ``status --format prometheus``) has no heartbeat: it is the daemon's
+alone. The names, HELP lines and states are defined once, in
 :mod:`noderole.supervisor.exposition`. Series (docs/metrics.md has the alert rules built on them)::
 
     noderole_apply_success{role}                          gauge  1 when the last apply succeeded
@@ -16,6 +18,7 @@ _textfile`). The names, HELP lines and states are defined once, in
     noderole_service_state{service,state}                 gauge  1 for the current state
     noderole_service_restarts_total{service}              counter
     noderole_certificate_expiry_timestamp_seconds{service,path}  gauge
+    noderole_supervisor_heartbeat_timestamp_seconds{role}  gauge  native supervisor's last write
 
 The last apply's outcome is kept in ``/var/lib/noderole/last-apply.json`` so ``status`` can
 report it later. Only the standard library is imported here; certificate dates are read by the

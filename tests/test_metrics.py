@@ -30,6 +30,7 @@ from noderole.metrics import (
     write_textfile,
 )
 from noderole.root import NodeRoot
+from noderole.supervisor import _textfile
 from tests.harness.node_exporter import node_exporter, promtool
 
 SAMPLE = render_metrics(
@@ -275,6 +276,8 @@ DAY = 86400
 KONNECTIVITY_CERT = "/var/lib/spinifex-eks/konnectivity/tls.crt"
 SCRAPED = {"instance": "node-1:9100", "job": "node"}
 """The labels a Prometheus scrape of node_exporter adds to every series."""
+OTHER = {"instance": "node-2:9100", "job": "node"}
+"""A second node's, in the same test."""
 
 
 def _docs_rules() -> str:
@@ -284,26 +287,39 @@ def _docs_rules() -> str:
     return text[start : text.index("```", start)]
 
 
-def _input_series(exposition: str, minutes: int) -> list[dict[str, str]]:
-    """promtool's input series: each sample of ``exposition``, as scraped, held for
-    ``minutes`` one-minute steps."""
+def _input_series(
+    exposition: str, minutes: int, scraped: dict[str, str] = SCRAPED, step: float = 0
+) -> list[dict[str, str]]:
+    """promtool's input series: each sample of ``exposition``, as scraped (``scraped``: the
+    labels the scrape adds), for ``minutes`` one-minute steps: held, or growing by ``step`` at
+    each."""
     series = []
     for family in text_string_to_metric_families(exposition):
         for sample in family.samples:
-            found = {**sample.labels, **SCRAPED}
+            found = {**sample.labels, **scraped}
             inner = ",".join(f'{k}="{v}"' for k, v in sorted(found.items()))
-            series.append(
-                {"series": f"{sample.name}{{{inner}}}", "values": f"{sample.value:g}x{minutes}"}
+            values = (
+                f"{sample.value:g}+{step:g}x{minutes}" if step else f"{sample.value:g}x{minutes}"
             )
+            series.append({"series": f"{sample.name}{{{inner}}}", "values": values})
     return series
+
+
+def _daemon_heartbeat(role: str, timestamp: float) -> str:
+    """The heartbeat family as the native supervisor's writer renders it (no services, no
+    role-level families: those are in the rest of the input)."""
+    target = _textfile.Target(path=f"/collector/{TEXTFILE}", role=role, names=[], head="")
+    return _textfile.render(target, [], timestamp)
 
 
 class TestAlertRules:
     def test_the_documented_rules_fire_on_noderole_series(self, tmp_path: Path) -> None:
-        """docs/metrics.md's three rules, run by Prometheus' own promtool on noderole's own
-        exposition: a failed apply, a down service and a certificate 10 days from expiry
-        fire (after their `for`), with their annotations; a running service and a certificate
-        60 days from expiry do not."""
+        """docs/metrics.md's four rules, run by Prometheus' own promtool on noderole's own
+        exposition: a failed apply, a down service, a certificate 10 days from expiry and a
+        supervisor's heartbeat that stopped advancing (written at 1m, then the daemon froze)
+        fire (after their `for`, or once the heartbeat is 5 minutes old), with their
+        annotations; a running service, a certificate 60 days from expiry and another node's
+        heartbeat that advances a minute every minute do not."""
         try:
             binary = promtool()
         except RuntimeError as exc:
@@ -346,6 +362,25 @@ class TestAlertRules:
                 "exp_annotations": {"summary": "konnectivity-server is down on node-1:9100"},
             },
             {
+                "alertname": "NoderoleSupervisorSilent",
+                "exp_labels": {"role": "server", "severity": "critical", **SCRAPED},
+                "exp_annotations": {
+                    "summary": (
+                        "The native supervisor of role server on node-1:9100 has not written "
+                        "noderole.prom for 5 minutes: nothing supervises its services"
+                    ),
+                    "description": (
+                        "Its service series show their last state, not the node's. Run "
+                        "`noderole status` on the node: exit 10 names the supervisor (pid N) "
+                        "that is not answering; `kill -CONT N` resumes it; or `kill -9 N` ends "
+                        "it, its watchdog ends its services, and `noderole apply` starts them "
+                        "again under a new supervisor. A supervisor killed with its watchdog "
+                        "shows as `the supervisor is not running (it was killed)`: `noderole "
+                        "apply`. One that answers cannot write the file: its log says why."
+                    ),
+                },
+            },
+            {
                 "alertname": "NoderoleCertificateExpiring",
                 "exp_labels": {
                     "service": "konnectivity-server",
@@ -370,7 +405,13 @@ class TestAlertRules:
             "tests": [
                 {
                     "interval": "1m",
-                    "input_series": _input_series(exposition, 180),
+                    "input_series": [
+                        *_input_series(exposition, 180),
+                        # Frozen: the heartbeat written at 1m stays while time moves on.
+                        *_input_series(_daemon_heartbeat("server", 60.0), 180),
+                        # Alive: each one-minute step's heartbeat is a minute later.
+                        *_input_series(_daemon_heartbeat("agent", 0.0), 180, OTHER, step=60),
+                    ],
                     "alert_rule_test": [
                         # Before their `for`: pending, not firing.
                         *(
@@ -403,5 +444,5 @@ class TestAlertRules:
             assert done.returncode == 0, done.stdout + done.stderr
             return done.stdout
 
-        assert "SUCCESS: 3 rules found" in run_promtool("check", "rules", "rules.yml")
+        assert "SUCCESS: 4 rules found" in run_promtool("check", "rules", "rules.yml")
         run_promtool("test", "rules", "test.yml")  # every expected alert fires, at its time

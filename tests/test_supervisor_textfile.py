@@ -2,14 +2,15 @@
 
 A real daemon (tests/supervisor_fixtures.py) is handed the file with the ``textfile`` request;
 then a kill -9 of a service, or the daemon giving up on one, shows in the file with no CLI call.
-The coalescing of bursts is tested with a fake clock; a full disk or a missing directory is
-logged and never ends the daemon.
+The coalescing of bursts and the heartbeat's minute are tested with a fake clock; a full disk
+or a missing directory is logged and never ends the daemon.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import time
 import types
 from collections.abc import Callable
 from pathlib import Path
@@ -25,7 +26,15 @@ from noderole.metrics import TEXTFILE, ServiceSample, render_metrics
 from noderole.records import Supervision
 from noderole.root import NodeRoot
 from noderole.supervisor import ServiceStatus, SupervisorError
-from noderole.supervisor._textfile import WRITE_GAP, Target, Textfile, target_from_wire
+from noderole.supervisor._textfile import (
+    HEARTBEAT,
+    WRITE_GAP,
+    Target,
+    Textfile,
+    render,
+    target_from_wire,
+)
+from noderole.supervisor.exposition import HEARTBEAT_SERIES
 from tests.supervisor_fixtures import MARK, Harness, harness, wait_for
 from tests.test_metrics import exporter, scrape
 
@@ -67,6 +76,15 @@ def restarts(got: dict[tuple[str, frozenset[tuple[str, str]]], float], service: 
     return got.get(("noderole_service_restarts_total", frozenset({("service", service)})), -1)
 
 
+def heartbeats(got: dict[tuple[str, frozenset[tuple[str, str]]], float]) -> dict[str, float]:
+    """The heartbeat series: role -> value ({} when the file has none)."""
+    return {
+        dict(labels)["role"]: value
+        for (name, labels), value in got.items()
+        if name == HEARTBEAT_SERIES
+    }
+
+
 class TestDaemonWrites:
     def test_kill_9_shows_in_the_file_without_the_cli(self, harness: Harness) -> None:
         """After kill -9 of a service the daemon respawns it and rewrites noderole.prom: one
@@ -103,7 +121,8 @@ class TestDaemonWrites:
         assert restarts(got, "loop") == 2
 
     def test_the_same_text_as_status_format_prometheus(self, harness: Harness) -> None:
-        """The daemon's file is byte for byte what the CLI renders for the same statuses."""
+        """The daemon's file is byte for byte what the CLI renders for the same statuses, then
+        the daemon's own heartbeat family."""
         path = harness.root / TEXTFILE
         harness.supervisor.start(harness.spec("a", SLEEP))
         harness.supervisor.publish_textfile(str(path), role="r", names=["a"], head="")
@@ -113,7 +132,32 @@ class TestDaemonWrites:
             apply=None,
             services=[ServiceSample(name="a", state=status.state, restarts=status.restarts)],
         )
-        assert path.read_text() == cli_text
+        text = path.read_text()
+        assert text.startswith(cli_text)
+        (beat,) = heartbeats(series(path)).values()
+        assert text[len(cli_text) :] == render(
+            Target(path=str(path), role="r", names=[], head=""), [], beat
+        )
+
+    def test_the_daemon_writes_its_heartbeat_and_its_last_write_drops_it(
+        self, harness: Harness
+    ) -> None:
+        """While it runs the daemon's file carries its heartbeat, the wall clock of the write;
+        once every service is stopped and it exits, its last write has none (a node stopped on
+        purpose must not look like a silent supervisor)."""
+        path = harness.root / TEXTFILE
+        harness.supervisor.start(harness.spec("a", SLEEP))
+        before = time.time()
+        assert harness.supervisor.publish_textfile(str(path), role="r", names=["a"], head="")
+        after = time.time()
+        assert list(heartbeats(series(path))) == ["r"]
+        assert before - 1 <= heartbeats(series(path))["r"] <= after + 1
+        harness.supervisor.stop(["a"])
+        wait_for(lambda: not harness.daemons(), "the idle daemon to exit")
+        got = series(path)
+        assert state_of(got, "a") == "stopped"
+        assert heartbeats(got) == {}
+        assert HEARTBEAT_SERIES not in path.read_text()
 
     def test_last_state_written_when_the_daemon_exits(self, harness: Harness) -> None:
         """Stopping the last service ends the daemon; its last write says stopped."""
@@ -216,7 +260,7 @@ class TestCoalescing:
         assert state_of(got, "s0") == "backoff"
 
     def test_nothing_changed_nothing_written(self, tmp_path: Path) -> None:
-        """Without a change no write happens, however long it runs."""
+        """Without a change no write happens before the heartbeat is due."""
         clock = FakeTime()
         writer = Textfile(
             lambda wanted: [ServiceStatus(name=n) for n in wanted],
@@ -274,6 +318,125 @@ class TestCoalescing:
             f"cannot write the fleet metrics /proc/{TEXTFILE}: No such file or directory "
             f"(the services carry on; retried every {WRITE_GAP:g}s)"
         ]
+
+
+def _writer(
+    clock: FakeTime, lines: list[str] | None = None, wall: float = 1_700_000_000.5
+) -> Textfile:
+    """A Textfile on ``clock`` whose services are all running, its wall clock ``wall`` plus
+    the fake time."""
+    return Textfile(
+        lambda wanted: [ServiceStatus(name=n, state="running") for n in wanted],
+        clock.call_later,
+        (lines if lines is not None else []).append,
+        lambda: clock.now,
+        lambda: wall + clock.now,
+    )
+
+
+class TestHeartbeat:
+    def test_rewritten_after_a_minute_with_nothing_changed_and_not_before(
+        self, tmp_path: Path
+    ) -> None:
+        """With no change the file is rewritten once HEARTBEAT seconds have passed since the
+        last write, not a second sooner, then again a minute later; the loop's once-a-second
+        flush is all it needs (no timer is armed)."""
+        clock = FakeTime()
+        path = tmp_path / TEXTFILE
+        writer = _writer(clock)
+        writer.configure(Target(path=str(path), role="r", names=["a"], head=""))
+        assert writer.writes == 1
+        for _ in range(int(HEARTBEAT) - 1):
+            clock.advance(1)
+            writer.flush()
+        assert writer.writes == 1
+        assert clock.timers == []
+        clock.advance(1)
+        writer.flush()
+        assert writer.writes == 2
+        assert heartbeats(series(path)) == {"r": 1_700_000_000.5 + HEARTBEAT}
+        clock.advance(HEARTBEAT - 1)
+        writer.flush()
+        assert writer.writes == 2
+        clock.advance(1)
+        writer.flush()
+        assert writer.writes == 3
+
+    def test_counted_from_the_last_write_a_change_made(self, tmp_path: Path) -> None:
+        """A write for a change restarts the minute: the heartbeat is due a minute after it."""
+        clock = FakeTime()
+        writer = _writer(clock)
+        writer.configure(Target(path=str(tmp_path / TEXTFILE), role="r", names=["a"], head=""))
+        clock.advance(30)
+        writer.changed()
+        writer.flush()
+        assert writer.writes == 2
+        clock.advance(HEARTBEAT - 1)
+        writer.flush()
+        assert writer.writes == 2
+        clock.advance(1)
+        writer.flush()
+        assert writer.writes == 3
+
+    def test_its_value_is_the_wall_clock_of_the_write(self, tmp_path: Path) -> None:
+        """The heartbeat is the injected wall clock at the write (unix time), appended after
+        the service families, with the role's label."""
+        clock = FakeTime()
+        path = tmp_path / TEXTFILE
+        writer = _writer(clock, wall=1_800_000_000.25)
+        writer.configure(Target(path=str(path), role="server", names=["a"], head=HEAD))
+        text = path.read_text()
+        assert heartbeats(series(path)) == {"server": 1_800_000_000.25}
+        assert text.startswith(HEAD)
+        assert text.rindex("noderole_service_restarts_total") < text.index(HEARTBEAT_SERIES)
+        assert text.endswith(f'{HEARTBEAT_SERIES}{{role="server"}} 1800000000.25\n')
+
+    def test_the_last_write_has_no_heartbeat_and_happens_with_nothing_changed(
+        self, tmp_path: Path
+    ) -> None:
+        """close() (the daemon exits) writes the last state at once though nothing changed,
+        and that write has no heartbeat: the one written before leaves the file."""
+        clock = FakeTime()
+        path = tmp_path / TEXTFILE
+        writer = _writer(clock)
+        writer.configure(Target(path=str(path), role="r", names=["a"], head=HEAD))
+        assert heartbeats(series(path)) == {"r": 1_700_000_000.5}
+        clock.advance(0.1)  # inside the write gap, nothing changed: flush() writes nothing
+        writer.flush()
+        assert writer.writes == 1
+        writer.close()
+        assert writer.writes == 2
+        got = series(path)
+        assert heartbeats(got) == {}
+        assert got[("noderole_apply_success", frozenset({("role", "r")}))] == 1
+        assert state_of(got, "a") == "running"
+
+    def test_a_failed_heartbeat_is_logged_once_and_retried(self, tmp_path: Path) -> None:
+        """A heartbeat write the disk refuses keeps the retry every WRITE_GAP and the log
+        once, and the recovery is logged once."""
+        clock = FakeTime()
+        lines: list[str] = []
+        directory = tmp_path / "collector"
+        directory.mkdir()
+        writer = _writer(clock, lines)
+        writer.configure(Target(path=str(directory / TEXTFILE), role="r", names=["a"], head=""))
+        assert writer.writes == 1
+        (directory / TEXTFILE).unlink()
+        directory.rmdir()
+        directory.write_text("a file where the directory should be")
+        clock.advance(HEARTBEAT)
+        writer.flush()
+        for _ in range(5):
+            clock.advance(WRITE_GAP)
+        assert writer.writes == 1
+        assert len(lines) == 1
+        assert "cannot write the fleet metrics" in lines[0]
+        directory.unlink()
+        directory.mkdir()
+        clock.advance(WRITE_GAP)
+        assert writer.writes == 2
+        assert lines[1].endswith("written again")
+        assert heartbeats(series(directory / TEXTFILE)) == {"r": 1_700_000_000.5 + clock.now}
 
 
 class TestRequest:
@@ -355,6 +518,30 @@ class TestThroughTheCli:
         assert 'noderole_service_restarts_total{service="worker"} 1' in served
         assert 'noderole_service_state{service="worker",state="running"} 1' in served
         assert "node_textfile_scrape_error 0" in served
+
+    def test_the_heartbeat_is_the_daemons_alone(self, harness: Harness) -> None:
+        """apply --backend native with textfile_dir: the daemon's file has its heartbeat, which
+        `status --format prometheus` does not print; after `stop` (the daemon's last write, and
+        the file the command writes itself with no daemon left) the file has none."""
+        root = harness.root
+        (root / "collector").mkdir()
+        app = _fleet(harness, "/collector")
+        path = root / "collector" / TEXTFILE
+        result = CliRunner().invoke(cli, ["apply", "fleet", "--backend", "native"], obj=app)
+        assert result.exit_code == 0, result.output
+        assert list(heartbeats(series(path))) == ["fleet"]
+        shown = CliRunner().invoke(
+            cli, ["status", "fleet", "--backend", "native", "--format", "prometheus"], obj=app
+        )
+        assert shown.exit_code == 0, shown.output
+        assert 'noderole_service_up{role="fleet",service="worker"} 1' in shown.output
+        assert HEARTBEAT_SERIES not in shown.output
+        result = CliRunner().invoke(cli, ["stop"], obj=app)
+        assert result.exit_code == 0, result.output
+        wait_for(lambda: not harness.daemons(), "the supervisor to exit")
+        got = series(path)
+        assert state_of(got, "worker") == "stopped"
+        assert heartbeats(got) == {}
 
     def test_a_relative_textfile_dir_warns_and_the_apply_stands(self, harness: Harness) -> None:
         """A relative textfile_dir made apply and stop end in a traceback (exit 1) once the

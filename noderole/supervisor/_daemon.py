@@ -119,7 +119,8 @@ class Daemon:
         self.textfile = _textfile.Textfile(
             lambda names: [self.status_of(n) for n in names], self.loop.call_later, log
         )
-        """noderole.prom, rewritten after state changes once the CLI asked (_textfile)."""
+        """noderole.prom, rewritten after state changes once the CLI asked, and with its
+        heartbeat at least once a minute (_textfile)."""
         self.root_identity: tuple[int, int] | None = None
         """The node root (``ROOT`` of ``ROOT/run/noderole``) this daemon serves, as it was when it
         started; None if it could not be seen (nothing is then checked)."""
@@ -382,7 +383,7 @@ class Daemon:
         while not (self.exiting or self.idle()):
             self.loop.run_once(1.0)
             self.flush()
-            self.textfile.flush()
+            self.textfile.flush()  # at least once a second: the heartbeat needs no timer
             flush_suppressed()
         self.close()
 
@@ -393,7 +394,7 @@ class Daemon:
         if self.root_gone:
             self.dirty = False  # nowhere to write it: the node root is gone
         self.flush(force=True)
-        self.textfile.flush(force=True)  # the last state (all stopped) reaches the fleet
+        self.textfile.close()  # the last state (all stopped) reaches the fleet, no heartbeat
         self.stop_watchdog()
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.pid_path)

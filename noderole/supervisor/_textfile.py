@@ -1,4 +1,5 @@
-"""``noderole.prom`` kept current by the daemon: the service families after every state change.
+"""``noderole.prom`` kept current by the daemon: the service families after every state change,
+and its heartbeat at least once a minute.
 
 The CLI writes the file after apply, renew, stop and restart, but a respawn after a kill -9, or
 the supervisor giving up on a crash-looping service, happens with no CLI around. Under the native
@@ -16,6 +17,12 @@ request is answered once the file is written, and every later state change rewri
 - Never fatal: a full disk or a missing directory is logged once (and its recovery once), the
   services carry on, and the write is tried again every :data:`WRITE_GAP` seconds until it
   succeeds.
+- Alive: every write ends with ``noderole_supervisor_heartbeat_timestamp_seconds`` (the wall
+  clock), and the file is rewritten with nothing changed once :data:`HEARTBEAT` seconds have
+  passed since the last write that succeeded. Without it a daemon frozen (SIGSTOP, hung) or
+  SIGKILLed with its watchdog left a file saying every service was up, for good: the fleet never
+  learnt that nothing was supervised. Its last write as it exits (:meth:`Textfile.close`) has
+  no heartbeat: a node stopped on purpose is not a silent supervisor.
 
 Standard library only (the daemon imports it).
 """
@@ -27,13 +34,26 @@ from collections.abc import Callable, Sequence
 
 from noderole.supervisor import _safeopen
 from noderole.supervisor._status import ServiceStatus
-from noderole.supervisor.exposition import Exposition, service_families
+from noderole.supervisor.exposition import (
+    HEARTBEAT,
+    Exposition,
+    heartbeat_family,
+    service_families,
+)
 
 TYPE_CHECKING = False  # typing is not imported at run time: the daemon stays small
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["HEAD_LIMIT", "WRITE_GAP", "Target", "Textfile", "target_from_wire"]
+__all__ = [
+    "HEAD_LIMIT",
+    "HEARTBEAT",
+    "WRITE_GAP",
+    "Target",
+    "Textfile",
+    "render",
+    "target_from_wire",
+]
 
 WRITE_GAP = 1.0
 """Seconds between two writes of the file, at least."""
@@ -73,12 +93,17 @@ def target_from_wire(request: dict[str, Any]) -> Target:
     return Target(path=path, role=role, names=names, head=head)
 
 
-def render(target: Target, statuses: Sequence[ServiceStatus]) -> str:
-    """The whole file: the role-level families, then the service families."""
+def render(
+    target: Target, statuses: Sequence[ServiceStatus], heartbeat: float | None = None
+) -> str:
+    """The whole file: the role-level families, the service families, then the heartbeat
+    (``heartbeat``: unix time; None: none, as in the last write)."""
     out = Exposition()
     service_families(
         out, role=target.role, services=((s.name, s.state, s.restarts) for s in statuses)
     )
+    if heartbeat is not None:
+        heartbeat_family(out, role=target.role, timestamp=heartbeat)
     return target.head + out.text()
 
 
@@ -91,14 +116,22 @@ class Textfile:
         call_later: Callable[[float, Callable[[], None]], object],
         log: Callable[[str], None],
         clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
     ) -> None:
         self._statuses = statuses
         self._call_later = call_later
         self._log = log
         self._clock = clock
+        """Monotonic: the gap between writes, the heartbeat's interval."""
+        self._wall = wall
+        """The heartbeat's value (unix time)."""
         self.target: Target | None = None
         self.dirty = False
         self.next_write = 0.0
+        self.written_at = 0.0
+        """The clock when the last write that succeeded began."""
+        self.closing = False
+        """The last write (:meth:`close`): no heartbeat."""
         self.timer_armed = False
         self.writes = 0
         """Files written (diagnostics, and the coalescing test)."""
@@ -115,12 +148,28 @@ class Textfile:
         if self.target is not None:
             self.dirty = True
 
+    def close(self) -> None:
+        """The daemon exits: write the last state (all stopped) without the heartbeat, even when
+        nothing changed, so that a heartbeat written earlier leaves the file (a node stopped on
+        purpose must not look like a silent supervisor)."""
+        if self.target is None:
+            return
+        self.closing = True
+        self.dirty = True
+        self.flush(force=True)
+
     def flush(self, *, force: bool = False) -> None:
-        """Write if something changed and the gap since the last write has passed; otherwise
-        arm one timer for the gap's end (the daemon's loop calls flush again when it fires)."""
-        if self.target is None or not self.dirty:
+        """Write if something changed and the gap since the last write has passed, or if
+        :data:`HEARTBEAT` seconds have passed since the last write that succeeded; otherwise arm
+        one timer for the gap's end (the daemon's loop calls flush again when it fires, and at
+        least once a second: the heartbeat needs no timer)."""
+        if self.target is None:
             return
         now = self._clock()
+        if not self.dirty:
+            if now < self.written_at + HEARTBEAT:
+                return
+            self.dirty = True  # nothing changed: the heartbeat tells the fleet the daemon lives
         if not force and now < self.next_write:
             if not self.timer_armed:
                 self.timer_armed = True
@@ -129,7 +178,8 @@ class Textfile:
         self.dirty = False
         self.next_write = now + WRITE_GAP
         target = self.target
-        text = render(target, self._statuses(target.names))
+        heartbeat = None if self.closing else self._wall()
+        text = render(target, self._statuses(target.names), heartbeat)
         try:
             _safeopen.replace_file(target.path, text.encode(), mode=0o644, create_dirs=False)
         except OSError as e:
@@ -143,6 +193,7 @@ class Textfile:
             self.flush()
             return
         self.writes += 1
+        self.written_at = now
         if self.last_error:
             self._log(f"fleet metrics {target.path} written again")
             self.last_error = ""

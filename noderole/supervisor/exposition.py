@@ -5,8 +5,12 @@ Two writers use it: :mod:`noderole.metrics` (``noderole status --format promethe
 ``noderole.prom`` written by the CLI) and the native supervisor daemon, which rewrites
 ``noderole.prom`` itself when a service changes state behind the CLI's back (a respawn, giving
 up). Both render the role-level families first (apply, certificate expiry: written by the CLI,
-which alone knows them) and the service families last (:func:`service_families`), so the file
-is the same whichever wrote it. Standard library only (the daemon imports it).
+which alone knows them) and the service families next (:func:`service_families`), so those are
+the same whichever wrote the file. The daemon alone appends a last family, its heartbeat
+(:func:`heartbeat_family`), while it runs: a file whose heartbeat stops advancing tells the fleet
+that nothing supervises the node's services any more (the daemon frozen or killed), which the
+service families, frozen at their last state, cannot. Standard library only (the daemon imports
+it).
 """
 
 from __future__ import annotations
@@ -15,10 +19,13 @@ import math
 from collections.abc import Iterable
 
 __all__ = [
+    "HEARTBEAT",
+    "HEARTBEAT_SERIES",
     "STATES",
     "TEXTFILE",
     "UP_STATES",
     "Exposition",
+    "heartbeat_family",
     "labels",
     "service_families",
 ]
@@ -33,6 +40,14 @@ native supervisor waits to respawn a process that exited; init systems report th
 
 UP_STATES = ("running", "ready")
 """States in which ``noderole_service_up`` is 1."""
+
+HEARTBEAT = 60.0
+"""Seconds between two writes of the file by the native supervisor, at most, while it runs (it
+rewrites the file with nothing changed once they have passed): what the heartbeat's HELP line
+promises."""
+
+HEARTBEAT_SERIES = "noderole_supervisor_heartbeat_timestamp_seconds"
+"""The daemon's heartbeat: when it last wrote the file (unix time)."""
 
 
 def _escape(value: str) -> str:
@@ -104,4 +119,18 @@ def service_families(
         "counter",
         "Restarts of the service counted by its supervisor.",
         ((labels(service=name), restarts) for name, _, restarts in rows),
+    )
+
+
+def heartbeat_family(out: Exposition, *, role: str, timestamp: float) -> None:
+    """Append ``noderole_supervisor_heartbeat_timestamp_seconds{role}``: when the native
+    supervisor wrote the file (``timestamp``, unix time). Its writer of the file alone appends
+    it, after the service families, and leaves it out of its last write when it exits (a node
+    stopped on purpose must not look like a silent supervisor)."""
+    out.family(
+        HEARTBEAT_SERIES,
+        "gauge",
+        "When the native supervisor last wrote this file (unix time); it rewrites it at least "
+        f"every {HEARTBEAT:g} s while it runs.",
+        [(labels(role=role), timestamp)],
     )
