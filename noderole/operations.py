@@ -588,7 +588,7 @@ class Operations:
         from noderole.console import QuietProgress
         from noderole.engine import apply_plan
         from noderole.manifest import record_processes
-        from noderole.state import node_lock, read_applied, write_applied
+        from noderole.state import StateError, node_lock, read_applied, write_applied
 
         what = f"apply {plan.role}"
         with node_lock(self.root, timeout=lock_timeout, clock=self.clock, what=what):
@@ -634,7 +634,15 @@ class Operations:
             if record_plan and not failures:
                 # The role's logs as planned; a broken plugin's services would drop out of it.
                 self._write_logrotate(plan, backend)
-            self._record_outcomes(plan, report, whole=record_plan)
+            try:
+                self._record_outcomes(plan, report, whole=record_plan)
+            except StateError as error:
+                # The services run: the record only feeds `status` and the fleet metrics. An
+                # error here made a boot whose every service started exit 1, with no summary.
+                self.warnings.append(
+                    f"{error}; the services are as reported, and `status` shows the outcome of "
+                    "the apply before this one until a later apply can record its own"
+                )
             self._store_parsed_config()
         if publish:
             self.publish_metrics(plan, backend, report)

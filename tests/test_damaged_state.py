@@ -149,3 +149,20 @@ class TestReadJson:
     def test_json_is_read(self, tmp_path: Path) -> None:
         (tmp_path / "f.json").write_text('{"a": [1, 2]}')
         assert read_json(tmp_path / "f.json") == {"a": [1, 2]}
+
+
+def test_an_apply_that_cannot_record_its_outcome_reports_its_services(applied: Harness) -> None:
+    """The last apply's record only feeds `status` and the fleet metrics. One that cannot be
+    written (a directory in its way here; a /var/lib made read-only after the first boot, in
+    the field) made an apply whose every service runs exit 1, with no summary: the boot looked
+    failed. It is now a warning naming the file and the fix, and the apply's own outcome."""
+    path = applied.root / "var/lib/noderole/last-apply.json"
+    path.unlink()
+    path.mkdir()
+    done = _cli(applied, "apply", "demo")
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output
+    assert "role demo: 1 service, 0 started, 1 already running, 0 failed" in output
+    assert "noderole: warning: cannot record /var/lib/noderole/last-apply.json" in output
+    assert "`status` shows the outcome of the apply before this one" in output
+    assert _cli(applied, "stop").returncode == 0

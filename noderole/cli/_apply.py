@@ -86,8 +86,9 @@ def apply_command(
         started = sum(1 for r in report.services if r.status in ("started", "restarted"))
         kept = sum(1 for r in report.services if r.status == "running")
         running = f", {kept} already running" if kept else ""
+        count = len(report.services)
         _say(
-            f"role {role}: {len(report.services)} services, {started} started{running}, "
+            f"role {role}: {count} service{'' if count == 1 else 's'}, {started} started{running}, "
             f"{len(report.failed)} failed ({report.seconds:.2f}s, backend {report.backend})"
         )
         for failed in report.failed:
