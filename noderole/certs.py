@@ -23,7 +23,7 @@ import errno
 import os
 import stat
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, TypeAlias
 
 from cryptography import x509
@@ -39,17 +39,21 @@ from noderole.certstamp import CertOutcome, record_stamp
 from noderole.clock import Clock
 from noderole.errors import CertificateError
 from noderole.reading import read_regular, read_regular_file
-from noderole.records import MintCertificate
+from noderole.records import CA_CLOCK_WAIT, MintCertificate
 from noderole.root import NodeRoot
 from noderole.sans import SubjectAltName, parse_sans
 
 if TYPE_CHECKING:  # a mint reads and writes through strings: pathlib costs a fresh apply 6M
     from pathlib import Path
 
+    from noderole.stepcontext import Cancel
+
 __all__ = [
     "CERT_NAME",
+    "CLOCK_WAIT",
     "KEY_NAME",
     "LEAF_LIFETIME",
+    "CANotYetValid",
     "CertOutcome",
     "CertReport",
     "CertificateAuthority",
@@ -130,9 +134,45 @@ class CertificateAuthority:
         return tuple(c for c in self.chain if c.issuer != c.subject)
 
 
+class CANotYetValid(CertificateError):
+    """A CA certificate that is not valid yet by this node's clock: the one fault of a CA that
+    time alone mends (NTP stepping a clock that came up behind, or the few seconds by which this
+    node's clock trails the server that made the CA passing). :func:`ensure_certificate` waits
+    for it, up to :data:`CLOCK_WAIT`; every other fault of a CA fails at once."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        not_before: dt.datetime,
+        now: dt.datetime,
+        waited: float | None = None,
+    ) -> None:
+        self.path = path
+        """The CA certificate, as :func:`load_ca` was given it."""
+        self.not_before = not_before
+        """The CA's notBefore (UTC)."""
+        self.now = now
+        """This node's clock when the CA was last checked (UTC)."""
+        self.waited = waited
+        """Seconds waited for the clock before giving up, or None when nothing waited."""
+        first = f"CA certificate {path} is not valid until {_when(not_before)}"
+        if waited is None:
+            message = f"{first}; check this node's clock (it reads {_when(now)})"
+        else:
+            message = (
+                f"{first}, and this node's clock reads {_when(now)}: the clock is behind (waited "
+                f"{waited:g} s for it to be set, by NTP for instance); set the clock, then run "
+                f"`noderole apply`"
+            )
+        super().__init__(message)
+
+
 def _check_ca_certificate(
     cert: x509.Certificate, path: str | os.PathLike[str], now: dt.datetime
 ) -> None:
+    """Refuse what is wrong with the CA certificate whatever the time: not a CA, not allowed to
+    sign, or expired. Whether it is valid yet is :func:`_check_ca_started`'s, checked last."""
     try:
         constraints = cert.extensions.get_extension_for_class(x509.BasicConstraints).value
     except x509.ExtensionNotFound:
@@ -152,16 +192,18 @@ def _check_ca_certificate(
             f"keyCertSign); point ca_cert at the cluster CA that signs serving certificates "
             f"(k3s: server-ca.crt), or re-issue the CA with keyUsage keyCertSign"
         )
-    if now < cert.not_valid_before_utc:
-        raise CertificateError(
-            f"CA certificate {path} is not valid until {_when(cert.not_valid_before_utc)}; "
-            f"check this node's clock"
-        )
     if now >= cert.not_valid_after_utc:
         raise CertificateError(
             f"CA certificate {path} expired on {_when(cert.not_valid_after_utc)}; rotate the "
             f"cluster CA"
         )
+
+
+def _check_ca_started(
+    cert: x509.Certificate, path: str | os.PathLike[str], now: dt.datetime
+) -> None:
+    if now < cert.not_valid_before_utc:
+        raise CANotYetValid(path, not_before=cert.not_valid_before_utc, now=now)
 
 
 def load_ca(
@@ -170,7 +212,9 @@ def load_ca(
     """Load and check a CA: a CA certificate valid at ``now`` and the private key that matches it.
 
     The key is EC or RSA, PEM, SEC1/PKCS#1 or PKCS#8, unencrypted. Raises
-    :class:`CertificateError` naming the file at fault.
+    :class:`CertificateError` naming the file at fault; :class:`CANotYetValid` (at once, never
+    waiting) when the CA is sound but ``now`` is before its notBefore: that is checked last, so
+    a CA that is also wrong otherwise (a key that does not match it) says so.
     """
     chain = _ca_certificates(cert_path)
     signer = chain[0]
@@ -214,6 +258,7 @@ def load_ca(
             f"CA key {key_path} does not match CA certificate {cert_path}; give the key of that CA"
         )
     _check_ca_keys(chain, cert_path)
+    _check_ca_started(signer, cert_path, now)
     return CertificateAuthority(cert=signer, key=key, chain=tuple(chain), cert_path=cert_path)
 
 
@@ -813,20 +858,89 @@ CA_LOOK_AGAIN = 0.02
 """Seconds between two reads of a CA that is still settling."""
 
 
-def _settled_ca(cert_path: str, key_path: str, *, clock: Clock) -> CertificateAuthority:
+CLOCK_WAIT: float = CA_CLOCK_WAIT
+"""Longest time, in seconds on the monotonic clock, a mint waits for a CA that is not valid yet
+by this node's clock (:class:`CANotYetValid`). k3s makes its CA valid from the moment it makes
+it, with no backdate, so two things make a sound CA look "not valid yet": a node that comes up
+with its clock behind (a board without a real-time clock starts at its image's build date) until
+NTP steps it, a little after boot; and a server joining a cluster whose clock trails the first
+server's by a few seconds. Both mend themselves within a boot's first minute or two, and a mint
+that gave up at once left konnectivity-server down until someone ran ``noderole apply`` by hand.
+120 s is what the seed's pre-start gives k3s to write the CA in the first place (and the
+konnectivity plugin's ``wait_timeout``): a clock still wrong after that is not being set, and
+the error says so."""
+CLOCK_LOOK_AGAIN = 1.0
+"""Longest time between two looks at this node's clock while a CA is not valid yet: a step of
+the clock (NTP) ends the wait within it. A wait for skew alone ends at the CA's notBefore."""
+
+
+def _settled_ca(
+    cert_path: str,
+    key_path: str,
+    *,
+    clock: Clock,
+    waiting: Callable[[str], None] | None = None,
+    cancel: Cancel | None = None,
+) -> CertificateAuthority:
     """:func:`load_ca`, read again while it fails and either file was written less than
     :data:`CA_SETTLE` seconds ago, for :data:`CA_SETTLE` seconds at most (a file stamped in the
-    future by a clock set back cannot keep it looking); then its error stands."""
+    future by a clock set back cannot keep it looking); then its error stands.
+
+    A CA that is not valid yet by this node's clock (:class:`CANotYetValid`) is looked at again
+    about once a second (:data:`CLOCK_LOOK_AGAIN`), the wall clock re-read each time, until it
+    is valid, for :data:`CLOCK_WAIT` seconds of the monotonic clock at most; then it fails with
+    the clock named and the fix. ``waiting`` is told once when that wait begins (never when the
+    CA is valid at the first look); ``cancel`` ends it (:class:`~noderole.errors.WaitCancelled`).
+    """
     deadline = clock.monotonic() + CA_SETTLE
+    clock_deadline: float | None = None
     while True:
         try:
             return load_ca(cert_path, key_path, now=_now(clock))
+        except CANotYetValid as error:
+            behind = error
         except CertificateError:
             if clock.monotonic() >= deadline or not _written_within(
                 CA_SETTLE, (cert_path, key_path), now=clock.time()
             ):
                 raise
-        clock.sleep(min(CA_LOOK_AGAIN, max(0.0, deadline - clock.monotonic())))
+            clock.sleep(min(CA_LOOK_AGAIN, max(0.0, deadline - clock.monotonic())))
+            continue
+        looked = clock.monotonic()
+        if clock_deadline is None:
+            clock_deadline = looked + CLOCK_WAIT
+            if waiting is not None:
+                waiting(
+                    f"waiting for this node's clock to reach {_when(behind.not_before)}, when CA "
+                    f"certificate {cert_path} becomes valid (it reads {_when(behind.now)}; up to "
+                    f"{CLOCK_WAIT:g}s)"
+                )
+        left = clock_deadline - looked
+        if left <= 0:
+            raise CANotYetValid(
+                cert_path, not_before=behind.not_before, now=behind.now, waited=CLOCK_WAIT
+            )
+        until_valid = (behind.not_before - behind.now).total_seconds()
+        _pause(clock, min(CLOCK_LOOK_AGAIN, left, max(CA_LOOK_AGAIN, until_valid)), cancel)
+        # The CA files may be written again meanwhile: a half-written one settles afresh.
+        deadline = clock.monotonic() + CA_SETTLE
+
+
+def _pause(clock: Clock, seconds: float, cancel: Cancel | None) -> None:
+    """Sleep ``seconds`` on ``clock``, looking at ``cancel`` (when given) at least every
+    :data:`~noderole.waits.CANCEL_CHECK` seconds."""
+    if cancel is None:
+        clock.sleep(seconds)
+        return
+    from noderole.waits import CANCEL_CHECK  # only a wait for the clock comes here
+
+    end = clock.monotonic() + seconds
+    while True:
+        cancel.check()
+        left = end - clock.monotonic()
+        if left <= 0:
+            return
+        clock.sleep(min(CANCEL_CHECK, left))
 
 
 def _written_within(seconds: float, paths: Sequence[str], *, now: float) -> bool:
@@ -870,6 +984,8 @@ def ensure_certificate(
     root: NodeRoot,
     clock: Clock,
     fault_hook: StepHook | None = None,
+    waiting: Callable[[str], None] | None = None,
+    cancel: Cancel | None = None,
 ) -> CertOutcome:
     """Make sure ``request.directory`` holds a good serving pair: reuse it, or mint and write one.
 
@@ -879,6 +995,12 @@ def ensure_certificate(
     (``cannot write DIR: No space left on device``; the old pair is then left intact).
     ``fault_hook`` is called before each file-system call of the write (tests inject crashes
     with it).
+
+    A CA that is not valid yet by this node's clock is waited for, up to :data:`CLOCK_WAIT`
+    seconds (see :func:`_settled_ca`; ``waiting`` is told when that wait begins, ``cancel`` ends
+    it), and the pair is then judged and minted at the time the clock reads after the wait.
+    Past the bound, :class:`CANotYetValid` names the CA's notBefore, this node's time and the
+    fix, and nothing is written.
     """
     if request.renew_before_days >= LEAF_LIFETIME.days:
         raise CertificateError(
@@ -890,8 +1012,14 @@ def ensure_certificate(
     now = _now(clock)
     directory = root.local(request.directory)
     cert_path, key_path = os.path.join(directory, CERT_NAME), os.path.join(directory, KEY_NAME)
-    ca = _settled_ca(root.local(request.ca_cert), root.local(request.ca_key), clock=clock)
-    now = _now(clock)  # looking again may have taken a moment
+    ca = _settled_ca(
+        root.local(request.ca_cert),
+        root.local(request.ca_key),
+        clock=clock,
+        waiting=waiting,
+        cancel=cancel,
+    )
+    now = _now(clock)  # looking again (or waiting for the clock) may have taken a while
     verdict = _judge(request, ca, directory=directory, sans=sans, now=now, tidy=True)
     if verdict.reuse:
         assert verdict.cert is not None

@@ -126,7 +126,7 @@ def certificate_verdict(step: MintCertificate, *, root: NodeRoot, clock: Clock) 
     """``reuse: ...`` or ``mint: reason`` for a certificate step, without writing anything."""
     import datetime as dt
 
-    from noderole.certs import step_verdict
+    from noderole.certs import CLOCK_WAIT, CANotYetValid, step_verdict
 
     ca_cert, ca_key = root.resolve(step.ca_cert), root.resolve(step.ca_key)
     if not (ca_cert.exists() and ca_key.exists()):
@@ -134,6 +134,8 @@ def certificate_verdict(step: MintCertificate, *, root: NodeRoot, clock: Clock) 
     now = dt.datetime.fromtimestamp(clock.time(), dt.UTC)
     try:
         reuse, reason = step_verdict(step, root=root, now=now)
+    except CANotYetValid as exc:  # the step would wait for the clock; a dry run never does
+        return f"would wait up to {CLOCK_WAIT:g}s for this node's clock: {exc}"
     except NoderoleError as exc:
         return f"would fail: {exc}"
     return f"reuse: {reason}" if reuse else f"mint: {reason}"

@@ -53,6 +53,7 @@ __all__ = [
     "Warn",
     "WriteFile",
     # helpers the configuration and the plan use
+    "CA_CLOCK_WAIT",
     "LEAF_LIFETIME_DAYS",
     "MAX_SECONDS",
     "RecordBase",
@@ -71,6 +72,11 @@ arithmetic would overflow the OS's timeout types."""
 LEAF_LIFETIME_DAYS = 365
 """Days a minted serving certificate lives (``noderole.certs.LEAF_LIFETIME``; repeated here because
 importing the certificate module loads cryptography, which building records must not)."""
+
+CA_CLOCK_WAIT = 120.0
+"""Longest time a :class:`MintCertificate` step waits for this node's clock to reach its CA's
+notBefore (``noderole.certs.CLOCK_WAIT``, which says why). Defined here, where a renderer that
+bounds a unit's start by its steps finds it without loading cryptography."""
 
 _LIST = {"list": True}
 """Field metadata: the field takes a list (or tuple); a lone string is refused, never split."""

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from noderole import recordclass
 from noderole.bounded import Late, run_bounded
-from noderole.errors import NoderoleError, StepError
+from noderole.errors import NoderoleError, StepError, WaitCancelled
 from noderole.manifest import record
 from noderole.records import (
     WAIT_TYPES,
@@ -283,7 +283,13 @@ def _certificate(step: MintCertificate, ctx: StepContext) -> CertOutcome:
     from noderole.certs import ensure_certificate
 
     try:
-        outcome = ensure_certificate(step, root=ctx.root, clock=ctx.clock)
+        # A CA not valid yet by this node's clock is waited for (noderole.certs.CLOCK_WAIT): the
+        # wait is announced as a wait's is, and ends when what this service needs has failed.
+        outcome = ensure_certificate(
+            step, root=ctx.root, clock=ctx.clock, waiting=ctx.progress, cancel=ctx.cancel
+        )
+    except WaitCancelled:
+        raise
     except NoderoleError as exc:
         raise StepError(step.failure_message.format(reason=exc)) from exc
     except OSError as exc:

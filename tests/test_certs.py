@@ -408,7 +408,8 @@ class TestCertificateAuthority:
             node.ensure()
 
     def test_not_yet_valid_ca(self, tmp_path: Path) -> None:
-        """A CA not valid yet (a clock behind) is refused, naming the file and the clock."""
+        """A CA not valid yet (a clock behind that nothing sets) is refused once the mint has
+        waited for the clock (on the fake clock, at once), naming the file and the clock."""
         node = Node(tmp_path)
         node.install_ca(*make_ca(now=node.clock.time(), days_before=-1))
         with pytest.raises(CertificateError, match=r"server-ca\.crt is not valid until .*clock"):

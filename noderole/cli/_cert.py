@@ -64,7 +64,8 @@ def mint(
 
     Prints CERTPATH<TAB>KEYPATH (node paths) on stdout, and what was done and why on stderr.
     Refuses (exit 2) a --ca-cert or --ca-key that is DIR/tls.crt or DIR/tls.key, and, before
-    writing, a pair that is a CA file under another name (exit 7).
+    writing, a pair that is a CA file under another name (exit 7). A CA not valid yet by this
+    node's clock is waited for, up to 120 s (the clock set by NTP meanwhile), then refused.
     """
     from noderole.certs import ensure_certificate
     from noderole.records import MintCertificate
@@ -87,7 +88,10 @@ def mint(
         if option in _PATH_OPTIONS and isinstance(given, str) and not given.startswith("/"):
             hint = "; node paths are absolute (e.g. /var/lib/x)"
         raise UsageError(f"cert mint: {option}{': ' if option else ''}{error}{hint}") from None
-    outcome = ensure_certificate(request, root=app.root, clock=app.clock)
+    # A CA not valid yet by this node's clock is waited for, up to a bound; say so while it lasts.
+    outcome = ensure_certificate(
+        request, root=app.root, clock=app.clock, waiting=lambda text: click.echo(text, err=True)
+    )
     kept = " (key kept)" if outcome.action == "minted" and outcome.key_kept else ""
     click.echo(f"{outcome.action}{kept}: {outcome.reason}", err=True)
     click.echo(f"{request.cert_path}\t{request.key_path}")

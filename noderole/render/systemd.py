@@ -7,8 +7,9 @@ What the unit must get right, each learnt from the units this replaces:
   (:func:`noderole.render._quote.systemd_arg`).
 - The pre-start hook runs with ``+`` (full privileges) even when the service has ``User=``: it
   creates directories and reads CA keys only root can read, like OpenRC's ``start_pre``.
-- ``TimeoutStartSec`` covers the pre-start waits: systemd's default 90 s would kill a hook that
-  waits (bounded) for k3s longer than that.
+- ``TimeoutStartSec`` covers the pre-start waits (a certificate step's wait for the clock
+  included): systemd's default 90 s would kill a hook that waits (bounded) for k3s longer than
+  that.
 - Nothing here calls ``systemctl``: ordering is declared, so nothing can deadlock the boot.
 """
 
@@ -18,7 +19,7 @@ import math
 from collections.abc import Sequence
 
 from noderole.errors import BackendError
-from noderole.records import WAIT_TYPES, Fail, Secret, Service
+from noderole.records import CA_CLOCK_WAIT, WAIT_TYPES, Fail, MintCertificate, Secret, Service
 from noderole.render._envfile import env_file_path, secret_env_file, secret_keys
 from noderole.render._files import Rendered, RenderedFile, RenderedLink
 from noderole.render._quote import (
@@ -227,10 +228,13 @@ def _start_timeout(service: Service) -> str | None:
     A pre-start that fails now (its inputs are not there yet: an image rendered before the
     launcher writes ``first-boot.env``) says nothing of the waits the boot's run of the hook
     will have, whose inputs are there by then: ``infinity``, the waits still bounded by
-    noderole. systemd's default 90 s killed konnectivity's 120 s wait for k3s's CA."""
+    noderole. systemd's default 90 s killed konnectivity's 120 s wait for k3s's CA. A
+    certificate step may wait too, for this node's clock to reach its CA's notBefore
+    (:data:`~noderole.records.CA_CLOCK_WAIT`)."""
     if any(isinstance(step, Fail) for step in service.pre_start):
         return "infinity"
     waits = sum(step.timeout for step in service.pre_start if isinstance(step, WAIT_TYPES))
+    waits += CA_CLOCK_WAIT * sum(isinstance(step, MintCertificate) for step in service.pre_start)
     if not waits:
         return None
     return str(math.ceil(waits) + _START_HEADROOM)
