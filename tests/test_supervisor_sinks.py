@@ -53,6 +53,34 @@ class TestWriteFailure:
             sink.close()
         assert log.read_bytes() == b"before\nafter\nmore\n"
 
+    def test_a_service_that_starts_again_is_not_said_again(
+        self, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+    ) -> None:
+        """A crash-looping service opens its log at every start, a new sink each time: the
+        failure was said once per respawn (a tester counted one line per start), and its
+        recovery lost the bytes dropped before."""
+        log = tmp_path / "crashy.log"
+        loop = Loop()
+        sinks = Sinks(loop)
+        try:
+            for _ in range(3):  # three starts, each writing into a full file system
+                fd = sinks.output(str(log), None, name="crashy")
+                os.close(fd)
+                sink = sinks.by_path[str(log)]
+                _point(sink, "/dev/full")
+                sink.write(b"lost\n")
+                sinks.release(sink)
+            fd = sinks.output(str(log), None, name="crashy")
+            os.close(fd)
+            sink = sinks.by_path[str(log)]
+            sink.write(b"back\n")
+            sinks.release(sink)
+        finally:
+            loop.selector.close()
+        said = capfd.readouterr().err
+        assert said.count("cannot write the log") == 1, said
+        assert f"the log {log} is written again; 15 bytes of output were lost" in said
+
 
 class TestOpenFailure:
     def test_the_message_names_the_whole_path_and_the_fix(
@@ -140,6 +168,31 @@ class TestSupervisorLogFallback:
         said = "cannot write the log /var/log/k3s.log: No space left on device\n"
         assert text.endswith(said), text
         assert oct(fallback.stat().st_mode & 0o777) == "0o600"
+
+    def test_the_fallback_is_rotated_as_the_log_is(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """/run is memory: a crash loop writing there through a full /var/log grew it without
+        bound (about 3 MB a day per service)."""
+        from noderole.supervisor import _log
+
+        fallback = tmp_path / "supervisor.log"
+        fallback.write_bytes(b"x" * 2000)
+        monkeypatch.setattr(_log, "_path", [None])
+        monkeypatch.setattr(_log, "_path_known", [True])
+        monkeypatch.setattr(_log, "_fallback", [str(fallback)])
+        monkeypatch.setattr(_log, "MAX_BYTES", 1000)
+        saved = os.dup(2)
+        full = os.open("/dev/full", os.O_WRONLY | os.O_CLOEXEC)
+        try:
+            os.dup2(full, 2)
+            _log.log("one more line")
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            os.close(full)
+        assert (tmp_path / "supervisor.log.1").read_bytes() == b"x" * 2000
+        assert fallback.read_text().endswith("one more line\n")
 
 
 _FULL_VAR_LOG = """

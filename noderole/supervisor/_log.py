@@ -204,9 +204,15 @@ def log(message: str) -> None:
         with contextlib.suppress(OSError):
             fd = _safeopen.open_append(fallback, mode=0o600)
             try:
+                if os.fstat(fd).st_size > MAX_BYTES:  # /run is memory: bounded as the log is
+                    os.close(fd)
+                    fd = -1
+                    rotate(fallback, KEEP)
+                    fd = _safeopen.open_append(fallback, mode=0o600)
                 os.write(fd, line)
             finally:
-                os.close(fd)
+                if fd >= 0:
+                    os.close(fd)
 
 
 def log_error(message: str) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 
 from noderole.supervisor import _fdlimit, _safeopen
-from noderole.supervisor._log import log
+from noderole.supervisor._log import log, log_limited
 from noderole.supervisor._loop import Loop
 
 __all__ = ["LogSink", "Pipe", "Sinks"]
@@ -108,6 +108,10 @@ class Sinks:
     def __init__(self, loop: Loop) -> None:
         self.loop = loop
         self.by_path: dict[str, LogSink] = {}
+        self.failing: dict[str, int] = {}
+        """Logs whose last write failed when their sink closed, and the bytes lost so far: a
+        crash-looping service opens its log again at every start, and the failure was said
+        again at each one."""
 
     def output(
         self,
@@ -134,12 +138,16 @@ class Sinks:
                 raise  # no start can keep anything more: say so, rather than run without a log
             except OSError as e:
                 # e names the file relative to its directory (opened through a descriptor).
+                # Rate-limited by path: a crash-looping service tries again at every start.
                 fix = _safeopen.fix_for(e)
-                log(
+                log_limited(
+                    f"cannot open {path}",
                     f"{name}: cannot open its log {path}: {e.strerror or e}; its output is "
-                    f"dropped until its next start{f' ({fix})' if fix else ''}"
+                    f"dropped until its next start{f' ({fix})' if fix else ''}",
                 )
                 return os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
+            if path in self.failing:  # said when it began: said again only when it ends
+                sink.failed, sink.dropped = True, self.failing.pop(path)
             self.by_path[path] = sink
         sink.users += 1
         if max_bytes is not None:
@@ -163,6 +171,8 @@ class Sinks:
         if sink.users <= 0:
             sink.close()
             self.by_path.pop(sink.path, None)
+            if sink.failed:
+                self.failing[sink.path] = sink.dropped
 
     def reopen_all(self) -> None:
         """SIGHUP: reopen every log (after logrotate moved them away)."""
