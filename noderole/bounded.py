@@ -228,20 +228,20 @@ class _Batch:
             if self.timeout is not None:
                 with self.mutex:
                     patience = min(patience, self.since + self.timeout - monotonic())
-            if self.done.acquire(True, max(0.0, patience)):
+            if _acquire(self.done, max(0.0, patience)):
                 return True
             with contextlib.suppress(Exception):  # the caller's hook; the wait goes on regardless
                 self.impatient()
             if self.done.acquire(False):
                 return True
         if self.timeout is None:
-            self.done.acquire()
+            _acquire(self.done, None)
             return True
         while True:
             with self.mutex:
                 index = len(self.outcomes)
                 left = self.since + self.timeout - monotonic()
-            if self.done.acquire(True, left) if left > 0 else self.done.acquire(False):
+            if _acquire(self.done, left) if left > 0 else self.done.acquire(False):
                 return True
             with self.mutex:
                 if self.through or len(self.outcomes) != index:
@@ -256,6 +256,23 @@ class _Batch:
         """Leave the worker (the caller is interrupted): it takes no further call."""
         with self.mutex:
             self.abandoned = True
+
+
+LOOK = 0.2
+"""Longest single wait of a caller for its worker. Python runs a signal's handler in the main
+thread only, and a signal the kernel gives another thread wakes no wait of the main thread's:
+one long wait held a Ctrl-C or SIGTERM until the call ended."""
+
+
+def _acquire(lock: _thread.LockType, seconds: float | None) -> bool:
+    """``lock.acquire(True, seconds)`` (None: no bound) in waits of at most :data:`LOOK`."""
+    end = None if seconds is None else monotonic() + seconds
+    while True:
+        left = LOOK if end is None else min(LOOK, end - monotonic())
+        if lock.acquire(True, max(0.0, left)):
+            return True
+        if end is not None and monotonic() >= end:
+            return False
 
 
 class _Worker:

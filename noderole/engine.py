@@ -562,7 +562,11 @@ class _Run:
             self._pending.extend(e for e in self.plan.services if not self._waiting[e.name])
         self._drive()
         if self.watcher is not None:
-            self.watcher.join()
+            # In timed looks: a signal the kernel gave another thread sets the flag the main
+            # thread's handler runs on, but wakes no wait of the main thread's. An untimed join
+            # held a Ctrl-C or SIGTERM until the last service was done.
+            while self.watcher.is_alive():
+                self.watcher.join(WATCH_INTERVAL)
             return self.crashed
         return _watch_crashes(self)
 
@@ -714,7 +718,10 @@ class _Run:
         # Dependencies outside this run (``restart`` of a few services) are taken as they are.
         after = [d for d in entry.after if d in self.done]
         for dependency in after:
-            self.done[dependency].wait()
+            # In timed looks, as drive's join: this may be the main thread, where a signal
+            # another thread took is handled only once a wait of its own ends.
+            while not self.done[dependency].wait(WATCH_INTERVAL):
+                pass
         service = entry.service
         cancel = self.cancels[entry.name]
         if self.abandoned:

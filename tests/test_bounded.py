@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import _thread
 import functools
+import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -205,6 +206,35 @@ class TestRunBounded:
             # loaded machine to have raised it by then.
             run_bounded(interrupt, name="interrupt", timeout=0.5)
         assert _ident() != busy
+
+    @pytest.mark.parametrize("timeout", [None, 300.0], ids=["unbounded", "long bound"])
+    def test_a_signal_the_worker_takes_still_reaches_the_caller(
+        self, gate: threading.Event, timeout: float | None
+    ) -> None:
+        """A real SIGINT the kernel gives the worker thread (any thread may take a
+        process-directed signal): Python runs its handler in the main thread, whose one long
+        wait for the worker nothing woke. The Ctrl-C waited until the call ended: for good
+        without a bound. The caller now waits in short looks."""
+        unheard: list[str] = []
+
+        def give_up_waiting() -> None:
+            if not gate.wait(15):
+                unheard.append("the caller did not hear the signal")
+                gate.set()  # let the call end, and the test
+
+        def signalled() -> None:
+            signal.pthread_kill(threading.get_ident(), signal.SIGINT)  # to this thread
+            gate.wait()
+
+        watcher = threading.Thread(target=give_up_waiting)
+        watcher.start()
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                run_bounded(signalled, name="signalled", timeout=timeout)
+        finally:
+            gate.set()
+            watcher.join(FOREVER)
+        assert unheard == []
 
 
 class TestPatience:

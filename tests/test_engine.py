@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import linecache
 import os
 import signal
+import sys
 import threading
 import types
 from collections.abc import Callable, Iterator
@@ -1065,6 +1067,80 @@ class TestInterruptedApply:
         assert b_waiting() == []  # ended before the apply left
         (tmp_path / "run/b-go").write_text("")  # what b waited for, too late
         assert not (tmp_path / "etc/b-late").exists()
+
+    def test_a_signal_another_thread_takes_still_reaches_the_waiting_caller(
+        self, tmp_path: Path
+    ) -> None:
+        """The caller, done with its own services, waited for the crash watcher with a join
+        that had no timeout. Python runs a signal's handler in the main thread only, and a
+        signal the kernel gives another thread (any thread may take a process-directed one)
+        does not wake the main thread's wait: the Ctrl-C or SIGTERM waited until the last
+        service was done. The signal is given to b's thread here, which the main thread's
+        wait cannot notice."""
+        from noderole.clock import SystemClock
+        from noderole.console import QuietProgress
+        from noderole.engine import apply_plan
+        from noderole.plan import build_plan
+        from noderole.testing import RecordingBackend
+
+        (tmp_path / "run").mkdir()
+        services = [
+            noderole.Service(
+                name="a",
+                roles=["demo"],
+                pre_start=[noderole.WaitForPaths(paths=["/run/a-go"], timeout=60)],
+            ),
+            noderole.Service(
+                name="b",
+                roles=["demo"],
+                pre_start=[noderole.WaitForPaths(paths=["/run/b-go"], timeout=60)],
+            ),
+        ]
+        plan = build_plan(services, "demo")
+        main = threading.main_thread().ident
+
+        def b_waiting() -> list[threading.Thread]:
+            return [t for t in threading.enumerate() if t.name == "apply:b"]
+
+        def caller_joins_the_watcher() -> bool:
+            """The main thread is in drive's join of the watcher, blocked in its lock."""
+            frame = sys._current_frames().get(main or 0)
+            if frame is None or frame.f_code.co_name != "_wait_for_tstate_lock":
+                return False
+            while frame is not None:
+                if frame.f_code.co_name == "drive":
+                    line = linecache.getline(frame.f_code.co_filename, frame.f_lineno)
+                    return line.strip().startswith("self.watcher.join")
+                frame = frame.f_back
+            return False
+
+        unheard: list[str] = []
+
+        def interrupt_through_b() -> None:
+            threads = wait_until(b_waiting, "b to wait in a thread of its own")
+            (tmp_path / "run/a-go").write_text("")  # the caller finishes a, then waits
+            wait_until(caller_joins_the_watcher, "the caller to wait for the watcher")
+            signal.pthread_kill(threads[0].ident or 0, signal.SIGINT)
+            try:
+                wait_until(lambda: not b_waiting(), "the interrupt to end b's wait", timeout=15)
+            except pytest.fail.Exception as exc:
+                unheard.append(str(exc))
+                (tmp_path / "run/b-go").write_text("")  # let the apply end, and the test
+
+        interrupter = threading.Thread(target=interrupt_through_b)
+        interrupter.start()
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                apply_plan(
+                    plan,
+                    root=NodeRoot(tmp_path),
+                    clock=SystemClock(),
+                    backend=RecordingBackend(tmp_path),
+                    progress=QuietProgress(),
+                )
+        finally:
+            interrupter.join()
+        assert unheard == []
 
 
 class TestStartUnderWay:
