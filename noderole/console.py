@@ -26,6 +26,12 @@ __all__ = ["ConsoleProgress", "QuietProgress", "inert"]
 _CONTROLS: dict[int, str] = {
     code: f"\\x{code:02x}" for code in (*range(0x09), *range(0x0A, 0x20), 0x7F, *range(0x80, 0xA0))
 }
+# The bidirectional controls: a service's text would be shown in another order than it is
+# written (U+202E, right-to-left override: what "Trojan Source" hides code with).
+_CONTROLS.update(
+    (code, f"\\u{code:04x}")
+    for code in (0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A))
+)
 
 
 def inert(text: str) -> str:

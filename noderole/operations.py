@@ -1342,7 +1342,17 @@ def _log_tail(path: str, lines: int, secrets: Sequence[str] | None) -> list[str]
     tail = text.splitlines()[-lines:]
     for secret in (s for s in secrets if s):
         tail = [line.replace(secret, "***") for line in tail]
-    return tail
+    # Bounded in width too: a service that writes no newline made one line of 64 KiB.
+    return [
+        line
+        if len(line) <= LOG_LINE_WIDTH
+        else f"{line[:LOG_LINE_WIDTH]}... ({len(line) - LOG_LINE_WIDTH:,} more characters)"
+        for line in tail
+    ]
+
+
+LOG_LINE_WIDTH = 1000
+"""Characters of one log line ``status`` shows; the rest is counted."""
 
 
 # ---------------------------------------------------------------- the logs' logrotate file

@@ -112,9 +112,13 @@ def echo_status(
         tail = r["last_exit"] or ""
         if r["log"]:
             tail = f"{tail}  {r['log']}" if tail else r["log"]
+        # A stop under way (a `stop` interrupted, the supervisor finishing it) keeps the state
+        # "running" until the process is gone: the table said running for a service about to
+        # be killed.
+        state = "stopping" if r["reason"] == "stopping" else r["state"]
         # The last exit may quote the service's own files (its #! line): never raw to a terminal.
         click.echo(
-            f"{r['name']:<26} {r['state']:<9} {pid:>7} {format_uptime(r['uptime']):>8} "
+            f"{r['name']:<26} {state:<9} {pid:>7} {format_uptime(r['uptime']):>8} "
             f"{r['restarts']:>8}  {inert(tail)}"
         )
     for r in rows:
