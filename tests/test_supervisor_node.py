@@ -5,11 +5,14 @@ Real daemons, real processes, real signals; every process is ended by the harnes
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shlex
 import shutil
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -36,6 +39,44 @@ def _sleep_spec(harness: Harness, name: str, pidfile: Path) -> ProcessSpec:
         pidfile=str(pidfile),
         fingerprint="f1",
     )
+
+
+@contextlib.contextmanager
+def _stranger(harness: Harness, *, own_session: bool = False) -> Iterator[int]:
+    """A running ``/bin/sh`` that is no service's: its pid, ended (by pid) on the way out.
+
+    It waits on a builtin ``read`` (no child of its own); ``own_session``: it leads a session,
+    as a program started by systemd or a login does.
+    """
+    process = subprocess.Popen(
+        ["/bin/sh", "-c", "read line"], stdin=subprocess.PIPE, start_new_session=own_session
+    )
+    harness.extra_pids.append(process.pid)
+    try:
+        yield process.pid
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(process.pid, signal.SIGKILL)
+        process.wait()
+        assert process.stdin is not None
+        process.stdin.close()
+
+
+def _rewrites_pidfile(pidfile: Path, content: str) -> str:
+    """A service script that waits for the supervisor to write its pid into ``pidfile``, then
+    writes ``content`` there instead (as some programs write their own pidfile), and sleeps."""
+    path = shlex.quote(str(pidfile))
+    return (
+        f'while [ "$(cat {path} 2>/dev/null)" != "$$" ]; do sleep 0.01; done; '
+        f"echo {shlex.quote(content)} > {path}; {SLEEP}"
+    )
+
+
+def _pidfile_holds(pidfile: Path, content: str) -> bool:
+    try:
+        return pidfile.read_text().strip() == content
+    except FileNotFoundError:
+        return False
 
 
 @pytest.mark.timeout(90)
@@ -129,6 +170,7 @@ class TestPidfileOfAnother:
         assert status.state == "crashed"
         assert f"pidfile {pidfile} names pid {first.pid}" in status.reason
         assert "did not start" in status.reason
+        assert f"stop pid {first.pid}, or remove {pidfile} if it is no copy of a" in status.reason
         assert harness.settled_marked([first.pid]) == [first.pid]  # no second copy
         assert pidfile.read_text().split() == [str(first.pid)]
         [reported] = harness.supervisor.status(["a"])
@@ -148,6 +190,106 @@ class TestPidfileOfAnother:
         status = harness.supervisor.start(_sleep_spec(harness, "a", pidfile))
         assert status.state == "running"
         assert pidfile.read_text().split() == [str(status.pid)]
+
+    def test_pidfile_naming_a_process_in_no_session_of_its_own_is_replaced(
+        self, harness: Harness, tmp_path: Path
+    ) -> None:
+        """A pidfile naming a running ``sh`` that leads no session of its own, for a ``/bin/sh``
+        service this daemon never ran: no killed supervisor left it (every service a supervisor
+        starts leads its own session), so the pidfile is stale and replaced, the stranger left
+        alone. Before, any running process of the same executable was taken for a leftover:
+        the start was refused, telling the operator to kill it."""
+        pidfile = tmp_path / "svc.pid"
+        with _stranger(harness) as stranger:
+            pidfile.write_text(f"{stranger}\n")
+            status = harness.supervisor.start(harness.spec("svc", SLEEP, pidfile=str(pidfile)))
+            assert status.state == "running", status.reason
+            assert pidfile.read_text().split() == [str(status.pid)]
+            assert is_alive(stranger)
+            log = harness.supervisor.log_path.read_text()
+            assert f"svc: stale pidfile {pidfile} names {stranger}, a running process" in log
+            assert "leads no session of its own" in log
+
+    def test_a_service_that_wrote_a_strangers_pid_restarts(
+        self, harness: Harness, tmp_path: Path
+    ) -> None:
+        """The reproduction: a ``/bin/sh`` service overwrites its pidfile with the pid of an
+        unrelated running ``sh``; ``restart`` stops it and starts it again, and the stranger
+        runs on. Before, the old process was stopped and the new start refused (``crashed``:
+        ``refusing to start: its pidfile ... names pid N, a running sh that this supervisor did
+        not start``): the service stayed down."""
+        pidfile = tmp_path / "svc.pid"
+        with _stranger(harness) as stranger:
+            spec = harness.spec(
+                "svc", _rewrites_pidfile(pidfile, str(stranger)), pidfile=str(pidfile)
+            )
+            first = harness.supervisor.start(spec)
+            wait_for(lambda: _pidfile_holds(pidfile, str(stranger)), "the stranger's pid written")
+            again = harness.supervisor.restart(spec)
+            assert again.state == "running", again.reason
+            assert again.pid not in (None, first.pid)
+            assert first.pid is not None
+            assert not is_alive(first.pid)
+            assert is_alive(stranger)
+            # The next start (an apply of the same definition) finds it running.
+            assert harness.supervisor.start(spec).already_running
+
+    def test_a_service_this_supervisor_ran_before_is_not_refused(
+        self, harness: Harness, tmp_path: Path
+    ) -> None:
+        """The daemon's own record wins over any guess: it ran ``svc`` itself (a killed
+        supervisor's copy would have been refused at that first start), so a pidfile naming
+        another process after its stop, even a session leader of the same program, is stale.
+        Before, that start was refused."""
+        pidfile = tmp_path / "svc.pid"
+        harness.supervisor.start(harness.spec("keeper", SLEEP))  # keeps this daemon serving
+        spec = harness.spec("svc", SLEEP, pidfile=str(pidfile))
+        with _stranger(harness, own_session=True) as stranger:
+            harness.supervisor.start(spec)
+            [daemon] = harness.daemons()
+            assert harness.supervisor.stop(["svc"])[0].state == "stopped"
+            pidfile.write_text(f"{stranger}\n")
+            status = harness.supervisor.start(spec)
+            assert status.state == "running", status.reason
+            assert harness.daemons() == [daemon]
+            assert pidfile.read_text().split() == [str(status.pid)]
+            assert is_alive(stranger)
+
+    def test_stop_removes_a_pidfile_naming_another_process(
+        self, harness: Harness, tmp_path: Path
+    ) -> None:
+        """A service that wrote another process's pid into its pidfile is stopped: the pidfile
+        goes with it (left, it would lead a ``kill $(cat PIDFILE)`` to the stranger), and the
+        supervisor's log says which pid it named. Before, it was left naming the stranger."""
+        pidfile = tmp_path / "svc.pid"
+        with _stranger(harness) as stranger:
+            spec = harness.spec(
+                "svc", _rewrites_pidfile(pidfile, str(stranger)), pidfile=str(pidfile)
+            )
+            started = harness.supervisor.start(spec)
+            wait_for(lambda: _pidfile_holds(pidfile, str(stranger)), "the stranger's pid written")
+            assert harness.supervisor.stop(["svc"])[0].state == "stopped"
+            assert not pidfile.exists()
+            assert is_alive(stranger)
+            log = harness.supervisor.log_path.read_text()
+            assert (
+                f"svc: pidfile {pidfile} named pid {stranger}, not the service's pid "
+                f"{started.pid}: removed it" in log
+            )
+
+    def test_stop_leaves_a_file_that_holds_no_pid_and_says_so(
+        self, harness: Harness, tmp_path: Path
+    ) -> None:
+        """What the service put at its pidfile's name that holds no pid is no pidfile: the stop
+        leaves it, and says so. Before, it was left without a word."""
+        pidfile = tmp_path / "svc.pid"
+        spec = harness.spec("svc", _rewrites_pidfile(pidfile, "not a pid"), pidfile=str(pidfile))
+        harness.supervisor.start(spec)
+        wait_for(lambda: _pidfile_holds(pidfile, "not a pid"), "the service's text written")
+        assert harness.supervisor.stop(["svc"])[0].state == "stopped"
+        assert pidfile.read_text() == "not a pid\n"
+        log = harness.supervisor.log_path.read_text()
+        assert f"svc: pidfile {pidfile} holds no pid: left it" in log
 
 
 @pytest.mark.timeout(90)

@@ -141,7 +141,7 @@ class Daemon:
                     pids = " ".join(map(str, killed[name]))
                     reason += f"; killed its leftover processes: {pids}"
                     log(f"{name}: killed leftover processes of a killed supervisor: {pids}")
-                _pidfile.remove(status.pidfile, status.pid)
+                _pidfile.remove(status.pidfile, status.pid, name)
                 status = status.but(state="stopped", reason=reason)
             self.past[name] = status.but(pid=None, start_ticks=None, started_at=None)
 
@@ -562,15 +562,17 @@ class Daemon:
         self.start_new(spec, wait_ready, "", done)
 
     def start_new(self, spec: ProcessSpec, wait_ready: bool, why: str, done: Reply) -> None:
-        foreign = self.foreign_pid(spec)
-        if foreign is not None:
-            self.refuse(spec, foreign, done)
+        named = self.judge_pidfile(spec)
+        if named is not None and not named[1]:
+            self.refuse(spec, named[0], done)
             return
         unit = Unit(spec, self)
         self.units[unit.name] = unit
         self.past.pop(unit.name, None)
         self.ever_supervised = True
-        _pidfile.note_stale(unit.name, spec.pidfile)
+        if named is not None:
+            pid, why_stale = named
+            log(f"{unit.name}: stale pidfile {spec.pidfile} names {pid}, {why_stale}: replacing it")
         unit.spawn(first=True, check_after_write=not wait_ready)
         if why and unit.active:
             unit.reason = why
@@ -583,12 +585,31 @@ class Daemon:
         else:
             self.after_flush(answer)
 
-    def foreign_pid(self, spec: ProcessSpec) -> int | None:
-        """The pid in ``spec``'s pidfile if it runs the service's program and is not ours.
+    def judge_pidfile(self, spec: ProcessSpec) -> tuple[int, str] | None:
+        """The pid in ``spec``'s pidfile and why it is stale; None when there is none to read.
 
-        A supervisor killed with its watchdog (and its state lost) leaves the service running
-        with nobody supervising it: starting it again would run two copies. A pidfile naming a
-        process of another program is stale (a reused pid): it is replaced, as before.
+        The reason is empty when that pid may be what a killed supervisor left of the service:
+        a supervisor killed with its watchdog (and its state lost) leaves the service running
+        with nobody supervising it, and starting it again would run two copies; the start is
+        then refused (:meth:`refuse`). What is known beats what is guessed:
+
+        - the pid of a process this daemon started (any service's): ours, not left by anyone;
+        - a service this daemon has started before: a killed predecessor's copy ran before
+          this daemon did, so that first start was refused had the pidfile named it (and
+          overwrote the pidfile otherwise), and none can appear since (a killed supervisor
+          starts nothing). So no pid its pidfile names now is a leftover: the record wins over
+          the guess below, which a stranger in a session of its own would fool;
+        - otherwise (a first start, with nothing recorded of the process) the pid must name a
+          running process that leads a session of its own, as every service a supervisor starts
+          does (``setsid``: its session id is its pid, for its whole life), and that runs the
+          service's program (:func:`_runs_program`). A process in another session (a shell's
+          child, a program the service started) or of another program is no leftover.
+
+        A predecessor's recorded processes are not looked for here: :meth:`recover` killed them
+        (by pid and start time) and removed their pidfiles before this daemon served. Nor is the
+        pidfile's time compared with the process's start: a clock stepped forward after the
+        write (NTP on a board without a real-time clock) would make a leftover look younger
+        than its pidfile, and start a second copy beside it.
         """
         if not spec.pidfile:
             return None
@@ -598,18 +619,39 @@ class Daemon:
             pid = int(_safeopen.read_small(spec.pidfile, 64).split()[0])
         except (OSError, ValueError, IndexError):
             return None
-        if pid <= 0 or pid == os.getpid() or any(u.pid == pid for u in self.units.values()):
-            return None
-        if not _proc.is_alive(pid) or not _runs_program(pid, spec.argv):
-            return None
-        return pid
+        if pid <= 0:
+            return pid, "no process"
+        if pid == 1:
+            return pid, "the init process"
+        if pid == os.getpid():
+            return pid, "this supervisor itself"
+        owner = next((u.name for u in self.units.values() if u.pid == pid), None)
+        if owner is not None:
+            return pid, f"the process this supervisor runs for {owner}"
+        st = _proc.proc_stat(pid)
+        if st is None or not st.running:
+            return pid, "no process"
+        if spec.name in self.units:
+            return pid, (
+                f"a running process but no killed supervisor's copy of {spec.name}: this "
+                f"supervisor started {spec.name} itself before"
+            )
+        if st.session != pid:
+            return pid, (
+                f"a running process that leads no session of its own (session {st.session}), "
+                "as every service a supervisor starts does: no killed supervisor's copy"
+            )
+        if not _runs_program(pid, spec.argv):
+            return pid, "a running process of another program"
+        return pid, ""
 
     def refuse(self, spec: ProcessSpec, pid: int, done: Reply) -> None:
         """Answer a start that would duplicate a running process that is not ours (``pid``)."""
         reason = (
             f"refusing to start: its pidfile {spec.pidfile} names pid {pid}, a running "
-            f"{os.path.basename(spec.argv[0])} that this supervisor did not start (left by a "
-            f"killed supervisor?); stop pid {pid}, then apply again"
+            f"{os.path.basename(spec.argv[0])} in a session of its own (as a supervisor starts a "
+            "service) that this supervisor did not start (left by a killed supervisor?); stop "
+            f"pid {pid}, or remove {spec.pidfile} if it is no copy of {spec.name}, then apply again"
         )
         log(f"{spec.name}: {reason}")
         self.units.pop(spec.name, None)

@@ -1,10 +1,11 @@
 """A service's pidfile: the *child's* pid, written on every (re)spawn, removed on stop.
 
 Unlike OpenRC's supervise-daemon, which stores its own pid there (openrc#163). A pidfile left by
-someone else is noted, never trusted: nothing is killed because a file names it. Its directory
-may belong to the service's user: it is written through :func:`._safeopen.replace_file` (a random
-``O_EXCL`` temporary renamed over it) and read with ``O_NOFOLLOW|O_NONBLOCK``, so a planted link
-or FIFO is never followed nor waited on. Standard library only.
+someone else is noted, never trusted: nothing is killed because a file names it (what a start
+makes of a pidfile it finds: ``Daemon.judge_pidfile``). Its directory may belong to the
+service's user: it is written through :func:`._safeopen.replace_file` (a random ``O_EXCL``
+temporary renamed over it) and read with ``O_NOFOLLOW|O_NONBLOCK``, so a planted link or FIFO is
+never followed nor waited on. Standard library only.
 
 A pidfile that cannot be written (``/run`` full) is said once per service, not at every respawn
 (a crash loop would otherwise flood the log and rotate its history away): again only when the
@@ -15,35 +16,27 @@ flood the log either.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 
-from noderole.supervisor import _proc, _safeopen
+from noderole.supervisor import _safeopen
 from noderole.supervisor._log import log, log_limited
 
-__all__ = ["note_stale", "remove", "write"]
-
-
-def note_stale(name: str, path: str | None) -> None:
-    """Log a pidfile found before the first start (it is replaced)."""
-    if not path:
-        return
-    try:
-        pid = int(_safeopen.read_small(path, 64).split()[0])
-    except (OSError, ValueError, IndexError):
-        return
-    what = "a running process that is not ours" if _proc.is_alive(pid) else "no process"
-    log(f"{name}: stale pidfile {path} names {pid}, {what}: replacing it")
+__all__ = ["remove", "write"]
 
 
 _failing: dict[str, int | None] = {}
 """Service name -> errno of the failure last said, while its pidfile cannot be written."""
+_services: dict[str, str] = {}
+"""Pidfile path -> the service whose pid was written there (for :func:`remove`'s lines)."""
 
 
 def write(name: str, path: str | None, pid: int) -> None:
     """Write ``pid`` atomically (temp file + rename); a failure is logged (once), not raised."""
     if not path:
         return
+    _services[path] = name
     try:
         _safeopen.replace_file(path, f"{pid}\n".encode(), mode=0o644)
     except OSError as e:
@@ -59,11 +52,26 @@ def write(name: str, path: str | None, pid: int) -> None:
         log_limited(f"{name} pidfile", f"{name}: pidfile {path} written again")
 
 
-def remove(path: str | None, pid: int | None) -> None:
-    """Remove the pidfile if it still names ``pid`` (someone else may have rewritten it)."""
+def remove(path: str | None, pid: int | None, name: str | None = None) -> None:
+    """Remove the pidfile once the service is stopped (or given up), whatever pid it names.
+
+    It names ``pid``, the service's process the supervisor wrote there; or another pid, if the
+    service wrote one (some programs write their own pidfile at the same path): that one is
+    removed too, and said. Left behind, such a file names a process that is no service's, and a
+    ``kill $(cat PIDFILE)``, a monitor, or the next start (:meth:`Daemon.judge_pidfile`) would
+    take it for the service; systemd removes a ``PIDFile=`` after the stop whatever it holds.
+
+    Only a pidfile is removed: a regular file whose first word is a pid, as a start reads it.
+    Anything else at its name (a link, a FIFO, a file that holds no pid) was put there by
+    someone else, names no process, and is replaced at the next start: it is left, and said.
+    ``pid`` None (recorded before a reboot): the pidfile is removed without a word. ``name``:
+    the service's, for those lines (by default, the one whose pid was written there).
+    """
     if not path:
         return
-    parent, name = os.path.split(path)
+    service = name or _services.get(path)
+    said = f"{service}: pidfile {path}" if service else f"pidfile {path}"
+    parent, base = os.path.split(path)
     try:
         # One directory descriptor for the check and the removal: the user who owns the
         # directory may swap it for a link in between, and the removal must not follow it.
@@ -71,17 +79,31 @@ def remove(path: str | None, pid: int | None) -> None:
     except OSError:
         return
     try:
-        fd = os.open(
-            name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=directory
-        )
         try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                return
-            content = os.read(fd, 64).decode(errors="replace").strip()
+            fd = os.open(
+                base, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=directory
+            )
+        except OSError as e:
+            if e.errno == errno.ELOOP:
+                log(f"{said} is a symbolic link: left it (a pidfile is a regular file)")
+            return
+        try:
+            regular = stat.S_ISREG(os.fstat(fd).st_mode)
+            words = os.read(fd, 64).split()[:1] if regular else []
         finally:
             os.close(fd)
-        if pid is None or content == str(pid):
-            os.unlink(name, dir_fd=directory)
+        if not regular:
+            log(f"{said} is not a regular file: left it")
+            return
+        named = int(words[0]) if words and words[0].isdigit() else None
+        if named is None:
+            log(f"{said} holds no pid: left it")
+            return
+        # Unlinked by name in the directory looked at: a link's target is never touched (a
+        # hard link loses one name, its file stays whole under the others).
+        os.unlink(base, dir_fd=directory)
+        if pid is not None and named != pid:
+            log(f"{said} named pid {named}, not the service's pid {pid}: removed it")
     except OSError:
         pass
     finally:
