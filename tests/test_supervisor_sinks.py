@@ -248,15 +248,12 @@ class TestFullVarLog:
         import sys
 
         from noderole.supervisor import Supervisor
+        from tests.harness.openrc import unshare_problem
         from tests.supervisor_fixtures import Harness, close_harness
 
-        if os.geteuid() != 0:
-            pytest.skip("needs root to mount a tmpfs")
-        probe = subprocess.run(
-            ["unshare", "-m", "--propagation", "private", "true"], capture_output=True, text=True
-        )
-        if probe.returncode != 0:
-            pytest.skip(f"unshare -m refused: {probe.stderr.strip()}")
+        why = "needs root to mount a tmpfs" if os.geteuid() != 0 else unshare_problem()
+        if why:
+            pytest.skip(why)
         outer = Harness(root=tmp_path, supervisor=Supervisor(tmp_path / "run" / "noderole"))
         try:
             done = subprocess.run(
