@@ -1020,11 +1020,7 @@ class TestInterruptedApply:
         is done. Before, it left at once and the other thread ran on: its next step wrote
         into the node after the caller had moved on (a rehearsal had already removed its
         scratch root, which the step made again)."""
-        from noderole.clock import SystemClock
-        from noderole.console import QuietProgress
-        from noderole.engine import apply_plan
         from noderole.plan import build_plan
-        from noderole.testing import RecordingBackend
 
         (tmp_path / "run").mkdir()
         services = [
@@ -1051,19 +1047,7 @@ class TestInterruptedApply:
             wait_until(b_waiting, "b to wait in a thread of its own")
             signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
 
-        interrupter = threading.Thread(target=interrupt_once_b_waits)
-        interrupter.start()
-        try:
-            with pytest.raises(KeyboardInterrupt):
-                apply_plan(
-                    plan,
-                    root=NodeRoot(tmp_path),
-                    clock=SystemClock(),
-                    backend=RecordingBackend(tmp_path),
-                    progress=QuietProgress(),
-                )
-        finally:
-            interrupter.join()
+        _interrupted_apply(plan, tmp_path, interrupt_once_b_waits)
         assert b_waiting() == []  # ended before the apply left
         (tmp_path / "run/b-go").write_text("")  # what b waited for, too late
         assert not (tmp_path / "etc/b-late").exists()
@@ -1077,11 +1061,7 @@ class TestInterruptedApply:
         does not wake the main thread's wait: the Ctrl-C or SIGTERM waited until the last
         service was done. The signal is given to b's thread here, which the main thread's
         wait cannot notice."""
-        from noderole.clock import SystemClock
-        from noderole.console import QuietProgress
-        from noderole.engine import apply_plan
         from noderole.plan import build_plan
-        from noderole.testing import RecordingBackend
 
         (tmp_path / "run").mkdir()
         services = [
@@ -1127,20 +1107,30 @@ class TestInterruptedApply:
                 unheard.append(str(exc))
                 (tmp_path / "run/b-go").write_text("")  # let the apply end, and the test
 
-        interrupter = threading.Thread(target=interrupt_through_b)
-        interrupter.start()
-        try:
-            with pytest.raises(KeyboardInterrupt):
-                apply_plan(
-                    plan,
-                    root=NodeRoot(tmp_path),
-                    clock=SystemClock(),
-                    backend=RecordingBackend(tmp_path),
-                    progress=QuietProgress(),
-                )
-        finally:
-            interrupter.join()
+        _interrupted_apply(plan, tmp_path, interrupt_through_b)
         assert unheard == []
+
+
+def _interrupted_apply(plan: Any, root: Path, interrupter: Callable[[], None]) -> None:
+    """Apply ``plan`` in this (the main) thread while ``interrupter`` runs in another, and
+    expect the apply to end in KeyboardInterrupt; the other thread is waited for."""
+    from noderole.console import QuietProgress
+    from noderole.engine import apply_plan
+    from noderole.testing import RecordingBackend
+
+    thread = threading.Thread(target=interrupter)
+    thread.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            apply_plan(
+                plan,
+                root=NodeRoot(root),
+                clock=SystemClock(),
+                backend=RecordingBackend(root),
+                progress=QuietProgress(),
+            )
+    finally:
+        thread.join()
 
 
 class TestStartUnderWay:
