@@ -140,6 +140,22 @@ class TestSupervisorLogRemedy:
         assert _log_remedy(error) == "Remove what is in its way"
 
 
+def _log_to_a_full_disk(message: str) -> None:
+    """``_log.log(message)`` with its stderr (the supervisor's log) on /dev/full: every write
+    refused with ENOSPC by the kernel."""
+    from noderole.supervisor import _log
+
+    saved = os.dup(2)
+    full = os.open("/dev/full", os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        os.dup2(full, 2)
+        _log.log(message)
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(full)
+
+
 class TestSupervisorLogFallback:
     def test_a_line_the_full_log_refuses_goes_to_the_run_directory(
         self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -155,15 +171,7 @@ class TestSupervisorLogFallback:
         monkeypatch.setattr(_log, "_path_known", [True])
         monkeypatch.setattr(_log, "_fallback", [None])
         _log.set_fallback(str(fallback))
-        saved = os.dup(2)
-        full = os.open("/dev/full", os.O_WRONLY | os.O_CLOEXEC)
-        try:
-            os.dup2(full, 2)
-            _log.log("cannot write the log /var/log/k3s.log: No space left on device")
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-            os.close(full)
+        _log_to_a_full_disk("cannot write the log /var/log/k3s.log: No space left on device")
         text = fallback.read_text()
         said = "cannot write the log /var/log/k3s.log: No space left on device\n"
         assert text.endswith(said), text
@@ -182,15 +190,7 @@ class TestSupervisorLogFallback:
         monkeypatch.setattr(_log, "_path_known", [True])
         monkeypatch.setattr(_log, "_fallback", [str(fallback)])
         monkeypatch.setattr(_log, "MAX_BYTES", 1000)
-        saved = os.dup(2)
-        full = os.open("/dev/full", os.O_WRONLY | os.O_CLOEXEC)
-        try:
-            os.dup2(full, 2)
-            _log.log("one more line")
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-            os.close(full)
+        _log_to_a_full_disk("one more line")
         assert (tmp_path / "supervisor.log.1").read_bytes() == b"x" * 2000
         assert fallback.read_text().endswith("one more line\n")
 
