@@ -22,7 +22,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import pytest
@@ -181,19 +181,21 @@ class _Stopping:
         )
 
     def count(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        """Count the group's listings of /proc, and note each pause before the next look."""
-        members = _proc.group_members
+        """Count the listings of /proc, and note each pause before the next look."""
+        listing = _proc.list_sessions
         call_later = self.daemon.loop.call_later
 
-        def counted(pgid: int, *, started_since: int | None = None) -> list[int]:
+        def counted(
+            described: Iterable[int] = (),
+        ) -> tuple[dict[int, list[int]], dict[int, list[_proc.ProcStat]]]:
             self.scans += 1
-            return members(pgid, started_since=started_since)
+            return listing(described)
 
         def noted(delay: float, callback: Callable[[], None]) -> Timer:
             self.pauses.append(delay)
             return call_later(delay, callback)
 
-        monkeypatch.setattr(_proc, "group_members", counted)
+        monkeypatch.setattr(_proc, "list_sessions", counted)
         monkeypatch.setattr(self.daemon.loop, "call_later", noted)
 
     def run_until(self, condition: Callable[[], object], what: str) -> None:

@@ -37,6 +37,7 @@ from noderole.supervisor import (
 from noderole.supervisor._log import flush_suppressed, log, log_limited
 from noderole.supervisor._loop import Loop, Timer, guarded
 from noderole.supervisor._server import BACKLOG, Handler, Reply, Server
+from noderole.supervisor._sessions import Sessions
 from noderole.supervisor._sinks import Sinks
 from noderole.supervisor._spec import ProcessSpec
 from noderole.supervisor._status import ServiceStatus
@@ -73,6 +74,8 @@ class Daemon:
         self.pid_path = os.path.join(run_dir, _protocol.PID_NAME)
         self.loop = Loop()
         self.sinks = Sinks(self.loop)
+        self.sessions = Sessions(self.loop)
+        """The services' sessions in /proc: one listing shared by the looks of a turn."""
         handlers: dict[str, Handler] = {
             "ping": self.op_ping,
             "modules": self.op_modules,

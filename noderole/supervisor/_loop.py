@@ -41,6 +41,9 @@ class Loop:
         self.selector = selectors.DefaultSelector()
         self.timers: list[tuple[float, int, Timer]] = []
         self.counter = itertools.count()
+        self.woke_ns = 0
+        """When the last wait for events returned (``time.monotonic_ns``): every event handled
+        in this turn, a child's exit above all, happened before it."""
 
     def call_later(self, delay: float, callback: Callable[[], None]) -> Timer:
         timer = Timer(time.monotonic() + max(0.0, delay), callback)
@@ -75,7 +78,9 @@ class Loop:
         wait = max_wait
         if self.timers:
             wait = min(wait, max(0.0, self.timers[0][0] - now))
-        for key, _ in self.selector.select(wait):
+        events = self.selector.select(wait)
+        self.woke_ns = time.monotonic_ns()
+        for key, _ in events:
             guarded(key.data)
         now = time.monotonic()
         while self.timers and self.timers[0][0] <= now:

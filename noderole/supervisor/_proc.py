@@ -1,9 +1,15 @@
-"""What /proc says about a process: alive or not, which group, and *which* process.
+"""What /proc says about a process: alive or not, which group and session, and *which* process.
 
 A pid alone names nothing for long: it is reused. Every decision the supervisor takes about a
 process it did not just fork (a pidfile, a state file written by a killed supervisor) checks the
 start time from ``/proc/PID/stat`` (clock ticks since boot) against the one recorded at spawn.
 A zombie is never counted alive (openrc#252): it runs no code and holds no port.
+
+A service's process leads a session of its own, and what it starts stays in that session
+whatever process group it moves to (GNU ``timeout`` calls setpgid, a shell with job control puts
+each job in a group of its own), until it calls setsid (a containerd shim). The kernel has no call
+that lists or signals a session: :func:`list_sessions` lists /proc, and :func:`signal_groups`
+signals each group found in it.
 
 Standard library only: the daemon imports this module and must stay small.
 """
@@ -23,15 +29,18 @@ __all__ = [
     "is_alive",
     "kill_group",
     "kill_process",
+    "list_sessions",
     "proc_stat",
+    "session_members",
+    "signal_groups",
     "signal_number",
     "wait_exit",
-    "wait_group_gone",
 ]
 
 
 TYPE_CHECKING = False  # typing is not imported at run time: the daemon stays small
 if TYPE_CHECKING:
+    from collections.abc import Container, Iterable
     from typing import NamedTuple
 
     class _ProcStatFields(NamedTuple):
@@ -163,17 +172,79 @@ def wait_exit(pid: int, timeout: float | None) -> int | None:
         delay = min(delay * 2, 0.05)
 
 
-def wait_group_gone(pgid: int, timeout: float, *, started_since: int | None = None) -> list[int]:
-    """Poll until the group has no running member or ``timeout`` passes; returns the survivors.
+def list_sessions(
+    described: Iterable[int] = (),
+) -> tuple[dict[int, list[int]], dict[int, list[ProcStat]]]:
+    """One listing of /proc: every process's pid by its session (sid -> pids), and, for each
+    session in ``described``, the running processes in it but its leader (the process whose pid
+    is the session's id), as their stat files read during the listing.
 
-    Blocking: for the client and for recovery at daemon start, never inside the event loop.
+    The session comes from getsid(2), one system call a process and no file read: a thousand
+    processes take about a millisecond, where reading their stat files took fourteen. A process
+    counted running here was running when its file was read (a zombie forks nothing): a session
+    that has none, once its leader has exited, never has another, since a process joins a
+    session only by being forked inside it.
     """
-    deadline = time.monotonic() + timeout
-    while True:
-        left = group_members(pgid, started_since=started_since)
-        if not left or time.monotonic() >= deadline:
-            return left
-        time.sleep(0.01)
+    getsid = os.getsid
+    pids: dict[int, list[int]] = {}
+    members: dict[int, list[ProcStat]] = {sid: [] for sid in described}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        pid = int(entry)
+        try:
+            sid = getsid(pid)
+        except OSError:  # gone since the listing (or hidden by a security module)
+            continue
+        known = pids.get(sid)
+        if known is None:
+            pids[sid] = [pid]
+        else:
+            known.append(pid)
+        if pid != sid and sid in members:
+            st = proc_stat(pid)
+            if st is not None and st.running and st.session == sid:
+                members[sid].append(st)
+    return pids, members
+
+
+def session_members(sid: int, *, started_since: int | None = None) -> list[ProcStat]:
+    """The running processes of session ``sid`` but its leader, from a listing of /proc.
+
+    ``started_since``: keep only processes that started at or after these ticks, i.e. that can
+    descend from the recorded leader.
+    """
+    found = list_sessions((sid,))[1][sid]
+    if started_since is None:
+        return found
+    return [st for st in found if st.start_ticks >= started_since]
+
+
+def signal_groups(members: Iterable[ProcStat], sig: int, *, skip: Container[int] = ()) -> set[int]:
+    """Send ``sig`` to the process group of each of ``members`` (once a group; not to those in
+    ``skip``); returns the groups signalled.
+
+    A group is signalled as a whole (the kernel signals a group at once: a member forking meanwhile
+    cannot leave a child out), and only after one of its listed members, read again just before,
+    is still the same process (same start time), in the same group and session: the number of a
+    group whose members have all exited may be another program's by then. A member that fails the
+    check leaves its group to the next member listed in it.
+    """
+    done: set[int] = set()
+    for st in members:
+        if st.pgrp in done or st.pgrp in skip or st.pgrp <= 1:
+            continue
+        now = proc_stat(st.pid)
+        if (
+            now is None
+            or not now.running
+            or (now.start_ticks, now.pgrp, now.session) != (st.start_ticks, st.pgrp, st.session)
+        ):
+            continue
+        done.add(st.pgrp)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(st.pgrp, sig)
+    return done
 
 
 def boot_id() -> str:

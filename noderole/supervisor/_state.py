@@ -22,7 +22,7 @@ import errno
 import os
 import stat
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from noderole.supervisor import _jsontext as jsontext
 from noderole.supervisor import _proc, _safeopen
@@ -195,41 +195,71 @@ _WITH_PROCESS = frozenset(("starting", "running", "ready"))
 """States of a service whose process the daemon had not seen exit."""
 
 
-def leftover_groups(state: State) -> dict[str, tuple[int, list[int]]]:
-    """Recorded process groups that still have running members: name -> (pgid, pids).
-
-    A group counts as ours only if its leader is the recorded process (same start ticks) or, the
-    leader being dead, its members started no earlier than the leader did. A live process with the
-    group's number but another start time means the number was reused: not ours, left alone.
-    A service recorded without a process (waiting to respawn, crashed, stopped) has no group
-    left: the daemon ended it when the process exited, and the number it names may since lead
-    another program's group.
-    """
-    found: dict[str, tuple[int, list[int]]] = {}
-    for name, status in state.services.items():
-        pgid, ticks = status.pid, status.start_ticks
-        if pgid is None or ticks is None or pgid <= 1 or status.state not in _WITH_PROCESS:
+def _leftovers(
+    state: State, names: Iterable[str] | None = None
+) -> dict[str, tuple[int, list[_proc.ProcStat]]]:
+    """The recorded sessions (of ``names``, or every service) with running processes: name ->
+    (sid, processes), from one listing of /proc."""
+    candidates: dict[str, tuple[int, int, _proc.ProcStat | None]] = {}
+    for name in state.services if names is None else names:
+        status = state.services[name]
+        sid, ticks = status.pid, status.start_ticks
+        if sid is None or ticks is None or sid <= 1 or status.state not in _WITH_PROCESS:
             continue
-        leader = _proc.proc_stat(pgid)
+        leader = _proc.proc_stat(sid)
         if leader is not None and leader.start_ticks != ticks:
             continue
-        members = _proc.group_members(pgid, started_since=ticks)
-        if members:
-            found[name] = (pgid, members)
+        candidates[name] = (sid, ticks, leader)
+    if not candidates:
+        return {}
+    members = _proc.list_sessions({sid for sid, _, _ in candidates.values()})[1]
+    found: dict[str, tuple[int, list[_proc.ProcStat]]] = {}
+    for name, (sid, ticks, leader) in candidates.items():
+        running = [st for st in members[sid] if st.start_ticks >= ticks]
+        if leader is not None and leader.running and leader.session == sid:
+            running.insert(0, leader)
+        if running:
+            found[name] = (sid, running)
     return found
 
 
-def kill_leftovers(state: State, timeout: float = 5.0) -> dict[str, list[int]]:
-    """SIGKILL every recorded group that still runs and wait for it; name -> pids killed.
+def leftover_groups(state: State) -> dict[str, tuple[int, list[int]]]:
+    """Recorded sessions that still have running processes: name -> (sid, pids).
 
-    Blocking and bounded: called by a daemon before it serves, or by a client with no daemon.
+    A service's process led a session of its own (its pid is the session's id, and its process
+    group's); what it started is in that session, whatever group it moved to, unless it called
+    setsid. A session counts as ours only if its leader is the recorded process (same start
+    ticks) or, the leader being dead, its members started no earlier than the leader did. A live
+    process with the session's number but another start time means the number was reused: not
+    ours, left alone. A service recorded without a process (waiting to respawn, crashed,
+    stopped) has nothing left: the daemon ended its session when the process exited, and the
+    number it names may since lead another program's group.
+    """
+    return {
+        name: (sid, sorted(st.pid for st in running))
+        for name, (sid, running) in _leftovers(state).items()
+    }
+
+
+def kill_leftovers(state: State, timeout: float = 5.0) -> dict[str, list[int]]:
+    """SIGKILL every process of every recorded session that still runs, and wait for them;
+    name -> pids killed.
+
+    Each process group of a session is signalled, then the sessions are looked at again (and
+    what is left signalled again) until none is left or ``timeout`` passes. Blocking and
+    bounded: called by a daemon before it serves, by its watchdog, or by a client with no
+    daemon.
     """
     import signal  # here: a client that finds its daemon (`status`) kills nothing
 
-    groups = leftover_groups(state)
-    for pgid, _ in groups.values():
-        _proc.kill_group(pgid, signal.SIGKILL)
-    for name, (pgid, _) in groups.items():
-        ticks = state.services[name].start_ticks
-        _proc.wait_group_gone(pgid, timeout, started_since=ticks)
-    return {name: pids for name, (_, pids) in groups.items()}
+    found = _leftovers(state)
+    deadline = time.monotonic() + timeout
+    left = found
+    while left:
+        for _, running in left.values():
+            _proc.signal_groups(running, signal.SIGKILL)
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(0.01)
+        left = _leftovers(state, list(left))
+    return {name: sorted(st.pid for st in running) for name, (_, running) in found.items()}

@@ -7,16 +7,21 @@ States (:data:`noderole.supervisor._status.STATES`)::
                            \\-> crashed                           (respawn limit reached)
     any --(stop)--> stopping... -> stopped
 
-A process that exits takes its process group with it (SIGKILL to the group): a leftover
-grandchild would hold the port the respawned process needs. A service whose stop scope is
-``"process"`` (k3s, whose containers must outlive it) has its process alone signalled, on stop
-and on exit; what it started runs on. Standard library only.
+A process that exits takes its session with it: SIGKILL to its process group at once, then to
+every other group of its session (what moved to a group of its own: ``timeout``, a shell's
+jobs), before the respawn, until none is left (:mod:`._sessions`): a leftover grandchild would
+hold the port the respawned process needs, and one that escaped the group ran on, a copy more at
+every respawn. A stop signals the same groups. Only a process that called setsid (a containerd
+shim) is not followed. A service whose stop scope is ``"process"`` (k3s, whose containers must
+outlive it) has its process alone signalled, on stop and on exit; what it started runs on.
+Standard library only.
 
-A group is signalled by its number only while the unit's process is not yet reaped: until then
-its pid, and so the number of the group it leads, cannot be given to another process. So the
-group of a process that exited is killed before the process is reaped, a stop keeps the exited
-process unreaped (a zombie) until its group is empty, and a unit waiting to respawn (backoff),
-its process reaped, signals nothing: by then the number may lead anyone's group.
+A session and its leader's group are signalled by their number only while the unit's process is
+not yet reaped: until then its pid, and so the number of the session and the group it leads,
+cannot be given to another process. So the process that exited is reaped only once its session
+is empty (or survived SIGKILL for :data:`KILL_GRACE`), a stop keeps the exited process unreaped
+(a zombie) until then, and a unit waiting to respawn (backoff), its process reaped, signals
+nothing: by then the number may lead anyone's group.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from noderole.supervisor._log import log, log_limited
 from noderole.supervisor._loop import Loop, Timer
 from noderole.supervisor._policy import RespawnPolicy
 from noderole.supervisor._readiness import INTERVAL, ReadinessCheck
+from noderole.supervisor._sessions import Sessions
 from noderole.supervisor._sinks import Sinks
 from noderole.supervisor._spec import ProcessSpec
 from noderole.supervisor._status import ACTIVE, STOPPING, ServiceState, ServiceStatus
@@ -47,17 +53,19 @@ else:
 __all__ = ["GROUP_POLL", "GROUP_POLL_MAX", "GROUP_WATCH", "KILL_GRACE", "Host", "Unit"]
 
 KILL_GRACE = 5.0
-"""Seconds to wait for a group to vanish after SIGKILL before reporting survivors."""
+"""Seconds to wait for a session to empty after SIGKILL before reporting survivors."""
 GROUP_POLL = 0.01
-"""Seconds before the second look at a stopping process group (and after a SIGKILL to it); each
-later pause is twice the one before, up to :data:`GROUP_POLL_MAX`."""
+"""Seconds before the second look at a stopping session (and after a SIGKILL to it); each later
+pause is twice the one before, up to :data:`GROUP_POLL_MAX`."""
 GROUP_POLL_MAX = 0.25
-"""The longest pause between two looks at a stopping group. Once its leader has exited, a look
-lists ``/proc`` (tens of ms with a thousand processes): every 10 ms for a member that ignores
-the stop signal was a third of a core for the whole ``stop_timeout``."""
+"""The longest pause between two looks at a stopping session. Once its leader has exited, a look
+lists ``/proc`` (a millisecond a thousand processes, tens of ms when it read every stat file):
+every 10 ms for a member that ignores the stop signal was a third of a core for the whole
+``stop_timeout``."""
 GROUP_WATCH = 16
-"""Members of a stopping group watched through a pidfd, at most: the exit of one prompts the
-next look at once, so the stop ends as soon as the group is empty, without waiting for a look."""
+"""Members of a stopping session watched through a pidfd, at most: the exit of one prompts the
+next look at once, so the stop ends as soon as the session is empty, without waiting for a
+look."""
 
 
 class Host(Protocol):
@@ -65,6 +73,7 @@ class Host(Protocol):
 
     loop: Loop
     sinks: Sinks
+    sessions: Sessions
 
     def persist(self) -> None:
         """The state changed: write the state file soon."""
@@ -106,7 +115,12 @@ class Unit:
         self.stopping = False
         self.stop_waiters: list[Callable[[], None]] = []
         self.stop_poll: Callable[[], None] | None = None
-        """While stopping: look at the group now (the leader's exit calls it)."""
+        """While stopping: look at the session now (the leader's exit calls it)."""
+        self.exited_ns: int | None = None
+        """Since when (monotonic ns) the process is known to have exited, unreaped: a listing
+        of its session taken later shows every member it will ever have."""
+        self.sweeping = False
+        """The process exited and is kept unreaped while the rest of its session is ended."""
         self.ready_waiters: list[Callable[[], None]] = []
         self.check: ReadinessCheck | None = None
         self.check_deadline = 0.0
@@ -216,6 +230,7 @@ class Unit:
         self.popen = popen
         self.pid = popen.pid
         self.start_ticks = ticks
+        self.exited_ns = None
         self.started_at = time.time()
         self.started_mono = time.monotonic()
         self.state = "running"
@@ -245,6 +260,9 @@ class Unit:
         self, popen: _child.Child | subprocess.Popen[bytes], reason: str, first: bool
     ) -> None:
         _proc.kill_group(popen.pid, signal.SIGKILL)
+        if self.spec.supervision.whole_group:  # unreaped: the session's number is still its own
+            members = _proc.session_members(popen.pid)
+            _proc.signal_groups(members, signal.SIGKILL, skip=(popen.pid,))
         with contextlib.suppress(subprocess.TimeoutExpired):
             popen.wait(timeout=KILL_GRACE)
         self._spawn_failed(reason, first)
@@ -344,10 +362,12 @@ class Unit:
         leader = self._leader()
         if leader == "running":
             return
+        if self.exited_ns is None:
+            self.exited_ns = self.host.loop.woke_ns  # its exit woke this turn of the loop
         self._end_check()
         if self.stopping:
-            # Not reaped yet: the stop's poll reaps it once the group is empty, so that the
-            # group's number cannot be reused while the stop may still signal it.
+            # Not reaped yet: the stop's poll reaps it once the session is empty, so that the
+            # number cannot be reused while the stop may still signal it.
             self._unwatch()
             if self.stop_poll is not None:
                 self.stop_poll()  # at once: no wait for the next tick (a stop of 1,000 in a row)
@@ -357,19 +377,59 @@ class Unit:
         pgid = self.pid
         ran_for = time.monotonic() - self.started_mono
         if pgid is not None and leader == "exited" and self.spec.supervision.whole_group:
-            # Before the reap: the zombie keeps the number ours. Processes meant to outlive it
-            # (containerd shims) leave the group with setsid.
+            # Before the reap: the zombie keeps the number ours. Its group at once; the rest of
+            # its session (what moved to a group of its own) by a look at /proc shared with the
+            # other exits of this turn, still before the reap. Processes meant to outlive it
+            # (containerd shims) leave the session with setsid.
             _proc.kill_group(pgid, signal.SIGKILL)
+            self._unwatch()
+            self.sweeping = True
+            self.host.sessions.watch(pgid)
+            exited_at = time.monotonic()
+            self.host.sessions.soon(self, lambda: self._sweep(pgid, ran_for, exited_at, []))
+            return
+        self._exited(ran_for, 0.0)
+
+    def _sweep(self, pgid: int, ran_for: float, exited_at: float, escaped: list[int]) -> None:
+        """After the exit, before the reap: SIGKILL what is left of the session, and look again
+        (with the other exits' looks) until nothing is, or :data:`KILL_GRACE` has passed."""
+        if not self.sweeping or self.pid != pgid:
+            return  # a stop took over
+        sessions = self.host.sessions
+        members = sessions.look(pgid, after_ns=self.exited_ns or 0)
+        if members and time.monotonic() < exited_at + KILL_GRACE:
+            _proc.kill_group(pgid, signal.SIGKILL)  # one may have moved back into it
+            _proc.signal_groups(members, signal.SIGKILL, skip=(pgid,))
+            escaped.extend(m.pid for m in members if m.pgrp != pgid and m.pid not in escaped)
+            sessions.soon(self, lambda: self._sweep(pgid, ran_for, exited_at, escaped))
+            return
+        self.sweeping = False
+        sessions.forget(pgid)
+        if escaped:
+            log_limited(
+                self.name,
+                f"{self.name}: killed processes that had left its process group: "
+                + " ".join(map(str, escaped)),
+            )
+        if members:
+            survivors = " ".join(str(m.pid) for m in members)
+            log_limited(self.name, f"{self.name}: processes survived SIGKILL: {survivors}")
+        self._exited(ran_for, time.monotonic() - exited_at)
+
+    def _exited(self, ran_for: float, swept_for: float) -> None:
+        """The process exited (``swept_for`` seconds ago, its session ended since): reap it,
+        and respawn it or give up."""
+        pgid = self.pid
         self._reap()
         self.host.record_group(self.name, None, None)
-        self._after_exit(ran_for)
+        self._after_exit(ran_for, swept_for)
         # Logged after the respawn so that the write is not part of the respawn latency.
         # Rate-limited per service: a crash loop must not push older evidence out of the log.
         log_limited(
             self.name, f"{self.name}: pid {pgid} exited ({self.last_exit}) after {ran_for:.3f}s"
         )
 
-    def _after_exit(self, ran_for: float) -> None:
+    def _after_exit(self, ran_for: float, swept_for: float = 0.0) -> None:
         delay = self.policy.on_exit(time.monotonic(), ran_for)
         if delay is None:
             _pidfile.remove(self.spec.pidfile, self.pid)
@@ -384,6 +444,8 @@ class Unit:
             self.host.persist()
             self._finish_waiters()
             return
+        # The delay counts from the exit: the look at its session (a few ms) is part of it.
+        delay = max(0.0, delay - swept_for)
         self.state = "backoff"
         self.reason = f"respawn in {delay:g}s"
         self._finish_ready_waiters()
@@ -404,11 +466,12 @@ class Unit:
     # ---- stopping
 
     def stop(self, then: Callable[[], None]) -> None:
-        """stop_signal to the group, SIGKILL after stop_timeout, until no member is left (the
-        process alone, and until it has exited, when the stop scope is ``"process"``).
+        """stop_signal to every process group of the session, SIGKILL to them after
+        stop_timeout, until no process of the session is left (the process alone, and until it
+        has exited, when the stop scope is ``"process"``).
 
         Only while the process is not reaped: a unit waiting to respawn (backoff) has no
-        process, and its group was killed when the process exited (:meth:`on_exit`); the
+        process, and its session was ended when the process exited (:meth:`on_exit`); the
         number it had may by now lead another program's group, which must not be signalled.
         """
         self.stop_waiters.append(then)
@@ -426,13 +489,41 @@ class Unit:
             return
         self.stopping = True
         self.reason = STOPPING
-        ticks = self.start_ticks
+        sessions = self.host.sessions
+        if self.sweeping:  # exited, its session being ended: the stop takes over
+            self.sweeping = False
+            sessions.cancel(self)
         sup = self.spec.supervision
         whole = sup.whole_group
         kill = _proc.kill_group if whole else _proc.kill_process
-        # The process is not reaped (and is not until the group is empty): the number is ours.
+        # The process is not reaped (and is not until the session is empty): the number is ours.
         kill(pgid, sup.stop_signum)
         kill(pgid, signal.SIGCONT)  # a stopped (T) process cannot act on SIGTERM
+        termed = {pgid}  # groups sent the stop signal; one found later gets it then
+        escaped: list[int] = []  # members outside its group, named once in the log
+
+        def term(members: list[_proc.ProcStat]) -> None:
+            fresh = [m for m in members if m.pgrp not in termed]
+            if not fresh:
+                return
+            groups = _proc.signal_groups(fresh, sup.stop_signum, skip=termed)
+            _proc.signal_groups(fresh, signal.SIGCONT, skip=termed)
+            termed.update(groups)
+            note(fresh)
+
+        def note(members: list[_proc.ProcStat]) -> None:
+            new = [m.pid for m in members if m.pgrp != pgid and m.pid not in escaped]
+            if new:
+                escaped.extend(new)
+                log_limited(
+                    self.name,
+                    f"{self.name}: stopping processes that left its process group: "
+                    + " ".join(map(str, new)),
+                )
+
+        if whole:
+            sessions.watch(pgid)
+            term(sessions.now(pgid))
         kill_at = time.monotonic() + sup.stop_timeout
         give_up_at = kill_at + KILL_GRACE
         killed = [False]
@@ -462,6 +553,9 @@ class Unit:
                 watched.append(fd)
                 self.host.loop.add_reader(fd, lambda: member_exited(look))
 
+        def look() -> list[_proc.ProcStat]:
+            return sessions.look(pgid, after_ns=self.exited_ns or 0)
+
         def poll() -> None:
             if self.timer is not None:
                 self.timer.cancel()
@@ -471,14 +565,18 @@ class Unit:
             leader = self._leader()
             if leader == "exited":
                 self._unwatch()  # readable until reaped: no wake-up from it any more
-            # While the leader lives there is no need to list the group (a scan of /proc, tens
-            # of ms with a thousand processes): its exit wakes this poll through on_exit.
+                if self.exited_ns is None:  # seen here first: a listing from now on is needed
+                    self.exited_ns = time.monotonic_ns()
+            # While the leader lives there is no need to list the session (a scan of /proc):
+            # its exit wakes this poll through on_exit.
+            members: list[_proc.ProcStat] = []
             if leader == "running":
                 left = [pgid]
             elif leader == "gone" or not whole:
                 left = []  # reaped behind our back: the number is no longer known to be ours
             else:
-                left = _proc.group_members(pgid, started_since=ticks)
+                members = look()
+                left = [m.pid for m in members]
             if not left:
                 self._reap()  # a zombie (or nothing): reaped at once
                 self._stopped([])
@@ -488,12 +586,18 @@ class Unit:
                 killed[0] = True
                 log(f"{self.name}: still running {sup.stop_timeout:g}s after stop: SIGKILL")
                 kill(pgid, signal.SIGKILL)
+                if whole:
+                    members = members if leader == "exited" else sessions.now(pgid)
+                    _proc.signal_groups(members, signal.SIGKILL, skip=(pgid,))
+                    note(members)
                 pause[0] = GROUP_POLL  # what SIGKILL reaches is gone within milliseconds
             elif now >= give_up_at:
                 self._await_leader(1.0)
                 leader = self._leader()
                 if leader != "gone" and whole:
-                    left = _proc.group_members(pgid, started_since=ticks)
+                    rest = sessions.look(pgid, after_ns=time.monotonic_ns())
+                    left = [pgid] if leader == "running" else []
+                    left += [m.pid for m in rest]
                 elif leader != "gone":
                     left = [pgid] if leader == "running" else []
                 # Reaped only now that the survivors are listed; a leader still running is not
@@ -501,9 +605,16 @@ class Unit:
                 self._reap()
                 self._stopped(left)
                 return
+            elif killed[0] and members:
+                # Again to what is left: a process may have changed groups since the last one.
+                kill(pgid, signal.SIGKILL)
+                _proc.signal_groups(members, signal.SIGKILL, skip=(pgid,))
+                note(members)
+            elif members:
+                term(members)  # a group that was not there when the stop began
             if leader == "exited":
                 watch(left)  # a member's exit prompts the next look at once
-            # Looked at again after a pause that grows while the group lingers, and at the
+            # Looked at again after a pause that grows while the session lingers, and at the
             # deadline of the next step whatever the pause.
             deadline = give_up_at if killed[0] else kill_at
             delay = min(pause[0], max(0.0, deadline - now))
@@ -520,6 +631,8 @@ class Unit:
 
     def _stopped(self, survivors: list[int]) -> None:
         _pidfile.remove(self.spec.pidfile, self.pid)
+        if self.pid is not None:
+            self.host.sessions.forget(self.pid)
         if not survivors:
             self.host.record_group(self.name, None, None)
         self.stopping = False

@@ -2,14 +2,17 @@
 
 The daemon forks one watchdog, in a session of its own, before it serves. The watchdog does
 nothing but wait on a pidfd of the daemon. When the daemon is gone it reads the state file and
-SIGKILLs every process group the daemon recorded that still runs, verified by start time
-(:func:`noderole.supervisor._state.kill_leftovers`), grandchildren included. After a clean exit
-the daemon has stopped everything itself (and ended the watchdog), so there is nothing to kill.
+SIGKILLs every process of every session the daemon recorded that still runs, verified by start
+time (:func:`noderole.supervisor._state.kill_leftovers`): grandchildren included, and those that
+moved to a process group of their own (only a process that called setsid is not followed).
+After a clean exit the daemon has stopped everything itself (and ended the watchdog), so there
+is nothing to kill.
 
 The state file is not the watchdog's only source: the daemon also tells it, over a pipe, the
-process group of every child it starts (and forgets every one that ends), before the start is
-complete. A respawn whose state could not be written (``/run`` full) is still known to the
-watchdog; a start the daemon cannot tell it about is undone (:class:`Groups`).
+process (the leader of its session and group) of every child it starts (and forgets every one
+that ends), before the start is complete. A respawn whose state could not be written (``/run``
+full) is still known to the watchdog; a start the daemon cannot tell it about is undone
+(:class:`Groups`).
 
 A fork, not a new interpreter: its memory pages are the daemon's, shared copy-on-write, so the
 watchdog costs the node a few hundred kB of proportional memory (PSS) instead of a second

@@ -558,12 +558,18 @@ def end_attempts(*, dying_of: int | None = None) -> bool:
 
 
 def kill_group(proc: subprocess.Popen[bytes]) -> None:
-    """SIGKILL a command attempt's process group and reap it."""
+    """SIGKILL a command attempt's process group, and every other group of its session (what
+    moved to a group of its own: a ``timeout`` it runs), and reap it."""
     import signal
     import subprocess
 
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
+    if proc.returncode is None:  # not reaped: the number of its session is still its own
+        from noderole.supervisor import _proc
+
+        members = _proc.session_members(proc.pid)
+        _proc.signal_groups(members, signal.SIGKILL, skip=(proc.pid,))
     try:
         proc.communicate(timeout=1.0)
     except (subprocess.TimeoutExpired, ValueError):
