@@ -193,8 +193,8 @@ class TestRunBounded:
 
     def test_ctrl_c_while_waiting_drops_the_worker(self, gate: threading.Event) -> None:
         """Ctrl-C while a call runs propagates to the caller; the still-busy worker is not
-        reused. (The SIGINT is simulated: CPython may notice a real one only at the bound, if
-        it lands just before the wait begins.)"""
+        reused. (The SIGINT is simulated here; a real one the worker thread takes is the test
+        below.)"""
 
         def interrupt() -> None:
             _thread.interrupt_main()
@@ -202,8 +202,8 @@ class TestRunBounded:
 
         busy = _ident()
         with pytest.raises(KeyboardInterrupt):
-            # The bound is where the simulated SIGINT is noticed: long enough for a worker on a
-            # loaded machine to have raised it by then.
+            # The caller looks at least every LOOK seconds: the bound is only long enough for a
+            # worker on a loaded machine to have raised the simulated SIGINT by then.
             run_bounded(interrupt, name="interrupt", timeout=0.5)
         assert _ident() != busy
 
